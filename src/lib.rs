@@ -1,0 +1,9 @@
+//! ackproxy: a Redis-protocol proxy that gives plain Redis lists
+//! at-least-once delivery.
+//!
+//! Request path: [`server`] accepts a client → [`session`] reads and frames
+//! its requests ([`resp`]) → [`command`] classifies each one → passthrough, or
+//! [`queue`] interception → [`upstream`] → the reply goes back in order.
+
+pub mod config;
+pub mod resp;

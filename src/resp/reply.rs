@@ -1,0 +1,1 @@
+//! Builders for replies the proxy writes itself.

@@ -1,0 +1,351 @@
+//! Test harness: real redis-server processes on free loopback ports, the
+//! ackproxy binary in front of them, and a small blocking RESP client that
+//! returns replies as raw bytes (for byte-for-byte comparison) or as values.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_ping(port: u16, what: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut c) = Client::try_connect(port) {
+            if c.cmd(&["PING"]) == Value::Simple("PONG".into()) {
+                return;
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} on port {port} exited early: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} on port {port} never answered PING");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A redis-server child on a free port, killed on drop.
+pub struct Redis {
+    pub port: u16,
+    child: Child,
+    pub dir: PathBuf,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// Extra `--name value` arguments are passed to redis-server as is.
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Redis::start_on(port, dir, extra)
+    }
+
+    /// Start on a given port and dir (used to restart a server in place).
+    pub fn start_on(port: u16, dir: PathBuf, extra: &[&str]) -> Redis {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        wait_for_ping(port, "redis-server", &mut child);
+        Redis { port, child, dir }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.port)
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The built ackproxy binary, killed on drop.
+pub struct Proxy {
+    pub port: u16,
+    child: Child,
+}
+
+impl Proxy {
+    /// ackproxy in front of `upstream_port` with extra command-line flags.
+    pub fn start(upstream_port: u16, extra: &[&str]) -> Proxy {
+        Proxy::start_on(free_port(), upstream_port, extra)
+    }
+
+    pub fn start_on(port: u16, upstream_port: u16, extra: &[&str]) -> Proxy {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--upstream", &format!("127.0.0.1:{upstream_port}")])
+            .args(extra)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ackproxy binary");
+        wait_for_ping(port, "ackproxy", &mut child);
+        Proxy { port, child }
+    }
+
+    /// ackproxy with a TOML config file written from `toml`.
+    pub fn start_with_config(upstream_port: u16, toml: &str, extra: &[&str]) -> Proxy {
+        let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
+        std::fs::write(&path, toml).unwrap();
+        let mut args = vec!["--config", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Proxy::start(upstream_port, &args)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, no clean-up: what a crash looks like.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for exit; returns whether it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A decoded reply, for assertions that do not need raw bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Value>),
+    /// Any RESP3-only type, kept raw.
+    Other(Vec<u8>),
+}
+
+impl Value {
+    pub fn bulk(s: &str) -> Value {
+        Value::Bulk(s.as_bytes().to_vec())
+    }
+}
+
+pub struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    pub fn connect(port: u16) -> Client {
+        Client::try_connect(port).unwrap_or_else(|e| panic!("connect to {port}: {e}"))
+    }
+
+    pub fn try_connect(port: u16) -> std::io::Result<Client> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Client {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        })
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        self.writer.set_read_timeout(t).unwrap();
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.writer
+    }
+
+    pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send_raw(&Client::encode(&a));
+    }
+
+    pub fn send_bin(&mut self, args: &[&[u8]]) {
+        self.send_raw(&Client::encode(args));
+    }
+
+    /// One reply, exactly as its bytes arrived.
+    pub fn read_raw(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_raw_into(&mut out).expect("read reply");
+        out
+    }
+
+    pub fn try_read_raw(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_raw_into(&mut out)?;
+        Ok(out)
+    }
+
+    fn read_line(&mut self, out: &mut Vec<u8>) -> std::io::Result<String> {
+        let start = out.len();
+        let n = self.reader.read_until(b'\n', out)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(String::from_utf8_lossy(&out[start + 1..out.len() - 2]).into_owned())
+    }
+
+    fn read_raw_into(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = out.len();
+        let line = self.read_line(out)?;
+        match out[start] {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(()),
+            b'$' | b'!' | b'=' => {
+                let n: i64 = line.parse().unwrap();
+                if n >= 0 {
+                    let at = out.len();
+                    out.resize(at + n as usize + 2, 0);
+                    self.reader.read_exact(&mut out[at..])?;
+                }
+                Ok(())
+            }
+            b'*' | b'~' | b'>' | b'%' | b'|' => {
+                let n: i64 = line.parse().unwrap();
+                let per = if matches!(out[start], b'%' | b'|') { 2 } else { 1 };
+                for _ in 0..(n.max(0) * per) {
+                    self.read_raw_into(out)?;
+                }
+                if out[start] == b'|' {
+                    self.read_raw_into(out)?;
+                }
+                Ok(())
+            }
+            other => panic!("unexpected reply byte {:?}", other as char),
+        }
+    }
+
+    pub fn read_value(&mut self) -> Value {
+        let raw = self.read_raw();
+        decode(&raw).0
+    }
+
+    /// Send one command and read its reply as a value.
+    pub fn cmd(&mut self, args: &[&str]) -> Value {
+        self.send(args);
+        self.read_value()
+    }
+
+    pub fn cmd_bin(&mut self, args: &[&[u8]]) -> Value {
+        self.send_bin(args);
+        self.read_value()
+    }
+
+    /// Send one command and read its reply as raw bytes.
+    pub fn raw(&mut self, args: &[&str]) -> Vec<u8> {
+        self.send(args);
+        self.read_raw()
+    }
+}
+
+/// Decode one RESP2/RESP3 value from the start of `b`; returns it and its length.
+pub fn decode(b: &[u8]) -> (Value, usize) {
+    let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
+    let line = String::from_utf8_lossy(&b[1..end]).into_owned();
+    let after = end + 2;
+    match b[0] {
+        b'+' => (Value::Simple(line), after),
+        b'-' => (Value::Error(line), after),
+        b':' => (Value::Int(line.parse().unwrap()), after),
+        b'_' => (Value::Nil, after),
+        b'$' => {
+            let n: i64 = line.parse().unwrap();
+            if n < 0 {
+                (Value::Nil, after)
+            } else {
+                let n = n as usize;
+                (Value::Bulk(b[after..after + n].to_vec()), after + n + 2)
+            }
+        }
+        b'*' | b'~' | b'>' => {
+            let n: i64 = line.parse().unwrap();
+            if n < 0 {
+                return (Value::Nil, after);
+            }
+            let mut at = after;
+            let mut items = Vec::new();
+            for _ in 0..n {
+                let (v, used) = decode(&b[at..]);
+                items.push(v);
+                at += used;
+            }
+            (Value::Array(items), at)
+        }
+        b'%' => {
+            let n: usize = line.parse().unwrap();
+            let mut at = after;
+            let mut items = Vec::new();
+            for _ in 0..n * 2 {
+                let (v, used) = decode(&b[at..]);
+                items.push(v);
+                at += used;
+            }
+            (Value::Array(items), at)
+        }
+        _ => (Value::Other(b.to_vec()), b.len()),
+    }
+}
