@@ -7,3 +7,11 @@
 
 pub mod config;
 pub mod resp;
+pub mod command;
+pub mod error;
+pub mod queue;
+pub mod session;
+pub mod upstream;
+pub mod app;
+pub mod embedded;
+pub mod server;

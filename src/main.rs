@@ -1,9 +1,57 @@
 use clap::Parser;
 
+use ackproxy::config::{Cli, Config, LogFormat};
+
 fn main() {
-    let cli = ackproxy::config::Cli::parse();
-    if let Err(e) = ackproxy::config::Config::load(&cli) {
+    let cli = Cli::parse();
+    let config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ackproxy: {e}");
+            std::process::exit(2);
+        }
+    };
+    if cli.check_config {
+        println!("configuration OK");
+        println!("  listen: {}", config.listen);
+        match &config.upstream {
+            Some(u) => println!("  upstream: {u}"),
+            None => println!("  upstream: private redis-server ({})", config.embedded.redis_server),
+        }
+        println!(
+            "  connections: {}",
+            if config.dedicated_per_client {
+                "one upstream connection per client".to_string()
+            } else {
+                format!("{} shared, dedicated when stateful", config.shared_connections)
+            }
+        );
+        for q in &config.queues {
+            println!(
+                "  queue {:?}: lease {} ms, max deliveries {}, ack id {:?}",
+                q.pattern, q.lease_ms, q.max_deliveries, q.ack_id
+            );
+        }
+        return;
+    }
+    init_logging(config.log_format);
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = config.threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.enable_all().build().expect("tokio runtime");
+    if let Err(e) = rt.block_on(ackproxy::app::run(config)) {
         eprintln!("ackproxy: {e}");
-        std::process::exit(2);
+        std::process::exit(1);
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }

@@ -1,0 +1,228 @@
+//! Command classification: one table that says, for every command, what the
+//! session has to do with it. Nothing else in the proxy compares command
+//! names.
+
+use std::ops::Range;
+
+/// A framed request's arguments, borrowed from the read buffer.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    buf: &'a [u8],
+    ranges: &'a [Range<usize>],
+}
+
+impl<'a> Args<'a> {
+    pub fn new(buf: &'a [u8], ranges: &'a [Range<usize>]) -> Self {
+        Args { buf, ranges }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        self.ranges.get(i).map(|r| &self.buf[r.clone()])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        self.ranges.iter().map(|r| &self.buf[r.clone()])
+    }
+
+    /// Argument `i` equals `word`, ignoring ASCII case.
+    pub fn is(&self, i: usize, word: &str) -> bool {
+        self.get(i)
+            .is_some_and(|a| a.eq_ignore_ascii_case(word.as_bytes()))
+    }
+}
+
+/// What executing a command does to the client's connection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// No connection state: may share an upstream connection.
+    Plain,
+    /// May block server-side: runs on a dedicated connection until its reply.
+    Blocking,
+    Multi,
+    /// EXEC or DISCARD: ends MULTI and WATCH.
+    EndTransaction,
+    Watch,
+    Unwatch,
+    /// Changes connection state for good (until RESET): AUTH, HELLO,
+    /// CLIENT SETNAME, SELECT n, ...
+    Sticky,
+    /// Like `Sticky`, and replies stop matching requests one to one
+    /// (SUBSCRIBE family, MONITOR, CLIENT REPLY OFF|SKIP).
+    StickyUnpaired,
+    Reset,
+    Quit,
+    /// A list pop that queue rules may intercept.
+    Pop(PopForm),
+    /// LREM: may acknowledge a lease when the key is a move destination.
+    Lrem,
+    Ack,
+    Nack,
+    Queue,
+}
+
+/// The list pop commands, by shape of arguments and reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PopForm {
+    /// LPOP/RPOP key [count]
+    Pop { left: bool },
+    /// BLPOP/BRPOP key [key ...] timeout
+    BPop { left: bool },
+    /// RPOPLPUSH source destination
+    RPopLPush,
+    /// BRPOPLPUSH source destination timeout
+    BRPopLPush,
+    /// LMOVE source destination LEFT|RIGHT LEFT|RIGHT
+    LMove,
+    /// BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout
+    BLMove,
+    /// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]
+    LMPop,
+    /// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]
+    BLMPop,
+}
+
+impl PopForm {
+    pub fn is_blocking(self) -> bool {
+        matches!(
+            self,
+            PopForm::BPop { .. } | PopForm::BRPopLPush | PopForm::BLMove | PopForm::BLMPop
+        )
+    }
+}
+
+/// Upper-cases a command name into a stack buffer; names longer than any
+/// known command classify as `Plain`.
+fn upper(name: &[u8], out: &mut [u8; 24]) -> Option<usize> {
+    if name.len() > out.len() {
+        return None;
+    }
+    for (o, b) in out.iter_mut().zip(name) {
+        *o = b.to_ascii_uppercase();
+    }
+    Some(name.len())
+}
+
+pub fn classify(args: Args<'_>) -> Kind {
+    let Some(name) = args.get(0) else {
+        return Kind::Plain;
+    };
+    let mut buf = [0u8; 24];
+    let Some(n) = upper(name, &mut buf) else {
+        return Kind::Plain;
+    };
+    match &buf[..n] {
+        b"GET" | b"SET" | b"PING" => Kind::Plain,
+        b"RPOP" => Kind::Pop(PopForm::Pop { left: false }),
+        b"LPOP" => Kind::Pop(PopForm::Pop { left: true }),
+        b"BRPOP" => Kind::Pop(PopForm::BPop { left: false }),
+        b"BLPOP" => Kind::Pop(PopForm::BPop { left: true }),
+        b"RPOPLPUSH" => Kind::Pop(PopForm::RPopLPush),
+        b"BRPOPLPUSH" => Kind::Pop(PopForm::BRPopLPush),
+        b"LMOVE" => Kind::Pop(PopForm::LMove),
+        b"BLMOVE" => Kind::Pop(PopForm::BLMove),
+        b"LMPOP" => Kind::Pop(PopForm::LMPop),
+        b"BLMPOP" => Kind::Pop(PopForm::BLMPop),
+        b"LREM" => Kind::Lrem,
+        b"ACK" => Kind::Ack,
+        b"NACK" => Kind::Nack,
+        b"QUEUE" => Kind::Queue,
+        b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"WAIT" | b"WAITAOF" => Kind::Blocking,
+        b"XREAD" | b"XREADGROUP" => {
+            if args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"BLOCK")) {
+                Kind::Blocking
+            } else {
+                Kind::Plain
+            }
+        }
+        b"MULTI" => Kind::Multi,
+        b"EXEC" | b"DISCARD" => Kind::EndTransaction,
+        b"WATCH" => Kind::Watch,
+        b"UNWATCH" => Kind::Unwatch,
+        b"AUTH" | b"HELLO" | b"READONLY" | b"READWRITE" | b"ASKING" => Kind::Sticky,
+        b"SELECT" => match args.get(1).and_then(parse_i64) {
+            Some(0) | None => Kind::Plain,
+            Some(_) => Kind::Sticky,
+        },
+        b"SUBSCRIBE" | b"PSUBSCRIBE" | b"SSUBSCRIBE" | b"UNSUBSCRIBE" | b"PUNSUBSCRIBE"
+        | b"SUNSUBSCRIBE" | b"MONITOR" | b"SYNC" | b"PSYNC" | b"REPLCONF" => Kind::StickyUnpaired,
+        b"CLIENT" => classify_client(args),
+        b"RESET" => Kind::Reset,
+        b"QUIT" => Kind::Quit,
+        _ => Kind::Plain,
+    }
+}
+
+fn classify_client(args: Args<'_>) -> Kind {
+    let mut buf = [0u8; 24];
+    let Some(n) = args.get(1).and_then(|s| upper(s, &mut buf)) else {
+        return Kind::Plain;
+    };
+    match &buf[..n] {
+        b"REPLY" => {
+            if args.is(2, "ON") {
+                Kind::Sticky
+            } else {
+                Kind::StickyUnpaired
+            }
+        }
+        // These read or change the state of the connection itself, which on a
+        // shared upstream connection would be somebody else's.
+        b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING"
+        | b"GETREDIR" | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
+        _ => Kind::Plain,
+    }
+}
+
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(words: &[&str]) -> Kind {
+        let mut buf = Vec::new();
+        let mut ranges = Vec::new();
+        for w in words {
+            let start = buf.len();
+            buf.extend_from_slice(w.as_bytes());
+            ranges.push(start..buf.len());
+        }
+        classify(Args::new(&buf, &ranges))
+    }
+
+    #[test]
+    fn names_are_case_insensitive() {
+        assert_eq!(kind(&["multi"]), Kind::Multi);
+        assert_eq!(kind(&["bRpOp", "q", "0"]), Kind::Pop(PopForm::BPop { left: false }));
+        assert_eq!(kind(&["get", "k"]), Kind::Plain);
+    }
+
+    #[test]
+    fn argument_dependent_kinds() {
+        assert_eq!(kind(&["SELECT", "0"]), Kind::Plain);
+        assert_eq!(kind(&["SELECT", "3"]), Kind::Sticky);
+        assert_eq!(kind(&["SELECT", "x"]), Kind::Plain);
+        assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);
+        assert_eq!(kind(&["XREAD", "block", "0", "STREAMS", "s", "$"]), Kind::Blocking);
+        assert_eq!(kind(&["CLIENT", "setname", "x"]), Kind::Sticky);
+        assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
+        assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
+        assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);
+    }
+
+    #[test]
+    fn overlong_or_missing_names_are_plain() {
+        assert_eq!(kind(&["X".repeat(100).as_str()]), Kind::Plain);
+        assert_eq!(kind(&[]), Kind::Plain);
+    }
+}

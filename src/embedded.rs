@@ -1,0 +1,100 @@
+//! The embedded default: with no upstream configured, a private
+//! redis-server child on a free loopback port, stopped with the proxy.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+use crate::config::EmbeddedConfig;
+use crate::error::StartError;
+
+pub struct EmbeddedRedis {
+    pub addr: String,
+    child: Child,
+    scratch: Option<PathBuf>,
+}
+
+impl EmbeddedRedis {
+    pub async fn start(cfg: &EmbeddedConfig) -> Result<EmbeddedRedis, StartError> {
+        let port = free_port().map_err(|e| StartError::Embedded(e.to_string()))?;
+        let (dir, scratch) = match &cfg.dir {
+            Some(d) => (d.clone(), None),
+            None => {
+                let d = std::env::temp_dir().join(format!("ackproxy-redis-{}", std::process::id()));
+                (d.clone(), Some(d))
+            }
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| StartError::Embedded(format!("{}: {e}", dir.display())))?;
+        let mut cmd = Command::new(&cfg.redis_server);
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--save", ""])
+            .args(["--appendonly", if cfg.persistence { "yes" } else { "no" }])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                StartError::RedisServerMissing(cfg.redis_server.clone())
+            } else {
+                StartError::Embedded(format!("{}: {e}", cfg.redis_server))
+            }
+        })?;
+        let mut me = EmbeddedRedis {
+            addr: format!("127.0.0.1:{port}"),
+            child,
+            scratch,
+        };
+        me.wait_ready().await?;
+        tracing::info!(addr = %me.addr, persistence = cfg.persistence, "started private redis-server");
+        Ok(me)
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), StartError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(StartError::Embedded(format!("exited at start: {status}")));
+            }
+            if ping(&self.addr).await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(StartError::Embedded("did not answer PING within 10 s".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+        if let Some(d) = self.scratch.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn ping(addr: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    if s.write_all(b"PING\r\n").await.is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut buf)).await,
+        Ok(Ok(_)) if &buf == b"+PONG\r\n"
+    )
+}

@@ -1,0 +1,443 @@
+//! One client connection: frame its requests, classify each, and send it to
+//! the right place — the shared upstream, the client's dedicated upstream
+//! connection, the queue interceptor, or an answer of the proxy's own —
+//! while its writer task returns the replies in request order.
+
+pub mod mode;
+pub mod output;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::command::{classify, Args, Kind};
+use crate::config::Config;
+use crate::queue::{Intercept, Queues};
+use crate::resp::{RequestScanner, Scan};
+use crate::upstream::dedicated::{Dedicated, Expect};
+use crate::upstream::shared::SharedUpstream;
+use crate::upstream::Endpoint;
+use mode::Mode;
+use output::{Output, ReplyTransform};
+
+/// What every session shares.
+pub struct Context {
+    pub config: Arc<Config>,
+    pub endpoint: Arc<Endpoint>,
+    pub shared: Vec<SharedUpstream>,
+    next_shared: AtomicUsize,
+    pub queues: Option<Arc<Queues>>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Context {
+    pub fn new(
+        config: Arc<Config>,
+        endpoint: Arc<Endpoint>,
+        queues: Option<Arc<Queues>>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Context {
+        let shared = (0..config.shared_connections)
+            .map(|_| SharedUpstream::spawn(endpoint.clone()))
+            .collect();
+        Context {
+            config,
+            endpoint,
+            shared,
+            next_shared: AtomicUsize::new(0),
+            queues,
+            shutdown,
+        }
+    }
+
+    /// A client keeps one shared connection for life, which keeps its
+    /// requests in order.
+    fn pick_shared(&self) -> SharedUpstream {
+        let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
+        self.shared[i % self.shared.len()].clone()
+    }
+}
+
+/// Like Redis's client-query-buffer-limit: a client whose unparsed input
+/// grows past this is closed.
+const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
+
+/// Why a session stops reading.
+enum Stop {
+    /// The client closed its side or broke the connection.
+    Gone,
+    /// QUIT, a protocol error, or shutdown: flush the replies, then close.
+    Finish,
+}
+
+pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let shared = ctx.pick_shared();
+    let limits = &ctx.config.limits;
+    let (out, out_rx) = output::channel(
+        limits.client_output_buffer_limit,
+        limits.max_inflight_per_client,
+    );
+    let writer = tokio::spawn(output::run_writer(
+        wr,
+        out_rx,
+        out.state.clone(),
+        shared.clone(),
+    ));
+    let mut session = Session {
+        scanner: RequestScanner::new(limits.scanner_limits()),
+        buf: BytesMut::new(),
+        rd,
+        out,
+        shared,
+        dedicated: None,
+        pinned: ctx.config.dedicated_per_client,
+        mode: Mode::default(),
+        ctx,
+    };
+    metrics::gauge!("ackproxy_connections").increment(1.0);
+    let stop = session.read_loop().await;
+    if let Stop::Finish = stop {
+        if let Some(d) = &session.dedicated {
+            d.idle().await;
+        }
+    }
+    session.out.close();
+    let _ = writer.await;
+    metrics::gauge!("ackproxy_connections").decrement(1.0);
+}
+
+struct Session {
+    ctx: Arc<Context>,
+    rd: OwnedReadHalf,
+    buf: BytesMut,
+    scanner: RequestScanner,
+    out: Output,
+    shared: SharedUpstream,
+    dedicated: Option<Dedicated>,
+    /// Requests go to the dedicated connection.
+    pinned: bool,
+    mode: Mode,
+}
+
+impl Session {
+    async fn read_loop(&mut self) -> Stop {
+        let mut shutdown = self.ctx.shutdown.clone();
+        loop {
+            if self.buf.is_empty() && self.buf.capacity() > 64 * 1024 {
+                // Give back what a large request needed.
+                self.buf = BytesMut::new();
+            }
+            tokio::select! {
+                biased;
+                _ = self.out.state.closed() => return Stop::Gone,
+                _ = shutdown.changed() => return Stop::Finish,
+                r = self.rd.readable() => if r.is_err() { return Stop::Gone },
+            }
+            // The buffer is allocated only once there is something to read,
+            // so idle connections cost almost nothing.
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(16 * 1024);
+            }
+            match self.rd.try_read_buf(&mut self.buf) {
+                Ok(0) => return Stop::Gone,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Stop::Gone,
+            }
+            if self.buf.len() > QUERY_BUFFER_LIMIT {
+                tracing::warn!("client query buffer limit reached, closing");
+                return Stop::Gone;
+            }
+            if let Some(stop) = self.process().await {
+                return stop;
+            }
+            if self.out.state.unwritten() >= self.ctx.config.limits.max_inflight_per_client {
+                self.out.state.below_inflight_limit().await;
+            }
+        }
+    }
+
+    /// Handles every complete request in the buffer. Consecutive requests
+    /// bound for the shared upstream leave as one batch.
+    async fn process(&mut self) -> Option<Stop> {
+        let mut pos = 0;
+        let mut batch = 0u32;
+        loop {
+            match self.scanner.scan(&self.buf[pos..]) {
+                Scan::Incomplete => break,
+                Scan::Skip(n) => {
+                    if batch == 0 {
+                        self.buf.advance(n);
+                    } else {
+                        // Redis ignores these bytes too.
+                        pos += n;
+                    }
+                }
+                Scan::Command(n) => {
+                    if self.pinned {
+                        self.maybe_unpin();
+                    }
+                    let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
+                    let kind = classify(args);
+                    if !self.pinned && self.batchable(kind, args) {
+                        pos += n;
+                        batch += 1;
+                        continue;
+                    }
+                    self.flush_batch(pos, batch);
+                    (pos, batch) = (0, 0);
+                    let ranges = self.scanner.args().to_vec();
+                    let frame = self.buf.split_to(n).freeze();
+                    if let Some(stop) = self.handle(kind, frame, &ranges).await {
+                        return Some(stop);
+                    }
+                }
+                Scan::Inline { consumed, encoded } => {
+                    self.flush_batch(pos, batch);
+                    (pos, batch) = (0, 0);
+                    self.buf.advance(consumed);
+                    let ranges = self.scanner.args().to_vec();
+                    let frame = Bytes::from(encoded);
+                    let kind = classify(Args::new(&frame, &ranges));
+                    if let Some(stop) = self.handle(kind, frame, &ranges).await {
+                        return Some(stop);
+                    }
+                }
+                Scan::Error(e) => {
+                    self.flush_batch(pos, batch);
+                    self.out.ready(Bytes::from(e.to_reply()), 1);
+                    return Some(Stop::Finish);
+                }
+            }
+        }
+        self.flush_batch(pos, batch);
+        None
+    }
+
+    fn flush_batch(&mut self, len: usize, count: u32) {
+        if count == 0 {
+            if len > 0 {
+                self.buf.advance(len);
+            }
+            return;
+        }
+        metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
+        let bytes = self.buf.split_to(len).freeze();
+        let rx = self.shared.send(bytes, count, self.out.state.clone());
+        self.out.later(rx, count, None);
+    }
+
+    async fn handle(&mut self, kind: Kind, frame: Bytes, ranges: &[std::ops::Range<usize>]) -> Option<Stop> {
+        match kind {
+            Kind::Quit => {
+                self.out.ready(Bytes::from_static(b"+OK\r\n"), 1);
+                return Some(Stop::Finish);
+            }
+            Kind::Reset if !self.pinned => {
+                self.mode = Mode::default();
+                self.out.ready(Bytes::from_static(b"+RESET\r\n"), 1);
+                return None;
+            }
+            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
+                if let Some(queues) = self.ctx.queues.clone() {
+                    let args = Args::new(&frame, ranges);
+                    let intercept = queues.intercept(kind, args, self.mode.protocol, self.mode.multi);
+                    match intercept {
+                        Intercept::Pass => {}
+                        Intercept::Reply(bytes) => {
+                            self.out.ready(bytes, 1);
+                            return None;
+                        }
+                        Intercept::Rewrite { request, transform } => {
+                            self.rewritten(kind, request, transform).await;
+                            return None;
+                        }
+                        Intercept::Block(pop) => {
+                            return self.blocking_pop(&queues, pop).await;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        if self.pinned || self.needs_dedicated(kind) {
+            self.send_dedicated(kind, Args::new(&frame, ranges), &frame, None)
+                .await;
+        } else {
+            metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
+            let rx = self.shared.send(frame, 1, self.out.state.clone());
+            self.out.later(rx, 1, None);
+        }
+        None
+    }
+
+    /// Whether the request can join a batch for the shared connection: it
+    /// is stateless and no queue rule concerns it.
+    fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
+        match kind {
+            Kind::Plain => true,
+            Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
+            Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
+            _ => false,
+        }
+    }
+
+    fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
+        match &self.ctx.queues {
+            None => true,
+            Some(q) => !q.concerns(kind, args),
+        }
+    }
+
+    fn needs_dedicated(&self, kind: Kind) -> bool {
+        matches!(
+            kind,
+            Kind::Blocking
+                | Kind::Pop(_)
+                | Kind::Multi
+                | Kind::Watch
+                | Kind::Sticky
+                | Kind::StickyUnpaired
+        ) && !matches!(kind, Kind::Pop(f) if !f.is_blocking())
+    }
+
+    /// Sends a request the queue interceptor rewrote, on the connection the
+    /// client uses now.
+    async fn rewritten(&mut self, kind: Kind, request: Bytes, transform: Box<dyn ReplyTransform>) {
+        if self.pinned && self.mode.multi {
+            // Queued inside MULTI: the rewritten reply is an element of EXEC's.
+            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform))
+                .await;
+        } else if self.pinned {
+            self.send_dedicated_expect(&request, Expect::Transform(transform)).await;
+        } else {
+            metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
+            let rx = self.shared.send(request, 1, self.out.state.clone());
+            self.out.later(rx, 1, Some(transform));
+        }
+    }
+
+    async fn blocking_pop(&mut self, queues: &Arc<Queues>, pop: crate::queue::BlockingPop) -> Option<Stop> {
+        // Everything the client sent before must have executed first.
+        if self.pinned {
+            if let Some(d) = &self.dedicated {
+                d.idle().await;
+            }
+        }
+        self.out.state.shared_drained().await;
+        let state = self.out.state.clone();
+        let fut = queues.blocking_pop(pop, state.clone());
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                reply = &mut fut => {
+                    self.out.ready(reply, 1);
+                    return None;
+                }
+                _ = state.closed() => return Some(Stop::Gone),
+                r = self.rd.readable() => {
+                    if r.is_err() {
+                        return Some(Stop::Gone);
+                    }
+                    // Keep what the client sends meanwhile for later, but
+                    // notice when it goes away: its pop is then abandoned.
+                    if self.buf.capacity() - self.buf.len() < 4096 {
+                        self.buf.reserve(16 * 1024);
+                    }
+                    match self.rd.try_read_buf(&mut self.buf) {
+                        Ok(0) => return Some(Stop::Gone),
+                        Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
+                            return Some(Stop::Gone);
+                        },
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Some(Stop::Gone),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn ensure_dedicated(&mut self) -> bool {
+        if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
+            return true;
+        }
+        self.dedicated = None;
+        match Dedicated::open(&self.ctx.endpoint, self.out.clone()).await {
+            Ok(d) => {
+                self.dedicated = Some(d);
+                true
+            }
+            Err(e) => {
+                self.out.ready(Bytes::from(e.to_reply()), 1);
+                false
+            }
+        }
+    }
+
+    /// Sends one request on the dedicated connection, updating the mode.
+    /// `queued` is the transform of a rewritten request queued in MULTI.
+    async fn send_dedicated(
+        &mut self,
+        kind: Kind,
+        args: Args<'_>,
+        frame: &[u8],
+        queued: Option<Box<dyn ReplyTransform>>,
+    ) {
+        if !self.switch_to_dedicated().await {
+            return;
+        }
+        let unpaired_before = self.mode.unpaired;
+        let exec = self.mode.apply(kind, args, queued);
+        let expect = if unpaired_before || self.mode.unpaired {
+            None
+        } else {
+            Some(exec.unwrap_or(Expect::Raw))
+        };
+        let d = self.dedicated.as_mut().expect("dedicated connection");
+        d.set_bound(self.mode.any());
+        metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);
+        if let Err(e) = d.send(frame, expect).await {
+            self.out.ready(Bytes::from(e.to_reply()), 1);
+        }
+        self.maybe_unpin();
+    }
+
+    async fn send_dedicated_expect(&mut self, frame: &[u8], expect: Expect) {
+        if !self.switch_to_dedicated().await {
+            return;
+        }
+        let d = self.dedicated.as_mut().expect("dedicated connection");
+        if let Err(e) = d.send(frame, Some(expect)).await {
+            self.out.ready(Bytes::from(e.to_reply()), 1);
+        }
+    }
+
+    async fn switch_to_dedicated(&mut self) -> bool {
+        if !self.ensure_dedicated().await {
+            return false;
+        }
+        if !self.pinned {
+            // Requests already sent on the shared connection run first.
+            self.out.state.shared_drained().await;
+            self.pinned = true;
+        }
+        true
+    }
+
+    /// Back to the shared connection once the client is in no stateful mode
+    /// and its dedicated connection has answered everything.
+    fn maybe_unpin(&mut self) {
+        if self.ctx.config.dedicated_per_client || self.mode.any() {
+            return;
+        }
+        if self.dedicated.as_ref().is_none_or(|d| d.is_idle()) {
+            self.pinned = false;
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The client's connection state as far as routing cares: which stateful
+//! modes it is in, and so whether it must stay on its dedicated connection.
+
+use crate::command::{Args, Kind};
+use crate::session::output::ReplyTransform;
+use crate::upstream::dedicated::Expect;
+
+pub struct Mode {
+    pub multi: bool,
+    pub watch: bool,
+    /// State that only RESET or a disconnect undoes (AUTH, SELECT n, ...).
+    pub sticky: bool,
+    /// Replies no longer pair with requests (pub/sub, MONITOR, CLIENT REPLY).
+    pub unpaired: bool,
+    /// RESP version the client speaks (HELLO).
+    pub protocol: u8,
+    /// For each command queued in the open MULTI, the transform of its
+    /// element in the EXEC reply, if it was rewritten.
+    queued: Vec<Option<Box<dyn ReplyTransform>>>,
+}
+
+impl Default for Mode {
+    fn default() -> Self {
+        Mode {
+            multi: false,
+            watch: false,
+            sticky: false,
+            unpaired: false,
+            protocol: 2,
+            queued: Vec::new(),
+        }
+    }
+}
+
+impl Mode {
+    pub fn any(&self) -> bool {
+        self.multi || self.watch || self.sticky || self.unpaired
+    }
+
+    /// Updates the mode for a request sent on the dedicated connection.
+    /// Returns the expectation for an EXEC whose reply must be rewritten.
+    pub fn apply(
+        &mut self,
+        kind: Kind,
+        args: Args<'_>,
+        rewritten: Option<Box<dyn ReplyTransform>>,
+    ) -> Option<Expect> {
+        match kind {
+            Kind::Multi => self.multi = true,
+            Kind::EndTransaction => {
+                let was_multi = self.multi;
+                self.multi = false;
+                self.watch = false;
+                let queued = std::mem::take(&mut self.queued);
+                if was_multi && args.is(0, "EXEC") && queued.iter().any(Option::is_some) {
+                    return Some(Expect::Exec(queued));
+                }
+            }
+            Kind::Watch if !self.multi => self.watch = true,
+            Kind::Unwatch if !self.multi => self.watch = false,
+            Kind::Sticky => {
+                self.sticky = true;
+                if args.is(0, "HELLO") {
+                    if args.is(1, "3") {
+                        self.protocol = 3;
+                    } else if args.is(1, "2") {
+                        self.protocol = 2;
+                    }
+                }
+            }
+            Kind::StickyUnpaired => {
+                self.sticky = true;
+                self.unpaired = true;
+            }
+            Kind::Reset => {
+                // After pub/sub, messages sent before RESET took effect may
+                // still be on their way: stay on this connection.
+                let unpaired = self.unpaired;
+                *self = Mode::default();
+                self.sticky = unpaired;
+                self.unpaired = unpaired;
+            }
+            _ => {}
+        }
+        if self.multi && !matches!(kind, Kind::Multi | Kind::EndTransaction | Kind::Watch | Kind::Reset | Kind::Quit) {
+            self.queued.push(rewritten);
+        }
+        None
+    }
+}

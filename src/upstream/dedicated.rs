@@ -1,0 +1,218 @@
+//! A dedicated upstream connection, pinned to one client while it is in a
+//! stateful mode (MULTI, WATCH, blocking commands, pub/sub, AUTH, ...).
+//!
+//! The session writes requests straight to the socket; a reader task pushes
+//! replies into the client's reply stream as they arrive. Replies that answer
+//! a request are matched to it through a queue of expectations, so the proxy
+//! knows when the connection is idle and can rewrite replies where needed;
+//! messages nobody asked for (pub/sub, MONITOR, RESP3 pushes) pass as they come.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::Endpoint;
+use crate::error::UpstreamError;
+use crate::resp::ReplyScanner;
+use crate::session::output::{Output, ReplyTransform, Transformed};
+
+/// What the next reply that answers a request is for.
+pub enum Expect {
+    /// Forward as is.
+    Raw,
+    /// A rewritten request: the client gets the transformed reply.
+    Transform(Box<dyn ReplyTransform>),
+    /// EXEC of a transaction whose queued commands include rewritten ones:
+    /// element `i` of the EXEC reply is transformed by `transforms[i]`.
+    Exec(Vec<Option<Box<dyn ReplyTransform>>>),
+}
+
+struct Shared {
+    expect: Mutex<VecDeque<Expect>>,
+    idle: Notify,
+    dead: AtomicBool,
+    /// The client's connection state lives on this connection: losing it
+    /// must close the client, as losing Redis would.
+    bound: AtomicBool,
+}
+
+pub struct Dedicated {
+    wr: OwnedWriteHalf,
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+}
+
+impl Dedicated {
+    pub async fn open(endpoint: &Endpoint, out: Output) -> Result<Dedicated, UpstreamError> {
+        let stream = endpoint.connect().await?;
+        let (rd, wr) = stream.into_split();
+        let shared = Arc::new(Shared {
+            expect: Mutex::new(VecDeque::new()),
+            idle: Notify::new(),
+            dead: AtomicBool::new(false),
+            bound: AtomicBool::new(false),
+        });
+        let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
+        Ok(Dedicated { wr, shared, reader })
+    }
+
+    /// Writes a request; `expect` is `None` for requests whose replies do not
+    /// pair with them one to one.
+    pub async fn send(&mut self, bytes: &[u8], expect: Option<Expect>) -> Result<(), UpstreamError> {
+        if self.is_dead() {
+            return Err(UpstreamError::ConnectionLost);
+        }
+        if let Some(e) = expect {
+            self.shared.expect.lock().unwrap().push_back(e);
+        }
+        self.wr
+            .write_all(bytes)
+            .await
+            .map_err(|_| UpstreamError::ConnectionLost)
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.shared.dead.load(Ordering::Acquire)
+    }
+
+    pub fn set_bound(&self, bound: bool) {
+        self.shared.bound.store(bound, Ordering::Release);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.shared.expect.lock().unwrap().is_empty()
+    }
+
+    /// Waits until every paired request has its reply.
+    pub async fn idle(&self) {
+        loop {
+            let n = self.shared.idle.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_idle() || self.is_dead() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        // Closing the socket also unblocks a blocking command in Redis, so
+        // nothing is popped for a client that is gone.
+        self.reader.abort();
+    }
+}
+
+async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Output) {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut scanner = ReplyScanner::new();
+    let failure = 'outer: loop {
+        if buf.capacity() - buf.len() < 4 * 1024 {
+            buf.reserve(16 * 1024);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break UpstreamError::ConnectionLost,
+            Ok(_) => {}
+        }
+        // Replies forwarded as they are, gathered into one push.
+        let mut raw_len = 0usize;
+        let mut raw_count = 0u32;
+        loop {
+            let len = match scanner.scan(&buf[raw_len..]) {
+                Ok(Some(len)) => len,
+                Ok(None) => break,
+                Err(_) => break 'outer UpstreamError::BadReply,
+            };
+            let start = raw_len;
+            let is_push = buf[start] == b'>';
+            let expect = if is_push {
+                None
+            } else {
+                shared.expect.lock().unwrap().pop_front()
+            };
+            match expect {
+                None => raw_len += len,
+                Some(Expect::Raw) => {
+                    raw_len += len;
+                    raw_count += 1;
+                }
+                Some(other) => {
+                    if raw_len > 0 {
+                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                        raw_len = 0;
+                        raw_count = 0;
+                    }
+                    let reply = buf.split_to(len).freeze();
+                    out.ready(transform(other, reply), 1);
+                }
+            }
+        }
+        if raw_len > 0 {
+            out.ready(buf.split_to(raw_len).freeze(), raw_count);
+        }
+        if shared.expect.lock().unwrap().is_empty() {
+            shared.idle.notify_waiters();
+        }
+    };
+    shared.dead.store(true, Ordering::Release);
+    let pending: Vec<Expect> = shared.expect.lock().unwrap().drain(..).collect();
+    for _ in pending {
+        out.ready(Bytes::from(failure.to_reply()), 1);
+    }
+    if shared.bound.load(Ordering::Acquire) {
+        out.close();
+    }
+    shared.idle.notify_waiters();
+}
+
+fn transform(expect: Expect, reply: Bytes) -> Bytes {
+    match expect {
+        Expect::Raw => reply,
+        Expect::Transform(mut t) => match t.apply(reply) {
+            Transformed::Done(b) => b,
+            // Requests on a dedicated connection carry whole scripts.
+            Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),
+        },
+        Expect::Exec(ts) => transform_exec(ts, reply),
+    }
+}
+
+/// Rewrites the elements of an EXEC reply that answer rewritten requests.
+/// Anything but an array (EXECABORT, a nil for a failed WATCH) passes as is.
+fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) -> Bytes {
+    if reply.first() != Some(&b'*') || ts.iter().all(Option::is_none) {
+        return reply;
+    }
+    let Some(header_end) = reply.windows(2).position(|w| w == b"\r\n") else {
+        return reply;
+    };
+    let mut out = BytesMut::with_capacity(reply.len());
+    out.extend_from_slice(&reply[..header_end + 2]);
+    let mut at = header_end + 2;
+    let mut i = 0;
+    while at < reply.len() {
+        let mut scanner = ReplyScanner::new();
+        let Ok(Some(len)) = scanner.scan(&reply[at..]) else {
+            return reply;
+        };
+        let element = reply.slice(at..at + len);
+        match ts.get_mut(i).and_then(Option::take) {
+            Some(mut t) => match t.apply(element) {
+                Transformed::Done(b) => out.extend_from_slice(&b),
+                Transformed::Retry(_) => out.extend_from_slice(b"-ERR ackproxy: script missing\r\n"),
+            },
+            None => out.extend_from_slice(&element),
+        }
+        at += len;
+        i += 1;
+    }
+    out.freeze()
+}

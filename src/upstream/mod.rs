@@ -1,0 +1,76 @@
+//! Connections to the upstream Redis: shared multiplexed ones for stateless
+//! commands, dedicated ones for clients in a stateful mode.
+
+pub mod dedicated;
+pub mod shared;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::error::UpstreamError;
+
+/// Where Redis is and how the proxy's own connections log in.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub connect_timeout: Duration,
+}
+
+impl Endpoint {
+    /// Opens and authenticates a connection.
+    pub async fn connect(&self) -> Result<TcpStream, UpstreamError> {
+        let unavailable = |e: String| UpstreamError::Unavailable(format!("{}: {e}", self.addr));
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| unavailable("connect timed out".into()))?
+            .map_err(|e| unavailable(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| unavailable(e.to_string()))?;
+        if let Some(password) = &self.password {
+            let mut args: Vec<&[u8]> = vec![b"AUTH"];
+            if let Some(user) = &self.user {
+                args.push(user.as_bytes());
+            }
+            args.push(password.as_bytes());
+            let mut stream = BufReader::new(stream);
+            stream
+                .get_mut()
+                .write_all(&encode_command(&args))
+                .await
+                .map_err(|e| unavailable(e.to_string()))?;
+            let mut line = String::new();
+            tokio::time::timeout(self.connect_timeout, stream.read_line(&mut line))
+                .await
+                .map_err(|_| unavailable("AUTH timed out".into()))?
+                .map_err(|e| unavailable(e.to_string()))?;
+            if !line.starts_with("+OK") {
+                return Err(unavailable(format!("AUTH failed: {}", line.trim_end())));
+            }
+            return Ok(stream.into_inner());
+        }
+        Ok(stream)
+    }
+}
+
+/// A command as a RESP multibulk frame.
+pub fn encode_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+    push_command(&mut out, args);
+    out
+}
+
+pub fn push_command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.push(b'*');
+    out.extend_from_slice(args.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for a in args {
+        out.push(b'$');
+        out.extend_from_slice(a.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}

@@ -1,0 +1,229 @@
+//! A shared upstream connection: requests from many clients are written to
+//! one Redis connection in the order they arrive, coalesced into few writes,
+//! and each reply is routed back to its client by position.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use super::Endpoint;
+use crate::error::UpstreamError;
+use crate::resp::ReplyScanner;
+use crate::session::output::{ClientState, Reply};
+
+/// A batch of `count` complete requests from one client.
+pub struct Request {
+    pub bytes: Bytes,
+    pub pending: Pending,
+}
+
+/// Where the replies to a batch go. Dropping it unanswered (connection lost)
+/// makes the client's writer answer each request with an error.
+pub struct Pending {
+    count: u32,
+    tx: Option<oneshot::Sender<Reply>>,
+    client: Arc<ClientState>,
+}
+
+impl Pending {
+    fn deliver(mut self, reply: Reply) {
+        if let Ok(bytes) = &reply {
+            self.client.account(bytes.len());
+        }
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(reply);
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.client.shared_done();
+    }
+}
+
+/// Handle to one shared connection; cheap to clone.
+#[derive(Clone)]
+pub struct SharedUpstream {
+    tx: mpsc::UnboundedSender<Request>,
+}
+
+impl SharedUpstream {
+    pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(manage(endpoint, rx));
+        SharedUpstream { tx }
+    }
+
+    /// Queues `count` requests; their replies arrive on the returned receiver.
+    pub fn send(
+        &self,
+        bytes: Bytes,
+        count: u32,
+        client: Arc<ClientState>,
+    ) -> oneshot::Receiver<Reply> {
+        let (tx, rx) = oneshot::channel();
+        client.shared_sent();
+        let req = Request {
+            bytes,
+            pending: Pending {
+                count,
+                tx: Some(tx),
+                client,
+            },
+        };
+        // A send error drops the request, which answers it with an error.
+        let _ = self.tx.send(req);
+        rx
+    }
+
+    /// One request, awaited.
+    pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
+        self.send(bytes, 1, client)
+            .await
+            .unwrap_or(Err(UpstreamError::ConnectionLost))
+    }
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const WRITE_BATCH: usize = 256 * 1024;
+
+async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request>) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        // Connect only when there is something to send: an idle proxy keeps
+        // no connection open and a restarted Redis is found on first use.
+        let Some(first) = rx.recv().await else {
+            return;
+        };
+        match endpoint.connect().await {
+            Ok(stream) => {
+                backoff = Duration::from_millis(10);
+                metrics::counter!("ackproxy_upstream_connects_total").increment(1);
+                if let Err(e) = run(stream, first, &mut rx).await {
+                    metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+                    tracing::warn!("shared upstream connection failed: {e}");
+                }
+            }
+            Err(e) => {
+                metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+                tracing::warn!("{e}; retrying in {backoff:?}");
+                first.pending.deliver(Err(e.clone()));
+                // Until the next attempt every request fails at once rather
+                // than waiting for a Redis that may be gone for long.
+                let retry_at = tokio::time::Instant::now() + backoff;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(retry_at) => break,
+                        req = rx.recv() => match req {
+                            Some(req) => req.pending.deliver(Err(e.clone())),
+                            None => return,
+                        },
+                    }
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Serves requests on one connection until it fails or the proxy stops.
+async fn run(
+    stream: TcpStream,
+    first: Request,
+    rx: &mut mpsc::UnboundedReceiver<Request>,
+) -> Result<(), UpstreamError> {
+    let (mut rd, mut wr) = stream.into_split();
+    // Filled before the bytes are written, so a reply always finds its entry.
+    let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
+    let mut first = Some(first);
+
+    let writer = async {
+        let mut wbuf = BytesMut::with_capacity(64 * 1024);
+        loop {
+            let req = match first.take() {
+                Some(r) => r,
+                None => match rx.recv().await {
+                    Some(r) => r,
+                    None => return Ok(()),
+                },
+            };
+            {
+                let mut q = inflight.lock().unwrap();
+                wbuf.extend_from_slice(&req.bytes);
+                q.push_back(req.pending);
+                while wbuf.len() < WRITE_BATCH {
+                    match rx.try_recv() {
+                        Ok(r) => {
+                            wbuf.extend_from_slice(&r.bytes);
+                            q.push_back(r.pending);
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            wr.write_all(&wbuf)
+                .await
+                .map_err(|_| UpstreamError::ConnectionLost)?;
+            wbuf.clear();
+            if wbuf.capacity() > 4 * WRITE_BATCH {
+                wbuf = BytesMut::with_capacity(64 * 1024);
+            }
+        }
+    };
+
+    let reader = async {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut scanner = ReplyScanner::new();
+        // Bytes at the front of `buf` holding whole replies of the current batch.
+        let mut done = 0usize;
+        let mut replies = 0u32;
+        loop {
+            if buf.capacity() - buf.len() < 8 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+            let n = rd
+                .read_buf(&mut buf)
+                .await
+                .map_err(|_| UpstreamError::ConnectionLost)?;
+            if n == 0 {
+                return Err::<(), _>(UpstreamError::ConnectionLost);
+            }
+            loop {
+                match scanner.scan(&buf[done..]) {
+                    Ok(Some(len)) => {
+                        done += len;
+                        replies += 1;
+                        let mut q = inflight.lock().unwrap();
+                        let Some(head) = q.front() else {
+                            return Err(UpstreamError::BadReply);
+                        };
+                        if replies == head.count {
+                            let pending = q.pop_front().unwrap();
+                            drop(q);
+                            let bytes = buf.split_to(done).freeze();
+                            done = 0;
+                            replies = 0;
+                            pending.deliver(Ok(bytes));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => return Err(UpstreamError::BadReply),
+                }
+            }
+        }
+    };
+
+    let result = tokio::select! {
+        r = writer => r,
+        r = reader => r,
+    };
+    // Whatever is still in flight is answered with an error when dropped.
+    inflight.lock().unwrap().clear();
+    result
+}
