@@ -11,6 +11,14 @@ pub struct QueueKeys {
 impl QueueKeys {
     pub fn new(queue: &[u8], _dead: Option<&str>) -> QueueKeys {
         let k = |s: &str| [queue, s.as_bytes()].concat();
-        QueueKeys { queue: queue.to_vec(), leases: k(":l"), mleases: k(":m"), msgs: k(":s"), ids: k(":i"), retry: k(":r"), dead: k(":d") }
+        QueueKeys {
+            queue: queue.to_vec(),
+            leases: k(":l"),
+            mleases: k(":m"),
+            msgs: k(":s"),
+            ids: k(":i"),
+            retry: k(":r"),
+            dead: k(":d"),
+        }
     }
 }
