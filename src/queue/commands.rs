@@ -122,10 +122,10 @@ pub fn nack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
 
 /// QUEUE subcommand ...
 pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Intercept {
-    let Some(sub) = args.get(1) else {
+    let Some(sub_raw) = args.get(1) else {
         return wrong_arity("queue");
     };
-    let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
+    let sub = String::from_utf8_lossy(sub_raw).to_ascii_uppercase();
     match sub.as_str() {
         "HELP" if args.len() == 2 => {
             let mut out = BytesMut::new();
@@ -231,7 +231,11 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
             sub.to_ascii_lowercase()
         ))),
         _ => {
-            let shown: String = sub.chars().filter(|c| !c.is_control()).take(128).collect();
+            let shown: String = String::from_utf8_lossy(sub_raw)
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(128)
+                .collect();
             Intercept::Reply(reply::error(&format!(
                 "unknown subcommand '{shown}'. Try QUEUE HELP."
             )))
