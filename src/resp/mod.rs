@@ -5,3 +5,13 @@ pub mod reply;
 pub mod scanner;
 
 pub use scanner::{Limits, ProtocolError, ReplyScanner, RequestScanner, Scan};
+
+/// Makes room to read into `buf`: at least `min` free bytes, and as much as
+/// `buf` already holds, so that a frame arriving in many reads is copied
+/// O(log n) times, not once per read.
+pub fn grow(buf: &mut bytes::BytesMut, min: usize) {
+    let free = buf.capacity() - buf.len();
+    if free < min / 4 || free < buf.len() / 8 {
+        buf.reserve(min.max(buf.len()));
+    }
+}

@@ -235,9 +235,8 @@ impl RequestScanner {
             }
             return Scan::Incomplete;
         };
-        if nl > self.limits.max_inline_len {
-            return Scan::Error(ProtocolError::TooBigInline);
-        }
+        // Like Redis, a line is refused only while it has no end yet: a long
+        // line that arrives whole runs.
         let line = if nl > 0 && buf[nl - 1] == b'\r' {
             &buf[..nl - 1]
         } else {

@@ -125,8 +125,8 @@ impl Session {
     async fn read_loop(&mut self) -> Stop {
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
-            if self.buf.is_empty() && self.buf.capacity() > 64 * 1024 {
-                // Give back what a large request needed.
+            if self.buf.is_empty() && self.buf.capacity() > 0 {
+                // An idle client holds no buffer.
                 self.buf = BytesMut::new();
             }
             let idle = self.idle_timeout();
@@ -143,9 +143,7 @@ impl Session {
             }
             // The buffer is allocated only once there is something to read,
             // so idle connections cost almost nothing.
-            if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(16 * 1024);
-            }
+            crate::resp::grow(&mut self.buf, 4096);
             match self.rd.try_read_buf(&mut self.buf) {
                 Ok(0) => return Stop::Gone,
                 Ok(_) => {}
@@ -373,9 +371,7 @@ impl Session {
                     }
                     // Keep what the client sends meanwhile for later, but
                     // notice when it goes away: its pop is then abandoned.
-                    if self.buf.capacity() - self.buf.len() < 4096 {
-                        self.buf.reserve(16 * 1024);
-                    }
+                    crate::resp::grow(&mut self.buf, 4096);
                     match self.rd.try_read_buf(&mut self.buf) {
                         Ok(0) => return Some(Stop::Gone),
                         Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {

@@ -42,6 +42,8 @@ enum Slot {
         reply: Reply,
         count: u32,
         transform: Option<Box<dyn ReplyTransform>>,
+        /// Bytes counted against the output limit while queued.
+        accounted: usize,
     },
     /// Write everything before, then close the connection.
     Close,
@@ -106,9 +108,12 @@ impl ClientState {
 
     /// Fills slot `seq` with the reply that arrived for it.
     pub fn fill(&self, seq: u64, reply: Reply) {
-        if let Ok(bytes) = &reply {
-            self.account(bytes.len());
+        if self.is_closed() {
+            // Nobody will write it: let the memory go now.
+            return;
         }
+        let accounted = reply.as_ref().map_or(0, Bytes::len);
+        self.account(accounted);
         let at_head = {
             let mut q = self.queue.lock().unwrap();
             let Some(i) = seq.checked_sub(q.head) else {
@@ -122,6 +127,7 @@ impl ClientState {
                     reply,
                     count,
                     transform,
+                    accounted,
                 };
             }
             i == 0
@@ -134,12 +140,17 @@ impl ClientState {
     /// Bytes answering `count` requests (0 for messages nobody asked for:
     /// pub/sub, MONITOR).
     pub fn ready(&self, bytes: Bytes, count: u32) {
+        if self.is_closed() {
+            return;
+        }
         self.account(bytes.len());
         self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
+        let accounted = bytes.len();
         self.push(Slot::Filled {
             reply: Ok(bytes),
             count,
             transform: None,
+            accounted,
         });
     }
 
@@ -283,6 +294,7 @@ pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, share
                         reply,
                         count,
                         mut transform,
+                        accounted,
                     } => {
                         let bytes =
                             resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
@@ -292,7 +304,7 @@ pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, share
                         } else {
                             wbuf.extend_from_slice(&bytes);
                         }
-                        state.written(count as usize, bytes.len());
+                        state.written(count as usize, accounted);
                     }
                     Slot::Close => {
                         flush(&mut sock, &mut wbuf).await?;

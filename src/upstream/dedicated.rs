@@ -122,9 +122,7 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
     let failure = 'outer: loop {
-        if buf.capacity() - buf.len() < 4 * 1024 {
-            buf.reserve(16 * 1024);
-        }
+        crate::resp::grow(&mut buf, 16 * 1024);
         match rd.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break UpstreamError::ConnectionLost,
             Ok(_) => {}

@@ -199,9 +199,7 @@ async fn run(
         let mut done = 0usize;
         let mut replies = 0u32;
         loop {
-            if buf.capacity() - buf.len() < 8 * 1024 {
-                buf.reserve(64 * 1024);
-            }
+            crate::resp::grow(&mut buf, 64 * 1024);
             let n = rd
                 .read_buf(&mut buf)
                 .await
