@@ -181,7 +181,16 @@ fn classify_client(args: Args<'_>) -> Kind {
     }
 }
 
+/// An integer as Redis's `string2ll` reads it: no sign but `-`, no
+/// leading zeros, no spaces.
 pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    if digits.is_empty()
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || s.len() > 1))
+    {
+        return None;
+    }
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
@@ -218,6 +227,17 @@ mod tests {
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
         assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);
+    }
+
+    #[test]
+    fn integers_parse_like_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"05"), None);
+        assert_eq!(parse_i64(b"+5"), None);
+        assert_eq!(parse_i64(b"-0"), None);
+        assert_eq!(parse_i64(b" 5"), None);
+        assert_eq!(parse_i64(b"99999999999999999999"), None);
     }
 
     #[test]

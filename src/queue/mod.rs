@@ -1,18 +1,42 @@
 //! Queue interception: pops on configured queue keys become atomic
-//! pop-and-lease scripts; ACK, NACK and QUEUE are answered here.
+//! pop-and-lease scripts; ACK, NACK and QUEUE are answered here; blocking
+//! pops wait in the proxy; a reaper returns expired leases.
+//!
+//! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
+//! and QUEUE request and gets back what to do instead of forwarding it.
 
-use std::sync::Arc;
+pub mod call;
+pub mod commands;
+pub mod keys;
+pub mod pop;
+pub mod reaper;
+pub mod rules;
+pub mod scripts;
+pub mod value;
+pub mod waiters;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::watch;
 
-use crate::command::{Args, Kind};
+use crate::command::{Args, Kind, PopForm};
+use crate::config::Config;
 use crate::session::output::{ClientState, ReplyTransform};
+use crate::upstream::shared::SharedUpstream;
+use crate::upstream::Endpoint;
+use call::ScriptReply;
+use pop::{Parsed, Pop};
+use rules::{Queue, Rules};
+use waiters::Waiters;
 
 /// What the session does with a request that may concern a queue.
 pub enum Intercept {
     /// Not a queue operation: forward it unchanged.
     Pass,
-    /// Answer at once (argument errors).
+    /// Answer at once (argument errors, QUEUE HELP).
     Reply(Bytes),
     /// Send `request` instead and rewrite its reply.
     Rewrite {
@@ -20,41 +44,160 @@ pub enum Intercept {
         transform: Box<dyn ReplyTransform>,
     },
     /// A blocking pop on a queue key, outside MULTI.
-    Block(BlockingPop),
+    Block(Pop),
 }
 
-pub struct BlockingPop {}
+/// Move destinations remembered at most; past it the map starts over.
+const DESTINATIONS_KEPT: usize = 100_000;
 
-pub struct Queues {}
-
-impl Queues {
-    pub fn intercept(&self, _kind: Kind, _args: Args<'_>, _protocol: u8, _in_multi: bool) -> Intercept {
-        Intercept::Pass
-    }
-
-    pub async fn blocking_pop(&self, _pop: BlockingPop, _client: Arc<ClientState>) -> Bytes {
-        Bytes::from_static(b"-ERR not implemented\r\n")
-    }
-}
-
-impl Queues {
-    /// Whether a rule concerns this request (cheap; no I/O).
-    pub fn concerns(&self, _kind: Kind, _args: Args<'_>) -> bool {
-        false
-    }
+pub struct Queues {
+    rules: Arc<Rules>,
+    /// Lists that received messages from a queue's move pops: an LREM on
+    /// them may acknowledge a lease.
+    destinations: RwLock<HashMap<Bytes, Arc<Queue>>>,
+    /// Queues this proxy has seen, for the reaper.
+    known: Arc<Mutex<HashSet<Bytes>>>,
+    waiters: Waiters,
 }
 
 impl Queues {
     /// Sets up queue handling when rules are configured.
     pub async fn start(
-        config: &crate::config::Config,
-        _endpoint: Arc<crate::upstream::Endpoint>,
-        _stop: tokio::sync::watch::Receiver<bool>,
+        config: &Config,
+        endpoint: Arc<Endpoint>,
+        stop: watch::Receiver<bool>,
     ) -> Option<Queues> {
         if config.queues.is_empty() {
-            None
-        } else {
-            Some(Queues {})
+            return None;
         }
+        let rules = Arc::new(Rules::new(&config.queues));
+        // The proxy's own traffic (wake-ups, reaping) gets its own shared
+        // connection so that it never queues behind clients' pipelines.
+        let shared = SharedUpstream::spawn(endpoint.clone());
+        let waiters = Waiters::start(rules.clone(), endpoint, shared.clone(), stop.clone());
+        let known = Arc::new(Mutex::new(HashSet::new()));
+        let reaper = reaper::Reaper {
+            rules: rules.clone(),
+            known: known.clone(),
+            shared,
+            waiters: waiters.clone(),
+            interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
+            batch: config.reaper.batch.max(1),
+        };
+        tokio::spawn(reaper.run(stop));
+        Some(Queues {
+            rules,
+            destinations: RwLock::new(HashMap::new()),
+            known,
+            waiters,
+        })
+    }
+
+    /// Whether the request needs interception (cheap; no I/O).
+    pub fn concerns(&self, kind: Kind, args: Args<'_>) -> bool {
+        match kind {
+            Kind::Pop(form) => pop::source_keys(form, args)
+                .iter()
+                .any(|k| self.rules.is_queue(k)),
+            Kind::Lrem => args
+                .get(1)
+                .is_some_and(|d| self.destinations.read().unwrap().contains_key(d)),
+            Kind::Ack | Kind::Nack | Kind::Queue => true,
+            _ => false,
+        }
+    }
+
+    /// What to do instead of forwarding. `full` asks for whole scripts
+    /// instead of EVALSHA: inside MULTI a missing script cannot be retried.
+    pub fn intercept(&self, kind: Kind, args: Args<'_>, protocol: u8, in_multi: bool, full: bool) -> Intercept {
+        match kind {
+            Kind::Pop(form) => {
+                if !self.concerns(kind, args) {
+                    return Intercept::Pass;
+                }
+                self.pop(form, args, protocol, in_multi, full)
+            }
+            Kind::Lrem => {
+                let dest = args.get(1).unwrap_or_default();
+                let q = self.destinations.read().unwrap().get(dest).cloned();
+                match q {
+                    Some(q) => commands::lrem(args, &q, full),
+                    None => Intercept::Pass,
+                }
+            }
+            Kind::Ack => commands::ack(args, &self.rules, full),
+            Kind::Nack => commands::nack(args, &self.rules, full),
+            Kind::Queue => commands::queue(args, &self.rules, protocol, full),
+            _ => Intercept::Pass,
+        }
+    }
+
+    fn pop(&self, form: PopForm, args: Args<'_>, protocol: u8, in_multi: bool, full: bool) -> Intercept {
+        let pop = match pop::parse(form, args, &self.rules, protocol) {
+            Parsed::Pop(p) => p,
+            Parsed::Invalid => {
+                return Intercept::Rewrite {
+                    request: pop::neutralised(args, &self.rules),
+                    transform: Box::new(Verbatim),
+                }
+            }
+        };
+        {
+            let mut known = self.known.lock().unwrap();
+            for q in pop.queues() {
+                if !known.contains(&q.name) {
+                    known.insert(q.name.clone());
+                }
+            }
+        }
+        if let (Some((dest, _)), Some(q)) = (&pop.dest, pop.queues().next()) {
+            let mut d = self.destinations.write().unwrap();
+            if !d.contains_key(dest) {
+                if d.len() >= DESTINATIONS_KEPT {
+                    d.clear();
+                }
+                d.insert(dest.clone(), q.clone());
+            }
+        }
+        for q in pop.queues() {
+            metrics::counter!("ackproxy_pops_total", "queue" => String::from_utf8_lossy(&q.name).into_owned())
+                .increment(1);
+        }
+        if form.is_blocking() && !in_multi {
+            return Intercept::Block(pop);
+        }
+        let call = pop.call();
+        Intercept::Rewrite {
+            request: call.request(full),
+            transform: ScriptReply::boxed(call, move |v| {
+                pop.reply(&v).unwrap_or_else(|| pop.timeout_reply())
+            }),
+        }
+    }
+
+    /// Waits until the pop gets a message or its timeout passes.
+    pub async fn blocking_pop(&self, pop: Pop, _client: Arc<ClientState>) -> Bytes {
+        let timeout = pop.timeout;
+        let timeout_reply = pop.timeout_reply();
+        let rx = self.waiters.park(pop);
+        if timeout > 0.0 {
+            match tokio::time::timeout(Duration::from_secs_f64(timeout), rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
+                Err(_) => timeout_reply,
+            }
+        } else {
+            rx.await
+                .unwrap_or_else(|_| Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"))
+        }
+    }
+}
+
+/// The upstream's reply, unchanged.
+struct Verbatim;
+
+impl ReplyTransform for Verbatim {
+    fn apply(&mut self, reply: Bytes) -> crate::session::output::Transformed {
+        crate::session::output::Transformed::Done(reply)
     }
 }

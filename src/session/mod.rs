@@ -247,7 +247,13 @@ impl Session {
             Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
                 if let Some(queues) = self.ctx.queues.clone() {
                     let args = Args::new(&frame, ranges);
-                    let intercept = queues.intercept(kind, args, self.mode.protocol, self.mode.multi);
+                    let intercept = queues.intercept(
+                        kind,
+                        args,
+                        self.mode.protocol,
+                        self.pinned && self.mode.multi,
+                        self.pinned,
+                    );
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
@@ -323,7 +329,7 @@ impl Session {
         }
     }
 
-    async fn blocking_pop(&mut self, queues: &Arc<Queues>, pop: crate::queue::BlockingPop) -> Option<Stop> {
+    async fn blocking_pop(&mut self, queues: &Arc<Queues>, pop: crate::queue::pop::Pop) -> Option<Stop> {
         // Everything the client sent before must have executed first.
         if self.pinned {
             if let Some(d) = &self.dedicated {
