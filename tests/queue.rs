@@ -278,37 +278,64 @@ fn subst(s: &str, tag: &str) -> String {
 
 const ALL_KEYS: [&str; 5] = ["{q}", "{q2}", "{x}", "{x2}", "{d}"];
 
+/// One command on a connection that may fail; never panics.
+fn try_raw(c: &mut Client, args: &[&str]) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+    let mut s: &std::net::TcpStream = c.stream();
+    s.write_all(&Client::encode(&a)).map_err(|e| format!("write: {e}"))?;
+    c.try_read_raw().map_err(|e| format!("no reply ({e})"))
+}
+
 /// Runs every case against the proxy (queue rules on `q*`) and a plain
 /// Redis; returns a description of every difference.
 fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
     let redis_q = Redis::start();
     let redis_plain = Redis::start();
     let proxy = Proxy::start_with_config(redis_q.port, STABLE_CONFIG, &[]);
-    let mut px = proxy.client();
+    let connect = || {
+        let mut c = proxy.client();
+        c.set_read_timeout(Some(Duration::from_secs(10)));
+        if resp3 {
+            hello3(&mut c);
+        }
+        c
+    };
+    let mut px = connect();
+    // Setup and list contents are read straight from the proxy's Redis.
+    let mut behind = redis_q.client();
     let mut plain = redis_plain.client();
     if resp3 {
-        hello3(&mut px);
         hello3(&mut plain);
+        hello3(&mut behind);
     }
+    let proto = if resp3 { "RESP3" } else { "RESP2" };
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let tag = format!("{label}{i}");
         for s in case.setup {
             let s = subst(s, &tag);
             let args: Vec<&str> = s.split(' ').collect();
-            let a = px.raw(&args);
+            let a = behind.raw(&args);
             let b = plain.raw(&args);
             assert_eq!(show(&a), show(&b), "setup {s}");
         }
         let cmd = subst(case.cmd, &tag);
         let args: Vec<&str> = cmd.split(' ').collect();
         let t = Instant::now();
-        let got = px.raw(&args);
+        let got = try_raw(&mut px, &args);
         let took_proxy = t.elapsed();
         let t = Instant::now();
         let want = plain.raw(&args);
         let took_plain = t.elapsed();
-        let proto = if resp3 { "RESP3" } else { "RESP2" };
+        let got = match got {
+            Ok(g) => g,
+            Err(e) => {
+                failures.push(format!("[{proto}] {cmd}\n    expected: {}\n    got:      {e}", show(&want)));
+                px = connect();
+                continue;
+            }
+        };
         if got != want {
             failures.push(format!(
                 "[{proto}] {cmd}\n    expected: {}\n    got:      {}",
@@ -327,14 +354,14 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
         }
         for k in ALL_KEYS {
             let key = subst(k, &tag);
-            let a = px.raw(&["TYPE", &key]);
+            let a = behind.raw(&["TYPE", &key]);
             let b = plain.raw(&["TYPE", &key]);
             if a != b {
                 failures.push(format!("[{proto}] after {cmd}: TYPE {key}: expected {} got {}", show(&b), show(&a)));
                 continue;
             }
             if a.starts_with(b"+list") {
-                let a = lrange(&mut px, &key);
+                let a = lrange(&mut behind, &key);
                 let b = lrange(&mut plain, &key);
                 if a != b {
                     failures.push(format!("[{proto}] after {cmd}: LRANGE {key}: expected {b:?} got {a:?}"));
@@ -343,9 +370,16 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
         }
         for (k, n) in case.leased {
             let key = subst(k, &tag);
-            let reply = px.cmd(&["QUEUE", "INFO", &key]);
+            let reply = match try_raw(&mut px, &["QUEUE", "INFO", &key]) {
+                Ok(r) => decode(&r).0,
+                Err(e) => {
+                    failures.push(format!("[{proto}] after {cmd}: QUEUE INFO {key}: {e}"));
+                    px = connect();
+                    continue;
+                }
+            };
             let leased = match &reply {
-                Value::Array(_) => fields(&reply).get("leased").map(as_int),
+                Value::Array(items) if items.len() % 2 == 0 => fields(&reply).get("leased").map(as_int),
                 _ => None,
             };
             if leased != Some(*n) {
