@@ -136,7 +136,11 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"QUEUE" => Kind::Queue,
         b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"WAIT" | b"WAITAOF" => Kind::Blocking,
         b"XREAD" | b"XREADGROUP" => {
-            if args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"BLOCK")) {
+            if args
+                .iter()
+                .skip(1)
+                .any(|a| a.eq_ignore_ascii_case(b"BLOCK"))
+            {
                 Kind::Blocking
             } else {
                 Kind::Plain
@@ -175,8 +179,8 @@ fn classify_client(args: Args<'_>) -> Kind {
         }
         // These read or change the state of the connection itself, which on a
         // shared upstream connection would be somebody else's.
-        b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING"
-        | b"GETREDIR" | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
+        b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
+        | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
         _ => Kind::Plain,
     }
 }
@@ -212,7 +216,10 @@ mod tests {
     #[test]
     fn names_are_case_insensitive() {
         assert_eq!(kind(&["multi"]), Kind::Multi);
-        assert_eq!(kind(&["bRpOp", "q", "0"]), Kind::Pop(PopForm::BPop { left: false }));
+        assert_eq!(
+            kind(&["bRpOp", "q", "0"]),
+            Kind::Pop(PopForm::BPop { left: false })
+        );
         assert_eq!(kind(&["get", "k"]), Kind::Plain);
     }
 
@@ -222,7 +229,10 @@ mod tests {
         assert_eq!(kind(&["SELECT", "3"]), Kind::Sticky);
         assert_eq!(kind(&["SELECT", "x"]), Kind::Plain);
         assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);
-        assert_eq!(kind(&["XREAD", "block", "0", "STREAMS", "s", "$"]), Kind::Blocking);
+        assert_eq!(
+            kind(&["XREAD", "block", "0", "STREAMS", "s", "$"]),
+            Kind::Blocking
+        );
         assert_eq!(kind(&["CLIENT", "setname", "x"]), Kind::Sticky);
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);

@@ -10,7 +10,11 @@ use serde::Deserialize;
 use crate::resp::Limits;
 
 #[derive(Parser, Debug, Default)]
-#[command(name = "ackproxy", version, about = "Redis proxy with at-least-once delivery for list queues")]
+#[command(
+    name = "ackproxy",
+    version,
+    about = "Redis proxy with at-least-once delivery for list queues"
+)]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(short, long, env = "ACKPROXY_CONFIG")]
@@ -315,7 +319,10 @@ impl Config {
                 return Err("a [[queue]] rule has an empty pattern".into());
             }
             if rule.lease_ms == 0 {
-                return Err(format!("queue {:?}: lease_ms must be positive", rule.pattern));
+                return Err(format!(
+                    "queue {:?}: lease_ms must be positive",
+                    rule.pattern
+                ));
             }
             if rule.max_deliveries == 0 {
                 return Err(format!(

@@ -67,7 +67,9 @@ impl EmbeddedRedis {
                 return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(StartError::Embedded("did not answer PING within 10 s".into()));
+                return Err(StartError::Embedded(
+                    "did not answer PING within 10 s".into(),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -82,7 +84,9 @@ impl EmbeddedRedis {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 async fn ping(addr: &str) -> bool {

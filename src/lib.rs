@@ -5,13 +5,13 @@
 //! its requests ([`resp`]) → [`command`] classifies each one → passthrough, or
 //! [`queue`] interception → [`upstream`] → the reply goes back in order.
 
-pub mod config;
-pub mod resp;
+pub mod app;
 pub mod command;
+pub mod config;
+pub mod embedded;
 pub mod error;
 pub mod queue;
+pub mod resp;
+pub mod server;
 pub mod session;
 pub mod upstream;
-pub mod app;
-pub mod embedded;
-pub mod server;

@@ -16,14 +16,20 @@ fn main() {
         println!("  listen: {}", config.listen);
         match &config.upstream {
             Some(u) => println!("  upstream: {u}"),
-            None => println!("  upstream: private redis-server ({})", config.embedded.redis_server),
+            None => println!(
+                "  upstream: private redis-server ({})",
+                config.embedded.redis_server
+            ),
         }
         println!(
             "  connections: {}",
             if config.dedicated_per_client {
                 "one upstream connection per client".to_string()
             } else {
-                format!("{} shared, dedicated when stateful", config.shared_connections)
+                format!(
+                    "{} shared, dedicated when stateful",
+                    config.shared_connections
+                )
             }
         );
         for q in &config.queues {
@@ -49,7 +55,9 @@ fn main() {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -52,7 +52,10 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>, mut shutdown: watch
         });
     }
     drop(listener);
-    tracing::info!("shutting down: waiting for {} clients", active.load(Ordering::Acquire));
+    tracing::info!(
+        "shutting down: waiting for {} clients",
+        active.load(Ordering::Acquire)
+    );
     let drained = async {
         loop {
             let n = all_done.notified();

@@ -131,7 +131,8 @@ pub async fn run(
     }
     match reply {
         Ok(b) if b.first() == Some(&b'-') => Err(b),
-        Ok(b) => value::decode(&b).ok_or_else(|| Bytes::from_static(b"-ERR ackproxy: unexpected script reply\r\n")),
+        Ok(b) => value::decode(&b)
+            .ok_or_else(|| Bytes::from_static(b"-ERR ackproxy: unexpected script reply\r\n")),
         Err(e) => Err(Bytes::from(e.to_reply())),
     }
 }

@@ -39,9 +39,7 @@ fn not_a_queue(key: &[u8]) -> Intercept {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    Intercept::Reply(reply::error(&format!(
-        "no queue rule matches key '{name}'"
-    )))
+    Intercept::Reply(reply::error(&format!("no queue rule matches key '{name}'")))
 }
 
 fn queue_call(script: &'static Script, q: &Queue) -> Call {
@@ -91,7 +89,8 @@ pub fn ack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
         let released = v.array().first().map(Value::int).unwrap_or(0);
         let late = v.array().get(1).map(Value::int).unwrap_or(0);
         let queue = String::from_utf8_lossy(&name).into_owned();
-        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone()).increment(released as u64);
+        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone())
+            .increment(released as u64);
         metrics::counter!("ackproxy_late_acks_total", "queue" => queue).increment(late as u64);
         int_reply(released + late)
     })
@@ -123,10 +122,10 @@ pub fn nack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
 
 /// QUEUE subcommand ...
 pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Intercept {
-    let Some(sub) = args.get(1) else {
+    let Some(sub_raw) = args.get(1) else {
         return wrong_arity("queue");
     };
-    let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
+    let sub = String::from_utf8_lossy(sub_raw).to_ascii_uppercase();
     match sub.as_str() {
         "HELP" if args.len() == 2 => {
             let mut out = BytesMut::new();
@@ -191,7 +190,11 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
                 }
                 match args.get(4).and_then(parse_i64) {
                     Some(c) if c > 0 => count = c.min(1000),
-                    _ => return Intercept::Reply(reply::error("value is out of range, must be positive")),
+                    _ => {
+                        return Intercept::Reply(reply::error(
+                            "value is out of range, must be positive",
+                        ))
+                    }
                 }
             }
             let call = queue_call(&scripts::LEASES, &q).arg(count.to_string());
@@ -202,9 +205,15 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
                 for l in leases {
                     let f = l.array();
                     reply::map(&mut out, 5, protocol);
-                    for (i, name) in ["id", "payload", "deliveries", "expires-in-ms", "destination"]
-                        .iter()
-                        .enumerate()
+                    for (i, name) in [
+                        "id",
+                        "payload",
+                        "deliveries",
+                        "expires-in-ms",
+                        "destination",
+                    ]
+                    .iter()
+                    .enumerate()
                     {
                         reply::bulk(&mut out, name.as_bytes());
                         match f.get(i) {
@@ -222,7 +231,11 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
             sub.to_ascii_lowercase()
         ))),
         _ => {
-            let shown: String = sub.chars().filter(|c| !c.is_control()).take(128).collect();
+            let shown: String = String::from_utf8_lossy(sub_raw)
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(128)
+                .collect();
             Intercept::Reply(reply::error(&format!(
                 "unknown subcommand '{shown}'. Try QUEUE HELP."
             )))
@@ -249,7 +262,8 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
     let queue = String::from_utf8_lossy(&q.name).into_owned();
     rewrite(call, full, move |v| {
         let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone()).increment(released as u64);
+        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone())
+            .increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
 }

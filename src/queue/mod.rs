@@ -109,7 +109,14 @@ impl Queues {
 
     /// What to do instead of forwarding. `full` asks for whole scripts
     /// instead of EVALSHA: inside MULTI a missing script cannot be retried.
-    pub fn intercept(&self, kind: Kind, args: Args<'_>, protocol: u8, in_multi: bool, full: bool) -> Intercept {
+    pub fn intercept(
+        &self,
+        kind: Kind,
+        args: Args<'_>,
+        protocol: u8,
+        in_multi: bool,
+        full: bool,
+    ) -> Intercept {
         match kind {
             Kind::Pop(form) => {
                 if !self.concerns(kind, args) {
@@ -132,7 +139,14 @@ impl Queues {
         }
     }
 
-    fn pop(&self, form: PopForm, args: Args<'_>, protocol: u8, in_multi: bool, full: bool) -> Intercept {
+    fn pop(
+        &self,
+        form: PopForm,
+        args: Args<'_>,
+        protocol: u8,
+        in_multi: bool,
+        full: bool,
+    ) -> Intercept {
         let pop = match pop::parse(form, args, &self.rules, protocol) {
             Parsed::Pop(p) => p,
             Parsed::Invalid => {
@@ -187,8 +201,9 @@ impl Queues {
                 Err(_) => timeout_reply,
             }
         } else {
-            rx.await
-                .unwrap_or_else(|_| Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"))
+            rx.await.unwrap_or_else(|_| {
+                Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n")
+            })
         }
     }
 }

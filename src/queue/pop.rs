@@ -173,7 +173,8 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
             pop.count = Some(1);
             match n - dir_at - 1 {
                 0 => true,
-                2 if args.is(dir_at + 1, "COUNT") => match args.get(dir_at + 2).and_then(parse_i64) {
+                2 if args.is(dir_at + 1, "COUNT") => match args.get(dir_at + 2).and_then(parse_i64)
+                {
                     Some(c) if c > 0 => {
                         pop.count = Some(c as u64);
                         true
@@ -198,7 +199,13 @@ pub fn neutralised(args: Args<'_>, rules: &Rules) -> Bytes {
     let parts: Vec<&[u8]> = args
         .iter()
         .enumerate()
-        .map(|(i, a)| if i > 0 && rules.is_queue(a) { &b"ackq:void"[..] } else { a })
+        .map(|(i, a)| {
+            if i > 0 && rules.is_queue(a) {
+                &b"ackq:void"[..]
+            } else {
+                a
+            }
+        })
         .collect();
     Bytes::from(crate::upstream::encode_command(&parts))
 }
@@ -257,7 +264,12 @@ impl Pop {
             return Some(out.freeze());
         }
         let g = items[0].int().max(1) as usize;
-        let key = self.sources.get(g - 1).map(Source::key).cloned().unwrap_or_default();
+        let key = self
+            .sources
+            .get(g - 1)
+            .map(Source::key)
+            .cloned()
+            .unwrap_or_default();
         let values = &items[1..];
         match self.form {
             PopForm::Pop { .. } => match self.count {

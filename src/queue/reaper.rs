@@ -35,7 +35,10 @@ impl Reaper {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let client = ClientState::new(0, usize::MAX);
         for name in self.rules.exact_names() {
-            self.known.lock().unwrap().insert(Bytes::copy_from_slice(name));
+            self.known
+                .lock()
+                .unwrap()
+                .insert(Bytes::copy_from_slice(name));
         }
         let mut next_discovery = tokio::time::Instant::now();
         let mut cursor = Bytes::from_static(b"0");
@@ -71,7 +74,8 @@ impl Reaper {
         let mut dead = items.get(1).map(Value::int).unwrap_or(0);
         for pair in items.get(2..).unwrap_or_default().chunks(2) {
             let [token, dest] = pair else { break };
-            let mut call = group_call(&scripts::EXPIRE_MOVE, q).key(Bytes::copy_from_slice(dest.bytes()));
+            let mut call =
+                group_call(&scripts::EXPIRE_MOVE, q).key(Bytes::copy_from_slice(dest.bytes()));
             for a in &q.spec {
                 call = call.arg(a.clone());
             }
@@ -83,11 +87,13 @@ impl Reaper {
         }
         let queue = String::from_utf8_lossy(&q.name).into_owned();
         if requeued > 0 {
-            metrics::counter!("ackproxy_redeliveries_total", "queue" => queue.clone()).increment(requeued as u64);
+            metrics::counter!("ackproxy_redeliveries_total", "queue" => queue.clone())
+                .increment(requeued as u64);
             self.waiters.wake(q.name.clone());
         }
         if dead > 0 {
-            metrics::counter!("ackproxy_dead_letters_total", "queue" => queue).increment(dead as u64);
+            metrics::counter!("ackproxy_dead_letters_total", "queue" => queue)
+                .increment(dead as u64);
         }
     }
 
@@ -95,7 +101,12 @@ impl Reaper {
     async fn discover(&self, client: &Arc<ClientState>, mut cursor: Bytes) -> Bytes {
         for _ in 0..SCAN_ROUNDS {
             let req = crate::upstream::encode_command(&[
-                b"SCAN", &cursor, b"MATCH", b"ackq:*leases", b"COUNT", b"1000",
+                b"SCAN",
+                &cursor,
+                b"MATCH",
+                b"ackq:*leases",
+                b"COUNT",
+                b"1000",
             ]);
             let Ok(reply) = self.shared.call(Bytes::from(req), client.clone()).await else {
                 return cursor;
@@ -108,7 +119,10 @@ impl Reaper {
             for key in items.get(1).map(Value::array).unwrap_or_default() {
                 if let Some(name) = queue_of_lease_key(key.bytes()) {
                     if self.rules.is_queue(name) {
-                        self.known.lock().unwrap().insert(Bytes::copy_from_slice(name));
+                        self.known
+                            .lock()
+                            .unwrap()
+                            .insert(Bytes::copy_from_slice(name));
                     }
                 }
             }
@@ -144,9 +158,18 @@ mod tests {
 
     #[test]
     fn lease_keys_name_their_queue() {
-        assert_eq!(queue_of_lease_key(b"ackq:{jobs}:jobs:leases"), Some(&b"jobs"[..]));
-        assert_eq!(queue_of_lease_key(b"ackq:{u1}:{u1}q:mleases"), Some(&b"{u1}q"[..]));
-        assert_eq!(queue_of_lease_key(b"ackq:{7}:x}y:leases"), Some(&b"x}y"[..]));
+        assert_eq!(
+            queue_of_lease_key(b"ackq:{jobs}:jobs:leases"),
+            Some(&b"jobs"[..])
+        );
+        assert_eq!(
+            queue_of_lease_key(b"ackq:{u1}:{u1}q:mleases"),
+            Some(&b"{u1}q"[..])
+        );
+        assert_eq!(
+            queue_of_lease_key(b"ackq:{7}:x}y:leases"),
+            Some(&b"x}y"[..])
+        );
         assert_eq!(queue_of_lease_key(b"other"), None);
     }
 }

@@ -1,11 +1,41 @@
-//! Placeholder (replaced by the scripts module).
-pub struct Script { pub name: &'static str, pub body: &'static str }
-pub const POP: Script = Script { name: "pop", body: "" };
-pub const ACK: Script = Script { name: "ack", body: "" };
-pub const NACK: Script = Script { name: "nack", body: "" };
-pub const EXTEND: Script = Script { name: "extend", body: "" };
-pub const REAP: Script = Script { name: "reap", body: "" };
-pub const EXPIRE_MOVE: Script = Script { name: "expire_move", body: "" };
-pub const LREM: Script = Script { name: "lrem", body: "" };
-pub const INFO: Script = Script { name: "info", body: "" };
-pub const LEASES: Script = Script { name: "leases", body: "" };
+//! The Lua scripts, embedded at build time. Each is `lua/common.lua`
+//! followed by its own file, so every operation is one atomic script.
+
+pub struct Script {
+    pub name: &'static str,
+    pub body: &'static str,
+}
+
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub const $name: Script = Script {
+            name: $file,
+            body: concat!(
+                include_str!("../../lua/common.lua"),
+                include_str!(concat!("../../lua/", $file, ".lua"))
+            ),
+        };
+    };
+}
+
+script!(POP, "pop");
+script!(ACK, "ack");
+script!(NACK, "nack");
+script!(EXTEND, "extend");
+script!(REAP, "reap");
+script!(EXPIRE_MOVE, "expire_move");
+script!(LREM, "lrem");
+script!(INFO, "info");
+script!(LEASES, "leases");
+
+pub const ALL: &[&Script] = &[
+    &POP,
+    &ACK,
+    &NACK,
+    &EXTEND,
+    &REAP,
+    &EXPIRE_MOVE,
+    &LREM,
+    &INFO,
+    &LEASES,
+];

@@ -67,7 +67,14 @@ fn decode_at(b: &Bytes, at: usize, depth: usize) -> Option<(Value, usize)> {
         b'+' => Some((Value::Str(b.slice(at + 1..next - 2)), next)),
         b'-' => Some((Value::Error(b.slice(at..next)), next)),
         b'_' => Some((Value::Nil, next)),
-        b'#' => Some((if text == b"t" { Value::Int(1) } else { Value::Nil }, next)),
+        b'#' => Some((
+            if text == b"t" {
+                Value::Int(1)
+            } else {
+                Value::Nil
+            },
+            next,
+        )),
         b'$' => {
             let n = num(text)?;
             if n < 0 {
@@ -106,7 +113,11 @@ mod tests {
         let v = decode(&Bytes::from_static(b"*3\r\n:1\r\n$3\r\nabc\r\n$-1\r\n")).unwrap();
         assert_eq!(
             v,
-            Value::Array(vec![Value::Int(1), Value::Str(Bytes::from_static(b"abc")), Value::Nil])
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Str(Bytes::from_static(b"abc")),
+                Value::Nil
+            ])
         );
         assert_eq!(decode(&Bytes::from_static(b"_\r\n")), Some(Value::Nil));
         assert_eq!(decode(&Bytes::from_static(b"#f\r\n")), Some(Value::Nil));

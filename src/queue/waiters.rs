@@ -139,7 +139,11 @@ impl Dispatcher {
                     let keys: Vec<Bytes> = self.by_key.keys().cloned().collect();
                     let served = self.wake(&keys).await;
                     if !self.notifications {
-                        self.poll = if served > 0 { POLL_MIN } else { (self.poll * 2).min(POLL_MAX) };
+                        self.poll = if served > 0 {
+                            POLL_MIN
+                        } else {
+                            (self.poll * 2).min(POLL_MAX)
+                        };
                     }
                 }
                 Msg::Notifications(on) => {
@@ -189,10 +193,7 @@ impl Dispatcher {
     async fn wake(&mut self, keys: &[Bytes]) -> usize {
         let mut served = 0;
         for key in keys {
-            loop {
-                let Some(&id) = self.by_key.get(key).and_then(|q| q.front()) else {
-                    break;
-                };
+            while let Some(&id) = self.by_key.get(key).and_then(|q| q.front()) {
                 let Some(p) = self.parked.get(&id) else {
                     self.by_key.get_mut(key).map(VecDeque::pop_front);
                     continue;
@@ -340,17 +341,31 @@ async fn enable_notifications(conn: &mut tokio::net::TcpStream) -> Result<(), St
             wanted.push(c);
         }
     }
-    match request(conn, &[b"CONFIG", b"SET", b"notify-keyspace-events", wanted.as_bytes()]).await? {
+    match request(
+        conn,
+        &[
+            b"CONFIG",
+            b"SET",
+            b"notify-keyspace-events",
+            wanted.as_bytes(),
+        ],
+    )
+    .await?
+    {
         value::Value::Str(s) if &s[..] == b"OK" => {
             tracing::info!(flags = %wanted, "enabled keyspace notifications for parked pops");
             Ok(())
         }
-        other => Err(format!("CONFIG SET notify-keyspace-events refused: {other:?}")),
+        other => Err(format!(
+            "CONFIG SET notify-keyspace-events refused: {other:?}"
+        )),
     }
 }
 
 async fn request(conn: &mut tokio::net::TcpStream, args: &[&[u8]]) -> Result<value::Value, String> {
-    conn.write_all(&encode_command(args)).await.map_err(|e| e.to_string())?;
+    conn.write_all(&encode_command(args))
+        .await
+        .map_err(|e| e.to_string())?;
     let mut buf = BytesMut::with_capacity(1024);
     let mut scanner = ReplyScanner::new();
     loop {

@@ -67,7 +67,10 @@ pub enum Scan {
     Command(usize),
     /// An inline command occupied `consumed` bytes; `encoded` is the same
     /// command as a multibulk frame and `args()` are ranges into `encoded`.
-    Inline { consumed: usize, encoded: Vec<u8> },
+    Inline {
+        consumed: usize,
+        encoded: Vec<u8>,
+    },
     Error(ProtocolError),
 }
 
@@ -76,9 +79,15 @@ pub enum Scan {
 enum Req {
     Start,
     /// Expecting element headers; `at` is the next unread byte.
-    Elements { at: usize, left: usize },
+    Elements {
+        at: usize,
+        left: usize,
+    },
     /// Inside a bulk whose data (and CRLF) ends at `end`.
-    Bulk { end: usize, left: usize },
+    Bulk {
+        end: usize,
+        left: usize,
+    },
 }
 
 pub struct RequestScanner {
@@ -90,7 +99,10 @@ pub struct RequestScanner {
 }
 
 fn find_cr(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?.iter().position(|&b| b == b'\r').map(|p| from + p)
+    buf.get(from..)?
+        .iter()
+        .position(|&b| b == b'\r')
+        .map(|p| from + p)
 }
 
 /// An integer as Redis's `string2ll` reads it.
@@ -187,7 +199,9 @@ impl RequestScanner {
                         return Scan::Incomplete;
                     }
                     let len = match parse_len(&buf[at + 1..cr]) {
-                        Some(l) if l >= 0 && (l as u64) <= self.limits.max_bulk_len as u64 => l as usize,
+                        Some(l) if l >= 0 && (l as u64) <= self.limits.max_bulk_len as u64 => {
+                            l as usize
+                        }
                         _ => return Scan::Error(ProtocolError::InvalidBulkLength),
                     };
                     let start = cr + 2;
@@ -210,7 +224,11 @@ impl RequestScanner {
 
     fn inline(&mut self, buf: &[u8]) -> Scan {
         let from = self.searched;
-        let Some(nl) = buf[from..].iter().position(|&b| b == b'\n').map(|p| from + p) else {
+        let Some(nl) = buf[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|p| from + p)
+        else {
             self.searched = buf.len();
             if buf.len() > self.limits.max_inline_len {
                 return Scan::Error(ProtocolError::TooBigInline);
@@ -486,16 +504,34 @@ mod tests {
 
     #[test]
     fn protocol_errors() {
-        assert_eq!(req(b"*abc\r\n").0, Scan::Error(ProtocolError::InvalidMultibulkLength));
-        assert_eq!(req(b"*1\r\n!3\r\n").0, Scan::Error(ProtocolError::ExpectedDollar(b'!')));
-        assert_eq!(req(b"*1\r\n*1\r\n").0, Scan::Error(ProtocolError::ExpectedDollar(b'*')));
-        assert_eq!(req(b"*1\r\n$-5\r\n").0, Scan::Error(ProtocolError::InvalidBulkLength));
+        assert_eq!(
+            req(b"*abc\r\n").0,
+            Scan::Error(ProtocolError::InvalidMultibulkLength)
+        );
+        assert_eq!(
+            req(b"*1\r\n!3\r\n").0,
+            Scan::Error(ProtocolError::ExpectedDollar(b'!'))
+        );
+        assert_eq!(
+            req(b"*1\r\n*1\r\n").0,
+            Scan::Error(ProtocolError::ExpectedDollar(b'*'))
+        );
+        assert_eq!(
+            req(b"*1\r\n$-5\r\n").0,
+            Scan::Error(ProtocolError::InvalidBulkLength)
+        );
         assert_eq!(
             req(b"*1\r\n$600000000\r\n").0,
             Scan::Error(ProtocolError::InvalidBulkLength)
         );
-        assert_eq!(req(&vec![b'a'; 70_000]).0, Scan::Error(ProtocolError::TooBigInline));
-        assert_eq!(req(b"SET a \"b\r\n").0, Scan::Error(ProtocolError::UnbalancedQuotes));
+        assert_eq!(
+            req(&vec![b'a'; 70_000]).0,
+            Scan::Error(ProtocolError::TooBigInline)
+        );
+        assert_eq!(
+            req(b"SET a \"b\r\n").0,
+            Scan::Error(ProtocolError::UnbalancedQuotes)
+        );
         assert_eq!(
             ProtocolError::ExpectedDollar(b'!').to_reply(),
             b"-ERR Protocol error: expected '$', got '!'\r\n"
@@ -506,7 +542,15 @@ mod tests {
     fn inline_commands() {
         let (r, args) = req(b"SET a \"b c\\x41\" 'd\\'e'\r\n");
         assert!(matches!(r, Scan::Inline { consumed: 24, .. }), "{r:?}");
-        assert_eq!(args, vec![b"SET".to_vec(), b"a".to_vec(), b"b cA".to_vec(), b"d'e".to_vec()]);
+        assert_eq!(
+            args,
+            vec![
+                b"SET".to_vec(),
+                b"a".to_vec(),
+                b"b cA".to_vec(),
+                b"d'e".to_vec()
+            ]
+        );
         assert_eq!(req(b"   \r\n").0, Scan::Skip(5));
         assert_eq!(req(b"\n").0, Scan::Skip(1));
         let (r, args) = req(b"PING\n");

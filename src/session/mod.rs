@@ -8,6 +8,7 @@ pub mod output;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::tcp::OwnedReadHalf;
@@ -133,11 +134,17 @@ impl Session {
                 // Give back what a large request needed.
                 self.buf = BytesMut::new();
             }
+            let idle = self.idle_timeout();
             tokio::select! {
                 biased;
                 _ = self.out.state.closed() => return Stop::Gone,
                 _ = shutdown.changed() => return Stop::Finish,
                 r = self.rd.readable() => if r.is_err() { return Stop::Gone },
+                _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
+                    if self.out.state.unwritten() == 0 {
+                        return Stop::Gone;
+                    }
+                }
             }
             // The buffer is allocated only once there is something to read,
             // so idle connections cost almost nothing.
@@ -161,6 +168,17 @@ impl Session {
                 self.out.state.below_inflight_limit().await;
             }
         }
+    }
+
+    /// Like Redis's `timeout`: idle clients are closed, but never ones
+    /// waiting in a blocking command or subscribed.
+    fn idle_timeout(&self) -> Option<Duration> {
+        let secs = self.ctx.config.limits.idle_timeout_secs;
+        if secs == 0 || self.mode.unpaired || self.dedicated.as_ref().is_some_and(|d| !d.is_idle())
+        {
+            return None;
+        }
+        Some(Duration::from_secs(secs))
     }
 
     /// Handles every complete request in the buffer. Consecutive requests
@@ -233,7 +251,12 @@ impl Session {
         self.out.later(rx, count, None);
     }
 
-    async fn handle(&mut self, kind: Kind, frame: Bytes, ranges: &[std::ops::Range<usize>]) -> Option<Stop> {
+    async fn handle(
+        &mut self,
+        kind: Kind,
+        frame: Bytes,
+        ranges: &[std::ops::Range<usize>],
+    ) -> Option<Stop> {
         match kind {
             Kind::Quit => {
                 self.out.ready(Bytes::from_static(b"+OK\r\n"), 1);
@@ -321,7 +344,8 @@ impl Session {
             self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform))
                 .await;
         } else if self.pinned {
-            self.send_dedicated_expect(&request, Expect::Transform(transform)).await;
+            self.send_dedicated_expect(&request, Expect::Transform(transform))
+                .await;
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
             let rx = self.shared.send(request, 1, self.out.state.clone());
@@ -329,7 +353,11 @@ impl Session {
         }
     }
 
-    async fn blocking_pop(&mut self, queues: &Arc<Queues>, pop: crate::queue::pop::Pop) -> Option<Stop> {
+    async fn blocking_pop(
+        &mut self,
+        queues: &Arc<Queues>,
+        pop: crate::queue::pop::Pop,
+    ) -> Option<Stop> {
         // Everything the client sent before must have executed first.
         if self.pinned {
             if let Some(d) = &self.dedicated {

@@ -82,7 +82,12 @@ impl Mode {
             }
             _ => {}
         }
-        if self.multi && !matches!(kind, Kind::Multi | Kind::EndTransaction | Kind::Watch | Kind::Reset | Kind::Quit) {
+        if self.multi
+            && !matches!(
+                kind,
+                Kind::Multi | Kind::EndTransaction | Kind::Watch | Kind::Reset | Kind::Quit
+            )
+        {
             self.queued.push(rewritten);
         }
         None

@@ -78,7 +78,10 @@ impl ClientState {
     pub fn account(&self, n: usize) {
         let total = self.queued_bytes.fetch_add(n, Ordering::Relaxed) + n;
         if self.output_limit > 0 && total > self.output_limit {
-            tracing::warn!(queued = total, "client output buffer limit reached, closing");
+            tracing::warn!(
+                queued = total,
+                "client output buffer limit reached, closing"
+            );
             self.kill();
         }
     }
@@ -252,7 +255,8 @@ pub async fn run_writer(
                             Err(UpstreamError::ConnectionLost)
                         }
                     };
-                    let bytes = resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
+                    let bytes =
+                        resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
                     emit(&mut sock, &mut wbuf, &bytes, count as usize, &state).await?;
                 }
                 Out::Close => {

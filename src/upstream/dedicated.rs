@@ -64,7 +64,11 @@ impl Dedicated {
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
     /// pair with them one to one.
-    pub async fn send(&mut self, bytes: &[u8], expect: Option<Expect>) -> Result<(), UpstreamError> {
+    pub async fn send(
+        &mut self,
+        bytes: &[u8],
+        expect: Option<Expect>,
+    ) -> Result<(), UpstreamError> {
         if self.is_dead() {
             return Err(UpstreamError::ConnectionLost);
         }
@@ -207,7 +211,9 @@ fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) ->
         match ts.get_mut(i).and_then(Option::take) {
             Some(mut t) => match t.apply(element) {
                 Transformed::Done(b) => out.extend_from_slice(&b),
-                Transformed::Retry(_) => out.extend_from_slice(b"-ERR ackproxy: script missing\r\n"),
+                Transformed::Retry(_) => {
+                    out.extend_from_slice(b"-ERR ackproxy: script missing\r\n")
+                }
             },
             None => out.extend_from_slice(&element),
         }

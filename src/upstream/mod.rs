@@ -28,7 +28,9 @@ impl Endpoint {
             .await
             .map_err(|_| unavailable("connect timed out".into()))?
             .map_err(|e| unavailable(e.to_string()))?;
-        stream.set_nodelay(true).map_err(|e| unavailable(e.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| unavailable(e.to_string()))?;
         if let Some(password) = &self.password {
             let mut args: Vec<&[u8]> = vec![b"AUTH"];
             if let Some(user) = &self.user {

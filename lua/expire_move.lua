@@ -1,0 +1,22 @@
+-- expire_move.lua: end one expired move lease.
+--
+-- KEYS: the queue group (7 keys), then the lease's destination list.
+-- ARGV: the queue's 5 rule values, then the lease token.
+-- If the token is still a move lease past its deadline, one stale copy of
+-- the payload is removed from the destination, then the message goes back
+-- to the list (or to the dead-letter list). Otherwise nothing happens, so
+-- proxies racing on the same lease are harmless.
+-- Returns {requeued, deadlettered}.
+
+local k = group(1)
+local r = rule(1)
+local dest = KEYS[8]
+local token = ARGV[6]
+local deadline = redis.call('ZSCORE', k.mleases, token)
+if not deadline or tonumber(deadline) > now_ms() then return { 0, 0 } end
+local payload, _, _, _, dest_end = record(k, token)
+if payload and redis.call('TYPE', dest)['ok'] == 'list' then
+  redis.call('LREM', dest, dest_end == 'R' and -1 or 1, payload)
+end
+local a, b = expire(k, r, token)
+return { a, b }

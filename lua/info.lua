@@ -1,0 +1,23 @@
+-- info.lua: QUEUE INFO queue
+--
+-- KEYS: the queue group (7 keys).
+-- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none),
+-- distinct ids with copies back in the list after an expiry}. The age looks
+-- at the 10 leases due first of each kind, so the work stays bounded.
+
+local k = group(1)
+local function len(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'list' then return redis.call('LLEN', key) end
+  return 0
+end
+local now = now_ms()
+local oldest = -1
+for _, z in ipairs({ k.leases, k.mleases }) do
+  for _, token in ipairs(redis.call('ZRANGE', z, 0, 9)) do
+    local payload, _, _, _, _, started = record(k, token)
+    if payload and now - started > oldest then oldest = now - started end
+  end
+end
+local requeued = redis.call('HLEN', k.retry)
+return { len(k.q), redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases), len(k.dead), oldest, requeued }

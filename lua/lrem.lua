@@ -1,0 +1,22 @@
+-- lrem.lua: LREM destination count payload, on a list that received
+-- messages from a queue's move pops: each removed copy acknowledges one
+-- lease of that payload for that destination.
+--
+-- KEYS[1] the destination, KEYS[2..8] the queue group.
+-- ARGV[1] count (as LREM), ARGV[2] payload.
+-- Returns {removed (exactly LREM's reply), released}. At most 1000 leases
+-- are released per call.
+
+local dest = KEYS[1]
+local k = group(2)
+local removed = redis.pcall('LREM', dest, ARGV[1], ARGV[2])
+if type(removed) == 'table' and removed['err'] then return removed end
+local released = 0
+if removed > 0 then
+  for _, token in ipairs(tokens_of(k, dest_key(dest, ARGV[2]), math.min(removed, 1000))) do
+    local payload, id, _, d = record(k, token)
+    if payload then drop(k, token, payload, id, d) else redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. token) end
+    released = released + 1
+  end
+end
+return { removed, released }
