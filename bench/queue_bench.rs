@@ -9,7 +9,8 @@
 //! Run: `cargo bench --bench queue` (builds the `ackproxy` binary with the
 //! bench profile, which inherits `release`; `ACKPROXY_BIN` overrides the
 //! binary). `QUEUE_BENCH_SECS` (default 5) sets the measured time per mode,
-//! `QUEUE_BENCH_CONNS` (default 50) the connections. The table is printed
+//! `QUEUE_BENCH_CONNS` (default 50) the connections, `QUEUE_BENCH_THREADS`
+//! (default 1) the load generator's threads. The table is printed
 //! and appended to `bench/RESULTS.md` under "Queue".
 
 use std::io::Write as _;
@@ -396,7 +397,8 @@ fn main() {
     sync_cmd(redis_port, &[b"XGROUP", b"CREATE", b"stream_c", b"g", b"0"]);
     eprintln!("pre-filled {fill} messages per mode in {:?}", t.elapsed());
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let threads: usize = std::env::var("QUEUE_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap();
     let redis_pid = redis.0.id();
     let proxy_pid = proxy.0.id();
     let runs = [
@@ -439,7 +441,7 @@ fn main() {
         "\n### Queue run, {when}\n\n\
          Command: `cargo build --release && cargo bench --bench queue` \
          ({conns} connections, one request in flight per connection, {secs} s measured per mode after 1 s warm-up, \
-         load generator on one thread of the same {cores}-core machine; {redis_version}).\n\
+         load generator on {threads} thread(s) of the same {cores}-core machine; {redis_version}).\n\
          Pairs: (a) `RPOP q` + `ACK q id` through ackproxy; (b) the proxy's POP and ACK scripts sent with EVALSHA \
          straight to Redis with the same KEYS/ARGV; (c) `XREADGROUP GROUP g c COUNT 1 STREAMS s >` + `XACK`. \
          CPU is utime+stime over the measured interval (100% = one core).\n\n{table}"
