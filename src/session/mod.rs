@@ -23,7 +23,7 @@ use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use mode::Mode;
-use output::{Output, ReplyTransform};
+use output::{ClientState, ReplyTransform};
 
 /// What every session shares.
 pub struct Context {
@@ -80,16 +80,11 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
     let (rd, wr) = stream.into_split();
     let shared = ctx.pick_shared();
     let limits = &ctx.config.limits;
-    let (out, out_rx) = output::channel(
+    let out = ClientState::new(
         limits.client_output_buffer_limit,
         limits.max_inflight_per_client,
     );
-    let writer = tokio::spawn(output::run_writer(
-        wr,
-        out_rx,
-        out.state.clone(),
-        shared.clone(),
-    ));
+    let writer = tokio::spawn(output::run_writer(wr, out.clone(), shared.clone()));
     let mut session = Session {
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
@@ -108,7 +103,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
             d.idle().await;
         }
     }
-    session.out.close();
+    session.out.finish();
     let _ = writer.await;
     metrics::gauge!("ackproxy_connections").decrement(1.0);
 }
@@ -118,7 +113,7 @@ struct Session {
     rd: OwnedReadHalf,
     buf: BytesMut,
     scanner: RequestScanner,
-    out: Output,
+    out: Arc<ClientState>,
     shared: SharedUpstream,
     dedicated: Option<Dedicated>,
     /// Requests go to the dedicated connection.
@@ -137,11 +132,11 @@ impl Session {
             let idle = self.idle_timeout();
             tokio::select! {
                 biased;
-                _ = self.out.state.closed() => return Stop::Gone,
+                _ = self.out.closed() => return Stop::Gone,
                 _ = shutdown.changed() => return Stop::Finish,
                 r = self.rd.readable() => if r.is_err() { return Stop::Gone },
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
-                    if self.out.state.unwritten() == 0 {
+                    if self.out.unwritten() == 0 {
                         return Stop::Gone;
                     }
                 }
@@ -164,8 +159,8 @@ impl Session {
             if let Some(stop) = self.process().await {
                 return stop;
             }
-            if self.out.state.unwritten() >= self.ctx.config.limits.max_inflight_per_client {
-                self.out.state.below_inflight_limit().await;
+            if self.out.unwritten() >= self.ctx.config.limits.max_inflight_per_client {
+                self.out.below_inflight_limit().await;
             }
         }
     }
@@ -247,8 +242,7 @@ impl Session {
         }
         metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
         let bytes = self.buf.split_to(len).freeze();
-        let rx = self.shared.send(bytes, count, self.out.state.clone());
-        self.out.later(rx, count, None);
+        self.shared.send(bytes, count, &self.out, None);
     }
 
     async fn handle(
@@ -300,8 +294,7 @@ impl Session {
                 .await;
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
-            let rx = self.shared.send(frame, 1, self.out.state.clone());
-            self.out.later(rx, 1, None);
+            self.shared.send(frame, 1, &self.out, None);
         }
         None
     }
@@ -348,8 +341,7 @@ impl Session {
                 .await;
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
-            let rx = self.shared.send(request, 1, self.out.state.clone());
-            self.out.later(rx, 1, Some(transform));
+            self.shared.send(request, 1, &self.out, Some(transform));
         }
     }
 
@@ -364,8 +356,8 @@ impl Session {
                 d.idle().await;
             }
         }
-        self.out.state.shared_drained().await;
-        let state = self.out.state.clone();
+        self.out.shared_drained().await;
+        let state = self.out.clone();
         let fut = queues.blocking_pop(pop, state.clone());
         tokio::pin!(fut);
         loop {
@@ -458,7 +450,7 @@ impl Session {
         }
         if !self.pinned {
             // Requests already sent on the shared connection run first.
-            self.out.state.shared_drained().await;
+            self.out.shared_drained().await;
             self.pinned = true;
         }
         true

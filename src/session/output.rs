@@ -1,16 +1,18 @@
 //! The client's reply stream. Replies come from several places (the shared
 //! upstream, a dedicated connection, the proxy itself) and must reach the
-//! client in request order; every reply source appends an [`Out`] item to one
-//! ordered channel, and one writer task turns the items into socket writes,
-//! waiting on items whose reply has not arrived yet.
+//! client in request order. Each request takes a slot in one ordered queue
+//! when it is sent; whoever gets its reply fills the slot; the writer task
+//! is woken only when the slot at the head is filled, and writes every
+//! filled slot from the head on in one go.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
 use crate::upstream::shared::SharedUpstream;
@@ -30,21 +32,37 @@ pub enum Transformed {
     Retry(Bytes),
 }
 
-pub enum Out {
-    /// Bytes answering `count` requests (0 for pushed messages).
-    Ready(Bytes, u32),
-    /// `count` replies that arrive later, all at once.
-    Later {
-        rx: oneshot::Receiver<Reply>,
+enum Slot {
+    /// `count` replies not arrived yet.
+    Waiting {
         count: u32,
         transform: Option<Box<dyn ReplyTransform>>,
     },
-    /// Write what is queued before this, then close the connection.
+    Filled {
+        reply: Reply,
+        count: u32,
+        transform: Option<Box<dyn ReplyTransform>>,
+    },
+    /// Write everything before, then close the connection.
     Close,
+}
+
+impl Slot {
+    fn is_waiting(&self) -> bool {
+        matches!(self, Slot::Waiting { .. })
+    }
+}
+
+struct Queue {
+    /// Sequence number of `slots[0]`.
+    head: u64,
+    slots: VecDeque<Slot>,
 }
 
 /// State shared by a client's session, its writer and its reply sources.
 pub struct ClientState {
+    queue: Mutex<Queue>,
+    head_filled: Notify,
     queued_bytes: AtomicUsize,
     output_limit: usize,
     inflight_limit: usize,
@@ -61,6 +79,11 @@ pub struct ClientState {
 impl ClientState {
     pub fn new(output_limit: usize, inflight_limit: usize) -> Arc<Self> {
         Arc::new(ClientState {
+            queue: Mutex::new(Queue {
+                head: 0,
+                slots: VecDeque::new(),
+            }),
+            head_filled: Notify::new(),
             queued_bytes: AtomicUsize::new(0),
             output_limit,
             inflight_limit: inflight_limit.max(1),
@@ -71,6 +94,78 @@ impl ClientState {
             closed: AtomicBool::new(false),
             close: Notify::new(),
         })
+    }
+
+    /// Takes the next slot, for `count` replies that arrive later.
+    pub fn reserve(&self, count: u32, transform: Option<Box<dyn ReplyTransform>>) -> u64 {
+        self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
+        let mut q = self.queue.lock().unwrap();
+        q.slots.push_back(Slot::Waiting { count, transform });
+        q.head + q.slots.len() as u64 - 1
+    }
+
+    /// Fills slot `seq` with the reply that arrived for it.
+    pub fn fill(&self, seq: u64, reply: Reply) {
+        if let Ok(bytes) = &reply {
+            self.account(bytes.len());
+        }
+        let at_head = {
+            let mut q = self.queue.lock().unwrap();
+            let Some(i) = seq.checked_sub(q.head) else {
+                return;
+            };
+            let Some(slot) = q.slots.get_mut(i as usize) else {
+                return;
+            };
+            if let Slot::Waiting { count, transform } = std::mem::replace(slot, Slot::Close) {
+                *slot = Slot::Filled {
+                    reply,
+                    count,
+                    transform,
+                };
+            }
+            i == 0
+        };
+        if at_head {
+            self.head_filled.notify_one();
+        }
+    }
+
+    /// Bytes answering `count` requests (0 for messages nobody asked for:
+    /// pub/sub, MONITOR).
+    pub fn ready(&self, bytes: Bytes, count: u32) {
+        self.account(bytes.len());
+        self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
+        self.push(Slot::Filled {
+            reply: Ok(bytes),
+            count,
+            transform: None,
+        });
+    }
+
+    /// Closes the connection once everything queued so far is written.
+    pub fn finish(&self) {
+        self.push(Slot::Close);
+    }
+
+    fn push(&self, slot: Slot) {
+        let at_head = {
+            let mut q = self.queue.lock().unwrap();
+            q.slots.push_back(slot);
+            q.slots.len() == 1
+        };
+        if at_head {
+            self.head_filled.notify_one();
+        }
+    }
+
+    /// Moves the filled slots at the head into `out`.
+    fn take_filled(&self, out: &mut Vec<Slot>) {
+        let mut q = self.queue.lock().unwrap();
+        while q.slots.front().is_some_and(|s| !s.is_waiting()) {
+            out.push(q.slots.pop_front().unwrap());
+            q.head += 1;
+        }
     }
 
     /// Accounts for reply bytes queued for this client; a client whose unread
@@ -94,6 +189,8 @@ impl ClientState {
         self.closed.store(true, Ordering::Release);
         self.close.notify_waiters();
         self.written.notify_waiters();
+        self.shared_drained.notify_waiters();
+        self.head_filled.notify_one();
     }
 
     pub fn is_closed(&self) -> bool {
@@ -137,6 +234,10 @@ impl ClientState {
         self.unwritten.load(Ordering::Acquire)
     }
 
+    pub fn inflight_limit(&self) -> usize {
+        self.inflight_limit
+    }
+
     /// Waits until fewer replies than the limit are waiting to be written.
     pub async fn below_inflight_limit(&self) {
         loop {
@@ -149,124 +250,61 @@ impl ClientState {
             n.await;
         }
     }
-}
 
-/// The sending side of a client's reply stream.
-#[derive(Clone)]
-pub struct Output {
-    tx: mpsc::UnboundedSender<Out>,
-    pub state: Arc<ClientState>,
-}
-
-impl Output {
-    /// Bytes answering `count` requests; 0 for messages nobody asked for
-    /// (pub/sub, MONITOR).
-    pub fn ready(&self, bytes: Bytes, count: u32) {
-        self.state.account(bytes.len());
-        self.state
-            .unwritten
-            .fetch_add(count as usize, Ordering::AcqRel);
-        let _ = self.tx.send(Out::Ready(bytes, count));
+    fn written(&self, replies: usize, bytes: usize) {
+        self.unaccount(bytes);
+        let before = self.unwritten.fetch_sub(replies, Ordering::AcqRel);
+        if before >= self.inflight_limit && before - replies < self.inflight_limit {
+            self.written.notify_waiters();
+        }
     }
-
-    pub fn later(
-        &self,
-        rx: oneshot::Receiver<Reply>,
-        count: u32,
-        transform: Option<Box<dyn ReplyTransform>>,
-    ) {
-        self.state
-            .unwritten
-            .fetch_add(count as usize, Ordering::AcqRel);
-        let _ = self.tx.send(Out::Later {
-            rx,
-            count,
-            transform,
-        });
-    }
-
-    pub fn close(&self) {
-        let _ = self.tx.send(Out::Close);
-    }
-}
-
-pub fn channel(
-    output_limit: usize,
-    inflight_limit: usize,
-) -> (Output, mpsc::UnboundedReceiver<Out>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (
-        Output {
-            tx,
-            state: ClientState::new(output_limit, inflight_limit),
-        },
-        rx,
-    )
 }
 
 /// Replies smaller than this are copied together into one write.
 const COALESCE: usize = 16 * 1024;
 
 /// Runs until the client is closed: writes replies in order.
-pub async fn run_writer(
-    mut sock: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    state: Arc<ClientState>,
-    shared: SharedUpstream,
-) {
+pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, shared: SharedUpstream) {
     let mut wbuf = BytesMut::new();
-    let mut next: Option<Out> = None;
+    let mut filled = Vec::new();
     let result: std::io::Result<()> = async {
         loop {
-            let item = match next.take() {
-                Some(item) => item,
-                None => {
-                    flush(&mut sock, &mut wbuf).await?;
-                    tokio::select! {
-                        biased;
-                        _ = state.closed() => return Ok(()),
-                        item = rx.recv() => match item {
-                            Some(item) => item,
-                            None => return Ok(()),
-                        },
-                    }
-                }
-            };
-            match item {
-                Out::Ready(bytes, count) => {
-                    emit(&mut sock, &mut wbuf, &bytes, count as usize, &state).await?;
-                }
-                Out::Later {
-                    mut rx,
-                    count,
-                    mut transform,
-                } => {
-                    let reply = match rx.try_recv() {
-                        Ok(r) => r,
-                        Err(oneshot::error::TryRecvError::Empty) => {
+            if state.is_closed() {
+                return Ok(());
+            }
+            state.take_filled(&mut filled);
+            if filled.is_empty() {
+                state.head_filled.notified().await;
+                continue;
+            }
+            for slot in filled.drain(..) {
+                match slot {
+                    Slot::Filled {
+                        reply,
+                        count,
+                        mut transform,
+                    } => {
+                        let bytes =
+                            resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
+                        if bytes.len() >= COALESCE {
                             flush(&mut sock, &mut wbuf).await?;
-                            tokio::select! {
-                                biased;
-                                _ = state.closed() => return Ok(()),
-                                r = &mut rx => r.unwrap_or(Err(UpstreamError::ConnectionLost)),
-                            }
+                            sock.write_all(&bytes).await?;
+                        } else {
+                            wbuf.extend_from_slice(&bytes);
                         }
-                        Err(oneshot::error::TryRecvError::Closed) => {
-                            Err(UpstreamError::ConnectionLost)
-                        }
-                    };
-                    let bytes =
-                        resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
-                    emit(&mut sock, &mut wbuf, &bytes, count as usize, &state).await?;
-                }
-                Out::Close => {
-                    flush(&mut sock, &mut wbuf).await?;
-                    let _ = sock.shutdown().await;
-                    return Ok(());
+                        state.written(count as usize, bytes.len());
+                    }
+                    Slot::Close => {
+                        flush(&mut sock, &mut wbuf).await?;
+                        let _ = sock.shutdown().await;
+                        return Ok(());
+                    }
+                    Slot::Waiting { .. } => unreachable!("only filled slots are taken"),
                 }
             }
-            if let Ok(item) = rx.try_recv() {
-                next = Some(item);
+            flush(&mut sock, &mut wbuf).await?;
+            if wbuf.capacity() > 4 * COALESCE {
+                wbuf = BytesMut::new();
             }
         }
     }
@@ -309,30 +347,6 @@ async fn resolve(
         }
     }
     Bytes::from_static(b"-ERR ackproxy: script could not be loaded\r\n")
-}
-
-async fn emit(
-    sock: &mut OwnedWriteHalf,
-    wbuf: &mut BytesMut,
-    bytes: &[u8],
-    replies: usize,
-    state: &ClientState,
-) -> std::io::Result<()> {
-    if bytes.len() >= COALESCE {
-        flush(sock, wbuf).await?;
-        sock.write_all(bytes).await?;
-    } else {
-        wbuf.extend_from_slice(bytes);
-        if wbuf.len() >= COALESCE {
-            flush(sock, wbuf).await?;
-        }
-    }
-    state.unaccount(bytes.len());
-    let before = state.unwritten.fetch_sub(replies, Ordering::AcqRel);
-    if before >= state.inflight_limit && before - replies < state.inflight_limit {
-        state.written.notify_waiters();
-    }
-    Ok(())
 }
 
 async fn flush(sock: &mut OwnedWriteHalf, wbuf: &mut BytesMut) -> std::io::Result<()> {

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::Endpoint;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
-use crate::session::output::{Output, ReplyTransform, Transformed};
+use crate::session::output::{ClientState, ReplyTransform, Transformed};
 
 /// What the next reply that answers a request is for.
 pub enum Expect {
@@ -49,7 +49,10 @@ pub struct Dedicated {
 }
 
 impl Dedicated {
-    pub async fn open(endpoint: &Endpoint, out: Output) -> Result<Dedicated, UpstreamError> {
+    pub async fn open(
+        endpoint: &Endpoint,
+        out: Arc<ClientState>,
+    ) -> Result<Dedicated, UpstreamError> {
         let stream = endpoint.connect().await?;
         let (rd, wr) = stream.into_split();
         let shared = Arc::new(Shared {
@@ -115,7 +118,7 @@ impl Drop for Dedicated {
     }
 }
 
-async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Output) {
+async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientState>) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
     let failure = 'outer: loop {
@@ -172,7 +175,7 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Output) {
         out.ready(Bytes::from(failure.to_reply()), 1);
     }
     if shared.bound.load(Ordering::Acquire) {
-        out.close();
+        out.finish();
     }
     shared.idle.notify_waiters();
 }

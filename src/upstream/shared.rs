@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Endpoint;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
-use crate::session::output::{ClientState, Reply};
+use crate::session::output::{ClientState, Reply, ReplyTransform};
 
 /// A batch of `count` complete requests from one client.
 pub struct Request {
@@ -22,27 +22,38 @@ pub struct Request {
     pub pending: Pending,
 }
 
-/// Where the replies to a batch go. Dropping it unanswered (connection lost)
-/// makes the client's writer answer each request with an error.
+/// Where the replies to a batch go. Dropped unanswered (connection lost),
+/// it answers each request with an error.
 pub struct Pending {
     count: u32,
-    tx: Option<oneshot::Sender<Reply>>,
+    target: Option<Target>,
     client: Arc<ClientState>,
+}
+
+enum Target {
+    /// A slot in the client's ordered reply queue.
+    Slot(u64),
+    /// A request of the proxy's own, awaited by its sender.
+    Call(oneshot::Sender<Reply>),
 }
 
 impl Pending {
     fn deliver(mut self, reply: Reply) {
-        if let Ok(bytes) = &reply {
-            self.client.account(bytes.len());
-        }
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(reply);
+        match self.target.take() {
+            Some(Target::Slot(seq)) => self.client.fill(seq, reply),
+            Some(Target::Call(tx)) => {
+                let _ = tx.send(reply);
+            }
+            None => {}
         }
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        if let Some(Target::Slot(seq)) = self.target.take() {
+            self.client.fill(seq, Err(UpstreamError::ConnectionLost));
+        }
         self.client.shared_done();
     }
 }
@@ -60,33 +71,37 @@ impl SharedUpstream {
         SharedUpstream { tx }
     }
 
-    /// Queues `count` requests; their replies arrive on the returned receiver.
-    pub fn send(
-        &self,
-        bytes: Bytes,
-        count: u32,
-        client: Arc<ClientState>,
-    ) -> oneshot::Receiver<Reply> {
-        let (tx, rx) = oneshot::channel();
+    fn enqueue(&self, bytes: Bytes, count: u32, target: Target, client: Arc<ClientState>) {
         client.shared_sent();
         let req = Request {
             bytes,
             pending: Pending {
                 count,
-                tx: Some(tx),
+                target: Some(target),
                 client,
             },
         };
         // A send error drops the request, which answers it with an error.
         let _ = self.tx.send(req);
-        rx
     }
 
-    /// One request, awaited.
+    /// Sends `count` requests whose replies fill the client's next slot.
+    pub fn send(
+        &self,
+        bytes: Bytes,
+        count: u32,
+        client: &Arc<ClientState>,
+        transform: Option<Box<dyn ReplyTransform>>,
+    ) {
+        let seq = client.reserve(count, transform);
+        self.enqueue(bytes, count, Target::Slot(seq), client.clone());
+    }
+
+    /// One request of the proxy's own, awaited.
     pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
-        self.send(bytes, 1, client)
-            .await
-            .unwrap_or(Err(UpstreamError::ConnectionLost))
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(bytes, 1, Target::Call(tx), client);
+        rx.await.unwrap_or(Err(UpstreamError::ConnectionLost))
     }
 }
 
