@@ -108,17 +108,20 @@ fn fields(v: &Value) -> HashMap<String, Value> {
     }
 }
 
-fn info(c: &mut Client, q: &str) -> HashMap<String, Value> {
-    fields(&c.cmd(&["QUEUE", "INFO", q]))
+// Inspection runs on a fresh connection so that a fault in one of these
+// replies shows up in `connection_survives_queue_replies`, not as a
+// confusing failure in every lifecycle test.
+fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
+    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
 }
 
-fn info_int(c: &mut Client, q: &str, field: &str) -> i64 {
-    let i = info(c, q);
+fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
+    let i = info(p, q);
     as_int(i.get(field).unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")))
 }
 
-fn leases(c: &mut Client, q: &str) -> Vec<HashMap<String, Value>> {
-    match c.cmd(&["QUEUE", "LEASES", q]) {
+fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
+    match p.client().cmd(&["QUEUE", "LEASES", q]) {
         Value::Array(items) => items.iter().map(fields).collect(),
         other => panic!("QUEUE LEASES {q}: expected an array, got {other:?}"),
     }
@@ -343,6 +346,16 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
                 show(&got)
             ));
         }
+        match try_raw(&mut px, &["PING"]) {
+            Ok(r) if r == b"+PONG\r\n" => {}
+            other => {
+                failures.push(format!(
+                    "[{proto}] PING after {cmd}: expected +PONG, got {:?}",
+                    other.map(|r| show(&r))
+                ));
+                px = connect();
+            }
+        }
         // Blocking timeouts (0.1 s in these cases) must not end early, nor
         // much later than Redis's (which checks timeouts at `hz` 10, so may
         // itself be up to 100 ms late).
@@ -371,11 +384,10 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
         }
         for (k, n) in case.leased {
             let key = subst(k, &tag);
-            let reply = match try_raw(&mut px, &["QUEUE", "INFO", &key]) {
+            let reply = match try_raw(&mut connect(), &["QUEUE", "INFO", &key]) {
                 Ok(r) => decode(&r).0,
                 Err(e) => {
                     failures.push(format!("[{proto}] after {cmd}: QUEUE INFO {key}: {e}"));
-                    px = connect();
                     continue;
                 }
             };
@@ -390,7 +402,7 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
             }
             if let Some(l) = leased {
                 if l > 0 {
-                    let ls = leases(&mut px, &key);
+                    let ls = leases(&proxy, &key);
                     if ls.len() as i64 != l {
                         failures.push(format!(
                             "[{proto}] after {cmd}: QUEUE LEASES {key} has {} entries, INFO says {l}",
@@ -437,7 +449,7 @@ fn leases_fields() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "qf", "m1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "qf", "doing"]), Value::bulk("m1"));
-    let ls = leases(&mut c, "qf");
+    let ls = leases(&proxy, "qf");
     assert_eq!(ls.len(), 1, "{ls:?}");
     let l = &ls[0];
     for f in ["id", "payload", "deliveries", "expires-in-ms", "destination"] {
@@ -450,7 +462,7 @@ fn leases_fields() {
     assert!(exp > 590_000 && exp <= 600_000, "expires-in-ms {exp}");
     assert_eq!(as_str(&l["destination"]), "doing");
 
-    let i = info(&mut c, "qf");
+    let i = info(&proxy, "qf");
     for f in [
         "ready",
         "leased",
@@ -478,7 +490,7 @@ fn leases_fields() {
         Value::Array(items) => assert_eq!(items.len(), 2),
         other => panic!("QUEUE LEASES qf COUNT 2: {other:?}"),
     }
-    assert_eq!(leases(&mut c, "qf").len(), 4);
+    assert_eq!(leases(&proxy, "qf").len(), 4);
 
     // RESP3: maps.
     let mut c3 = proxy.client();
@@ -497,6 +509,66 @@ fn leases_fields() {
 }
 
 // ------------------------------------------------------- synthetic commands
+
+/// Every queue reply keeps the connection usable: the next command on the
+/// same connection is answered.
+#[test]
+fn connection_survives_queue_replies() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let mut failures = Vec::new();
+    for resp3 in [false, true] {
+        let proto = if resp3 { "RESP3" } else { "RESP2" };
+        let mut c = proxy.client();
+        c.set_read_timeout(Some(Duration::from_secs(5)));
+        if resp3 {
+            hello3(&mut c);
+        }
+        let p = if resp3 { "qs3" } else { "qs2" };
+        let steps: Vec<Vec<String>> = [
+            "LPUSH {p} a b c d e f g h",
+            "RPOP {p}",
+            "RPOP {p} 2",
+            "BRPOP {p} 0",
+            "LMPOP 1 {p} LEFT COUNT 2",
+            "BLMPOP 0 1 {p} RIGHT",
+            "RPOPLPUSH {p} dst{p}",
+            "LMOVE {p} dst{p} LEFT RIGHT",
+            "QUEUE INFO {p}",
+            "QUEUE LEASES {p}",
+            "QUEUE LEASES {p} COUNT 1",
+            "QUEUE HELP",
+            "QUEUE EXTEND {p} a 1000",
+            "NACK {p} a",
+            "ACK {p} b c",
+            "ACK {p} nope",
+            "ACK plain x",
+            "ACK {p}",
+        ]
+        .iter()
+        .map(|t| t.replace("{p}", p).split(' ').map(String::from).collect())
+        .collect();
+        for step in &steps {
+            let args: Vec<&str> = step.iter().map(|s| s.as_str()).collect();
+            let got = try_raw(&mut c, &args);
+            let ping = try_raw(&mut c, &["PING"]);
+            if got.is_err() || !matches!(&ping, Ok(r) if r == b"+PONG\r\n") {
+                failures.push(format!(
+                    "[{proto}] {}: reply {:?}, then PING got {:?}",
+                    step.join(" "),
+                    got.map(|r| show(&r)),
+                    ping.map(|r| show(&r))
+                ));
+                c = proxy.client();
+                c.set_read_timeout(Some(Duration::from_secs(5)));
+                if resp3 {
+                    hello3(&mut c);
+                }
+            }
+        }
+    }
+    report(failures);
+}
 
 #[test]
 fn synthetic_command_errors() {
@@ -553,22 +625,22 @@ fn unacked_message_is_redelivered() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 1);
-    assert_eq!(info_int(&mut c, "q", "ready"), 0);
-    assert_eq!(info_int(&mut c, "q", "leased"), 1);
+    assert_eq!(info_int(&proxy, "q", "ready"), 0);
+    assert_eq!(info_int(&proxy, "q", "leased"), 1);
     // Still leased just before the deadline.
     thread::sleep(Duration::from_millis(100));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
     // Back in the list after the lease, nobody popping.
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(lrange(&mut redis.client(), "q"), vec!["m1"]);
-    assert_eq!(info_int(&mut c, "q", "ready"), 1);
-    assert_eq!(info_int(&mut c, "q", "leased"), 0);
-    assert!(info_int(&mut c, "q", "requeued") >= 1);
+    assert_eq!(info_int(&proxy, "q", "ready"), 1);
+    assert_eq!(info_int(&proxy, "q", "leased"), 0);
+    assert!(info_int(&proxy, "q", "requeued") >= 1);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
@@ -588,10 +660,10 @@ fn acked_message_is_gone_without_aux_keys() {
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(0), "second ACK is idempotent");
     assert_eq!(c.cmd(&["ACK", "q", "m2", "m3", "nope"]), Value::Int(2));
-    assert_eq!(info_int(&mut c, "q", "leased"), 0);
+    assert_eq!(info_int(&proxy, "q", "leased"), 0);
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil, "an acked message came back");
-    assert_eq!(info_int(&mut c, "q", "ready"), 0);
+    assert_eq!(info_int(&proxy, "q", "ready"), 0);
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
     assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new(), "keys left after everything was acked");
 }
@@ -617,7 +689,7 @@ fn dead_letter_after_max_deliveries() {
                 other => panic!("RPOP q1: {other:?}"),
             }
         }
-        let ls = leases(&mut c, "q1");
+        let ls = leases(&proxy, "q1");
         assert_eq!(ls.len(), 1);
         assert_eq!(as_int(&ls[0]["deliveries"]), n);
     }
@@ -626,9 +698,9 @@ fn dead_letter_after_max_deliveries() {
     assert_eq!(lrange(&mut direct, "{q1}:dead"), vec!["poison"]);
     assert_eq!(lrange(&mut direct, "q1"), Vec::<String>::new());
     assert_eq!(c.cmd(&["RPOP", "q1"]), Value::Nil);
-    assert_eq!(info_int(&mut c, "q1", "dead"), 1);
-    assert_eq!(info_int(&mut c, "q1", "leased"), 0);
-    assert_eq!(as_str(&info(&mut c, "q1")["dead-letter-key"]), "{q1}:dead");
+    assert_eq!(info_int(&proxy, "q1", "dead"), 1);
+    assert_eq!(info_int(&proxy, "q1", "leased"), 0);
+    assert_eq!(as_str(&info(&proxy, "q1")["dead-letter-key"]), "{q1}:dead");
     assert_no_aux_keys(&mut direct, Duration::from_secs(2));
     assert_eq!(keys(&mut direct, "*"), vec!["{q1}:dead".to_string()]);
 }
@@ -642,12 +714,12 @@ fn extend_keeps_the_lease() {
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("job"));
     thread::sleep(Duration::from_millis(100));
     assert_eq!(c.cmd(&["QUEUE", "EXTEND", "q", "job", "1500"]), Value::Int(1));
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     let exp = as_int(&ls[0]["expires-in-ms"]);
     assert!(exp > 1_000 && exp <= 1_500, "expires-in-ms after EXTEND: {exp}");
     thread::sleep(EXPIRE_WAIT); // well past the original 200 ms deadline
-    assert_eq!(info_int(&mut c, "q", "leased"), 1);
-    assert_eq!(info_int(&mut c, "q", "ready"), 0);
+    assert_eq!(info_int(&proxy, "q", "leased"), 1);
+    assert_eq!(info_int(&proxy, "q", "ready"), 0);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
     assert_eq!(c.cmd(&["ACK", "q", "job"]), Value::Int(1));
     thread::sleep(Duration::from_millis(1200));
@@ -664,11 +736,11 @@ fn nack_returns_the_message_at_once() {
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
     assert_eq!(c.cmd(&["NACK", "q", "a"]), Value::Int(1));
     assert_eq!(c.cmd(&["NACK", "q", "a"]), Value::Int(0));
-    assert_eq!(info_int(&mut c, "q", "leased"), 0);
-    assert_eq!(info_int(&mut c, "q", "ready"), 2);
+    assert_eq!(info_int(&proxy, "q", "leased"), 0);
+    assert_eq!(info_int(&proxy, "q", "ready"), 2);
     // redeliver = "next": it is popped before b.
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("b"));
     assert_eq!(c.cmd(&["ACK", "q", "a", "b"]), Value::Int(2));
@@ -700,7 +772,7 @@ fn json_ack_id() {
     let m = r#"{"id":"7","body":"hello"}"#;
     c.cmd(&["LPUSH", "jobs", m]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(m));
-    let ls = leases(&mut c, "jobs");
+    let ls = leases(&proxy, "jobs");
     assert_eq!(as_str(&ls[0]["id"]), "7");
     assert_eq!(as_str(&ls[0]["payload"]), m);
     assert_eq!(c.cmd(&["ACK", "jobs", m]), Value::Int(0), "payload is not the id in json mode");
@@ -718,9 +790,9 @@ fn lrem_on_destination_acks_move_forms() {
     c.cmd(&["LPUSH", "q", "task"]);
     assert_eq!(c.cmd(&["BRPOPLPUSH", "q", "doing", "0"]), Value::bulk("task"));
     assert_eq!(lrange(&mut c, "doing"), vec!["task"]);
-    assert_eq!(info_int(&mut c, "q", "leased"), 1);
+    assert_eq!(info_int(&proxy, "q", "leased"), 1);
     assert_eq!(c.cmd(&["LREM", "doing", "1", "task"]), Value::Int(1));
-    assert_eq!(info_int(&mut c, "q", "leased"), 0, "LREM on the destination should release the lease");
+    assert_eq!(info_int(&proxy, "q", "leased"), 0, "LREM on the destination should release the lease");
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil, "message redelivered after LREM");
     assert_eq!(lrange(&mut c, "doing"), Vec::<String>::new());
@@ -732,7 +804,7 @@ fn lrem_on_destination_acks_move_forms() {
     c.cmd(&["LPUSH", "q", "t2"]);
     assert_eq!(c.cmd(&["LMOVE", "q", "doing2", "RIGHT", "LEFT"]), Value::bulk("t2"));
     assert_eq!(c.cmd(&["LREM", "doing2", "0", "t2"]), Value::Int(1));
-    assert_eq!(info_int(&mut c, "q", "leased"), 0);
+    assert_eq!(info_int(&proxy, "q", "leased"), 0);
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
     assert_no_aux_keys(&mut direct, Duration::from_secs(2));
@@ -752,7 +824,7 @@ fn expired_move_lease_cleans_destination() {
     assert_eq!(lrange(&mut direct, "doing"), vec!["other"], "stale copy left in the destination");
     assert_eq!(lrange(&mut direct, "q"), vec!["task"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "q", "doing"]), Value::bulk("task"));
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["LREM", "doing", "1", "task"]), Value::Int(1));
     thread::sleep(EXPIRE_WAIT);
@@ -770,8 +842,8 @@ fn late_ack_prevents_redelivery() {
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
     c.cmd(&["LPUSH", "q", "b"]);
     thread::sleep(EXPIRE_WAIT);
-    assert_eq!(info_int(&mut c, "q", "leased"), 0);
-    assert_eq!(info_int(&mut c, "q", "ready"), 2, "a is back in the list");
+    assert_eq!(info_int(&proxy, "q", "leased"), 0);
+    assert_eq!(info_int(&proxy, "q", "ready"), 2, "a is back in the list");
     let late = c.cmd(&["ACK", "q", "a"]);
     println!("late ACK reply: {late:?}");
     assert!(matches!(late, Value::Int(_)), "late ACK: {late:?}");
@@ -805,20 +877,20 @@ fn identical_payloads_are_two_leases() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "x", "x"]);
     assert_eq!(c.cmd(&["RPOP", "q", "2"]), Value::Array(vec![Value::bulk("x"), Value::bulk("x")]));
-    assert_eq!(info_int(&mut c, "q", "leased"), 2);
-    assert_eq!(leases(&mut c, "q").len(), 2);
+    assert_eq!(info_int(&proxy, "q", "leased"), 2);
+    assert_eq!(leases(&proxy, "q").len(), 2);
     thread::sleep(EXPIRE_WAIT);
-    assert_eq!(info_int(&mut c, "q", "ready"), 2, "both copies come back");
+    assert_eq!(info_int(&proxy, "q", "ready"), 2, "both copies come back");
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
-    let ls = leases(&mut c, "q");
+    let ls = leases(&proxy, "q");
     assert_eq!(ls.len(), 2);
     for l in &ls {
         assert_eq!(as_int(&l["deliveries"]), 2);
     }
     assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(1), "one ACK releases one lease");
-    assert_eq!(info_int(&mut c, "q", "leased"), 1);
+    assert_eq!(info_int(&proxy, "q", "leased"), 1);
     assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(1));
     assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(0));
     thread::sleep(EXPIRE_WAIT);
@@ -866,7 +938,7 @@ fn parked_brpop_woken_by_direct_push() {
     assert_eq!(c.read_raw(), b"*2\r\n$1\r\nw\r\n$5\r\nhello\r\n".to_vec());
     println!("woken after {:?}", t.elapsed());
     let mut p = proxy.client();
-    assert_eq!(info_int(&mut p, "w", "leased"), 1);
+    assert_eq!(info_int(&proxy, "w", "leased"), 1);
     assert_eq!(p.cmd(&["ACK", "w", "hello"]), Value::Int(1));
 }
 
@@ -889,7 +961,7 @@ fn parked_forms_woken_by_direct_push() {
         let got = c.read_raw();
         assert_eq!(show(&got), show(want), "{}", cmd.join(" "));
         let mut p = proxy.client();
-        assert_eq!(info_int(&mut p, "w1", "leased"), 1, "{}", cmd.join(" "));
+        assert_eq!(info_int(&proxy, "w1", "leased"), 1, "{}", cmd.join(" "));
         assert_eq!(p.cmd(&["ACK", "w1", "m"]), Value::Int(1));
         direct.cmd(&["DEL", "dst"]);
     }
@@ -928,8 +1000,8 @@ fn parked_clients_served_in_arrival_order() {
         assert!(std::io::Read::read(&mut &*c.stream(), &mut b).is_err(), "client {i} got a second reply");
     }
     let mut p = proxy.client();
-    assert_eq!(info_int(&mut p, "wq", "leased"), N as i64);
-    assert_eq!(info_int(&mut p, "wq", "ready"), 0);
+    assert_eq!(info_int(&proxy, "wq", "leased"), N as i64);
+    assert_eq!(info_int(&proxy, "wq", "ready"), 0);
     let mut ack = vec!["ACK", "wq"];
     ack.extend(want.iter().map(|s| s.as_str()));
     assert_eq!(p.cmd(&ack), Value::Int(N as i64));
