@@ -1082,3 +1082,27 @@ fn parked_timeouts_follow_redis() {
     assert_eq!(c.cmd(&["RPOP", "w"]), Value::bulk("kept"), "a disconnected parked client consumed the message");
     assert_eq!(c.cmd(&["ACK", "w", "kept"]), Value::Int(1));
 }
+
+#[test]
+fn parked_mixed_keys_woken_by_plain_key_push() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let mut direct = redis.client();
+    // A parked pop on a queue key and a plain key: a push to the plain key
+    // answers it, as Redis would, and leases nothing.
+    let mut c = proxy.client();
+    c.set_read_timeout(Some(Duration::from_secs(5)));
+    c.send(&["BRPOP", "wm", "plainkey", "0"]);
+    thread::sleep(Duration::from_millis(100));
+    direct.cmd(&["LPUSH", "plainkey", "p1"]);
+    let got = c.try_read_raw().map(|r| show(&r));
+    assert_eq!(got.ok().as_deref(), Some("*2\\r\\n$8\\r\\nplainkey\\r\\n$2\\r\\np1\\r\\n"), "BRPOP wm plainkey 0 after LPUSH plainkey p1");
+    assert_eq!(info_int(&proxy, "wm", "leased"), 0);
+    // The same client, parked again, and a push through the proxy this time.
+    c.send(&["BLPOP", "plainkey", "wm", "0"]);
+    thread::sleep(Duration::from_millis(100));
+    proxy.client().cmd(&["RPUSH", "wm", "q1"]);
+    let got = c.try_read_raw().map(|r| show(&r));
+    assert_eq!(got.ok().as_deref(), Some("*2\\r\\n$2\\r\\nwm\\r\\n$2\\r\\nq1\\r\\n"), "BLPOP plainkey wm 0 after RPUSH wm q1");
+    assert_eq!(info_int(&proxy, "wm", "leased"), 1);
+}
