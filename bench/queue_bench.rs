@@ -352,6 +352,8 @@ fn main() {
     let conns: usize = std::env::var("QUEUE_BENCH_CONNS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
     let bin = std::env::var("ACKPROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ackproxy").to_string());
 
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_before = load_before.split(' ').take(3).collect::<Vec<_>>().join(" ");
     let redis_port = free_port();
     let dir = std::env::temp_dir().join(format!("ackproxy-bench-{redis_port}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -441,7 +443,8 @@ fn main() {
         "\n### Queue run, {when}\n\n\
          Command: `cargo build --release && cargo bench --bench queue` \
          ({conns} connections, one request in flight per connection, {secs} s measured per mode after 1 s warm-up, \
-         load generator on {threads} thread(s) of the same {cores}-core machine; {redis_version}).\n\
+         load generator on {threads} thread(s) of the same {cores}-core machine, load average before the run {load_before}; \
+         {redis_version}).\n\
          Pairs: (a) `RPOP q` + `ACK q id` through ackproxy; (b) the proxy's POP and ACK scripts sent with EVALSHA \
          straight to Redis with the same KEYS/ARGV; (c) `XREADGROUP GROUP g c COUNT 1 STREAMS s >` + `XACK`. \
          CPU is utime+stime over the measured interval (100% = one core).\n\n{table}"
