@@ -1016,6 +1016,9 @@ fn parked_wake_latency() {
     let mut acker = proxy.client();
     let mut waiter = proxy.client();
     let mut lat = Vec::with_capacity(SAMPLES);
+    // Also from just before the LPUSH is written (an upper bound that does
+    // not depend on when this thread reads the LPUSH reply).
+    let mut lat_send = Vec::with_capacity(SAMPLES);
     for i in 0..SAMPLES {
         let msg = format!("m{i}");
         waiter.send(&["BRPOP", "wl", "0"]);
@@ -1027,15 +1030,17 @@ fn parked_wake_latency() {
                 tx.send(Instant::now()).unwrap();
                 r
             });
+            let sent = Instant::now();
             direct.cmd(&["LPUSH", "wl", &msg]);
             let pushed = Instant::now();
             let r = h.join().unwrap();
             let woke = rx.recv().unwrap();
-            (r, woke.saturating_duration_since(pushed))
+            (r, woke.saturating_duration_since(pushed), woke.saturating_duration_since(sent))
         });
-        let (reply, d) = handle;
+        let (reply, d, from_send) = handle;
         assert_eq!(decode(&reply).0, Value::Array(vec![Value::bulk("wl"), Value::bulk(&msg)]));
         lat.push(d);
+        lat_send.push(from_send);
         assert_eq!(acker.cmd(&["ACK", "wl", &msg]), Value::Int(1));
     }
     lat.sort();
@@ -1043,6 +1048,13 @@ fn parked_wake_latency() {
     let p99 = lat[SAMPLES * 99 / 100];
     let max = lat[SAMPLES - 1];
     println!("wake latency over {SAMPLES} samples: p50 {p50:?} p99 {p99:?} max {max:?} (target p99 <= 5ms)");
+    lat_send.sort();
+    println!(
+        "  measured from the LPUSH write instead: p50 {:?} p99 {:?} max {:?}",
+        lat_send[SAMPLES / 2],
+        lat_send[SAMPLES * 99 / 100],
+        lat_send[SAMPLES - 1]
+    );
     assert!(p99 <= Duration::from_millis(50), "wake latency p99 {p99:?}");
 }
 
