@@ -544,11 +544,21 @@ fn connection_survives_queue_replies() {
             "ACK {p} nope",
             "ACK plain x",
             "ACK {p}",
+            "SET str{p} x",
+            "RPOP str{p}",
+            "LPOP str{p} 2",
         ]
         .iter()
         .map(|t| t.replace("{p}", p).split(' ').map(String::from).collect())
         .collect();
+        // Each step on a fresh connection, so that one reply's effect on the
+        // connection is not hidden by the replies before it.
         for step in &steps {
+            c = proxy.client();
+            c.set_read_timeout(Some(Duration::from_secs(5)));
+            if resp3 {
+                hello3(&mut c);
+            }
             let args: Vec<&str> = step.iter().map(|s| s.as_str()).collect();
             let got = try_raw(&mut c, &args);
             let ping = try_raw(&mut c, &["PING"]);
@@ -559,11 +569,6 @@ fn connection_survives_queue_replies() {
                     got.map(|r| show(&r)),
                     ping.map(|r| show(&r))
                 ));
-                c = proxy.client();
-                c.set_read_timeout(Some(Duration::from_secs(5)));
-                if resp3 {
-                    hello3(&mut c);
-                }
             }
         }
     }
