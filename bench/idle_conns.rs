@@ -9,7 +9,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let (Some(addr), Some(n), Some(secs)) = (args.first(), args.get(1), args.get(2)) else {
         eprintln!("usage: idle_conns ADDR N SECONDS");
         std::process::exit(2);

@@ -28,7 +28,10 @@ fn wait_for_ping(port: u16, what: &str, child: &mut Child) {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} on port {port} exited early: {status}");
         }
-        assert!(Instant::now() < deadline, "{what} on port {port} never answered PING");
+        assert!(
+            Instant::now() < deadline,
+            "{what} on port {port} never answered PING"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -105,7 +108,10 @@ impl Proxy {
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--upstream", &format!("127.0.0.1:{upstream_port}")])
             .args(extra)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("ackproxy binary");
@@ -266,7 +272,11 @@ impl Client {
             }
             b'*' | b'~' | b'>' | b'%' | b'|' => {
                 let n: i64 = line.parse().unwrap();
-                let per = if matches!(out[start], b'%' | b'|') { 2 } else { 1 };
+                let per = if matches!(out[start], b'%' | b'|') {
+                    2
+                } else {
+                    1
+                };
                 for _ in 0..(n.max(0) * per) {
                     self.read_raw_into(out)?;
                 }
