@@ -419,17 +419,21 @@ fn main() {
     let streams = results[2].1.pairs_per_sec;
     let pct = |x: Option<f64>| x.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into());
     let mut table = String::new();
-    table.push_str("| mode | pop+ack pairs/s | vs scripts direct | vs Streams | Redis CPU | proxy CPU |\n");
-    table.push_str("|---|---:|---:|---:|---:|---:|\n");
+    // CPU time per pair depends much less on other load than pairs/s does.
+    let per_pair = |x: Option<f64>, rate: f64| x.map(|v| format!("{:.1}", v * 1e6 / rate)).unwrap_or_else(|| "-".into());
+    table.push_str("| mode | pop+ack pairs/s | vs scripts direct | vs Streams | Redis CPU | Redis CPU µs/pair | proxy CPU | proxy CPU µs/pair |\n");
+    table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (mode, o) in &results {
         table.push_str(&format!(
-            "| {} | {:.0} | {:.2}× | {:.2}× | {} | {} |\n",
+            "| {} | {:.0} | {:.2}× | {:.2}× | {} | {} | {} | {} |\n",
             mode.label(),
             o.pairs_per_sec,
             o.pairs_per_sec / direct,
             o.pairs_per_sec / streams,
             pct(o.redis_cpu),
+            per_pair(o.redis_cpu, o.pairs_per_sec),
             pct(o.proxy_cpu),
+            per_pair(o.proxy_cpu, o.pairs_per_sec),
         ));
     }
     println!("\n{table}");
