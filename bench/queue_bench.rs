@@ -1,0 +1,480 @@
+//! Queue benchmark: pop+ack pairs per second at 50 connections, in one run:
+//!
+//! (a) `RPOP q` + `ACK q id` through ackproxy;
+//! (b) the same lease scripts called straight against Redis with EVALSHA,
+//!     with the KEYS/ARGV the proxy builds (`queue::pop::Pop::call` and the
+//!     ACK call of `queue::commands::ack`);
+//! (c) Redis Streams: `XREADGROUP … COUNT 1` + `XACK`.
+//!
+//! Run: `cargo bench --bench queue` (builds the `ackproxy` binary with the
+//! bench profile, which inherits `release`; `ACKPROXY_BIN` overrides the
+//! binary). `QUEUE_BENCH_SECS` (default 5) sets the measured time per mode,
+//! `QUEUE_BENCH_CONNS` (default 50) the connections, `QUEUE_BENCH_THREADS`
+//! (default 1) the load generator's threads. The table is printed
+//! and appended to `bench/RESULTS.md` under "Queue".
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ackproxy::command::{Args, PopForm};
+use ackproxy::config::Config;
+use ackproxy::queue::call::Call;
+use ackproxy::queue::pop::{self, Parsed};
+use ackproxy::queue::rules::Rules;
+use ackproxy::queue::scripts;
+use ackproxy::upstream::encode_command;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CONFIG: &str = r#"
+[[queue]]
+pattern = "bench*"
+lease_ms = 600000
+max_deliveries = 5
+ack_id = "payload"
+redeliver = "next"
+pop_end = "right"
+"#;
+
+// ------------------------------------------------------------- processes
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    // Fields after the comm: state is index 0; utime is field 14 overall → 11 here.
+    let ut: f64 = f.get(11)?.parse().ok()?;
+    let st: f64 = f.get(12)?.parse().ok()?;
+    Some((ut + st) / 100.0) // USER_HZ is 100 on Linux
+}
+
+// ------------------------------------------------------------- RESP client
+
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // read through Debug in panics
+enum R {
+    Simple,
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<R>),
+}
+
+fn parse(b: &[u8]) -> Option<(R, usize)> {
+    let end = b.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(&b[1..end]).ok()?;
+    let after = end + 2;
+    Some(match b[0] {
+        b'+' => (R::Simple, after),
+        b'-' => (R::Err(line.to_string()), after),
+        b':' => (R::Int(line.parse().ok()?), after),
+        b'_' => (R::Nil, after),
+        b'$' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                (R::Nil, after)
+            } else {
+                let n = n as usize;
+                if b.len() < after + n + 2 {
+                    return None;
+                }
+                (R::Bulk(b[after..after + n].to_vec()), after + n + 2)
+            }
+        }
+        b'*' | b'%' | b'~' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some((R::Nil, after));
+            }
+            let n = if b[0] == b'%' { n * 2 } else { n };
+            let mut at = after;
+            let mut items = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let (v, used) = parse(&b[at..])?;
+                items.push(v);
+                at += used;
+            }
+            (R::Arr(items), at)
+        }
+        other => panic!("unexpected reply byte {:?}", other as char),
+    })
+}
+
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Conn {
+    async fn connect(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        Conn { s, buf: Vec::with_capacity(16 * 1024), start: 0 }
+    }
+
+    async fn call(&mut self, req: &[u8]) -> R {
+        self.s.write_all(req).await.unwrap();
+        self.read().await
+    }
+
+    async fn read(&mut self) -> R {
+        loop {
+            if let Some((v, used)) = parse(&self.buf[self.start..]).filter(|_| self.start < self.buf.len()) {
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
+                return v;
+            }
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf.reserve(16 * 1024);
+            }
+            let n = self.s.read_buf(&mut self.buf).await.unwrap();
+            assert!(n > 0, "connection closed");
+        }
+    }
+}
+
+fn cmd(args: &[&[u8]]) -> Vec<u8> {
+    encode_command(args)
+}
+
+// ------------------------------------------------------------- the modes
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Proxy,
+    Scripts,
+    Streams,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Proxy => "RPOP + ACK through ackproxy",
+            Mode::Scripts => "lease scripts via EVALSHA, direct",
+            Mode::Streams => "XREADGROUP COUNT 1 + XACK, direct",
+        }
+    }
+}
+
+/// The proxy's POP call for `RPOP queue`, built by the proxy's own code.
+fn pop_call(rules: &Rules, queue: &str) -> Call {
+    let req = [b"RPOP".as_slice(), queue.as_bytes()];
+    let mut buf = Vec::new();
+    let mut ranges = Vec::new();
+    for a in req {
+        let s = buf.len();
+        buf.extend_from_slice(a);
+        ranges.push(s..buf.len());
+    }
+    match pop::parse(PopForm::Pop { left: false }, Args::new(&buf, &ranges), rules, 2) {
+        Parsed::Pop(p) => p.call(),
+        Parsed::Invalid => panic!("RPOP {queue} did not parse"),
+    }
+}
+
+/// The proxy's ACK call (as `queue::commands::ack` builds it).
+fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
+    let q = rules.resolve(queue.as_bytes()).expect("bench queue is configured");
+    let mut call = Call::new(&scripts::ACK);
+    for k in q.key_group() {
+        call = call.key(bytes::Bytes::copy_from_slice(k));
+    }
+    call.arg(bytes::Bytes::copy_from_slice(id)).evalsha().to_vec()
+}
+
+async fn worker(mode: Mode, port: u16, i: usize, rules: Arc<Rules>, queue: String, count: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+    let mut c = Conn::connect(port).await;
+    let consumer = format!("c{i}");
+    let pop_req = match mode {
+        Mode::Proxy => cmd(&[b"RPOP", queue.as_bytes()]),
+        Mode::Scripts => pop_call(&rules, &queue).evalsha().to_vec(),
+        Mode::Streams => cmd(&[b"XREADGROUP", b"GROUP", b"g", consumer.as_bytes(), b"COUNT", b"1", b"STREAMS", queue.as_bytes(), b">"]),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let r = c.call(&pop_req).await;
+        let (ack_req, want_ack) = match (mode, r) {
+            (Mode::Proxy, R::Bulk(p)) => (cmd(&[b"ACK", queue.as_bytes(), &p]), 1),
+            (Mode::Scripts, R::Arr(items)) if items.len() >= 2 => match &items[1] {
+                R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
+                other => panic!("POP script value {other:?}"),
+            },
+            (Mode::Streams, R::Arr(streams)) => {
+                let R::Arr(s) = &streams[0] else { panic!("{streams:?}") };
+                let R::Arr(entries) = &s[1] else { panic!("{s:?}") };
+                let R::Arr(e) = &entries[0] else { panic!("{entries:?}") };
+                let R::Bulk(id) = &e[0] else { panic!("{e:?}") };
+                (cmd(&[b"XACK", queue.as_bytes(), b"g", id]), 1)
+            }
+            (_, R::Nil) => panic!("{}: queue ran dry; pre-fill more", mode.label()),
+            (_, R::Arr(a)) if a.is_empty() => panic!("{}: queue ran dry; pre-fill more", mode.label()),
+            (_, other) => panic!("{}: pop reply {other:?}", mode.label()),
+        };
+        match c.call(&ack_req).await {
+            R::Int(n) if n == want_ack => {}
+            R::Arr(items) if matches!(items.first(), Some(R::Int(1))) => {}
+            other => panic!("{}: ack reply {other:?}", mode.label()),
+        }
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct Outcome {
+    pairs_per_sec: f64,
+    redis_cpu: Option<f64>,
+    proxy_cpu: Option<f64>,
+}
+
+fn run_mode(
+    rt: &tokio::runtime::Runtime,
+    mode: Mode,
+    port: u16,
+    conns: usize,
+    secs: f64,
+    rules: &Arc<Rules>,
+    queue: &str,
+    redis_pid: u32,
+    proxy_pid: Option<u32>,
+) -> Outcome {
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..conns)
+        .map(|i| rt.spawn(worker(mode, port, i, rules.clone(), queue.to_string(), count.clone(), stop.clone())))
+        .collect();
+    std::thread::sleep(Duration::from_secs(1)); // warm-up
+    let c0 = count.load(Ordering::Relaxed);
+    let r0 = cpu_seconds(redis_pid);
+    let p0 = proxy_pid.and_then(cpu_seconds);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let c1 = count.load(Ordering::Relaxed);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let r1 = cpu_seconds(redis_pid);
+    let p1 = proxy_pid.and_then(cpu_seconds);
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(async {
+        for h in handles {
+            h.await.expect("worker panicked");
+        }
+    });
+    Outcome {
+        pairs_per_sec: (c1 - c0) as f64 / elapsed,
+        redis_cpu: r0.zip(r1).map(|(a, b)| (b - a) / elapsed),
+        proxy_cpu: p0.zip(p1).map(|(a, b)| (b - a) / elapsed),
+    }
+}
+
+fn prefill(redis_port: u16, list: &str, stream: bool, n: usize) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", redis_port)).unwrap();
+    let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+    let batch = 1000;
+    let mut sent = 0;
+    let mut out = Vec::new();
+    let mut pending = 0usize;
+    for start in (0..n).step_by(batch) {
+        let ids: Vec<String> = (start..(start + batch).min(n)).map(|i| format!("msg-{list}-{i}")).collect();
+        if stream {
+            for id in &ids {
+                out.extend(cmd(&[b"XADD", list.as_bytes(), b"*", b"m", id.as_bytes()]));
+                pending += 1;
+            }
+        } else {
+            let mut args: Vec<&[u8]> = vec![b"LPUSH", list.as_bytes()];
+            args.extend(ids.iter().map(|s| s.as_bytes()));
+            out.extend(cmd(&args));
+            pending += 1;
+        }
+        sent += ids.len();
+        if out.len() > 256 * 1024 || sent == n {
+            s.write_all(&out).unwrap();
+            out.clear();
+            for _ in 0..pending {
+                read_line_reply(&mut reader);
+            }
+            pending = 0;
+        }
+    }
+}
+
+fn read_line_reply(r: &mut impl std::io::BufRead) -> String {
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    if l.starts_with('$') {
+        let n: i64 = l[1..].trim().parse().unwrap();
+        if n >= 0 {
+            let mut b = vec![0u8; n as usize + 2];
+            std::io::Read::read_exact(r, &mut b).unwrap();
+            return String::from_utf8_lossy(&b[..n as usize]).into_owned();
+        }
+    }
+    assert!(!l.starts_with('-'), "{l}");
+    l
+}
+
+fn sync_cmd(port: u16, args: &[&[u8]]) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&cmd(args)).unwrap();
+    read_line_reply(&mut std::io::BufReader::new(s))
+}
+
+fn main() {
+    // `cargo bench` passes --bench; nothing else to parse.
+    let secs: f64 = std::env::var("QUEUE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let conns: usize = std::env::var("QUEUE_BENCH_CONNS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let bin = std::env::var("ACKPROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ackproxy").to_string());
+
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_before = load_before.split(' ').take(3).collect::<Vec<_>>().join(" ");
+    let redis_port = free_port();
+    let dir = std::env::temp_dir().join(format!("ackproxy-bench-{redis_port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let redis = Proc(
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    wait_port(redis_port);
+    let cfg_path = dir.join("ackproxy.toml");
+    std::fs::write(&cfg_path, CONFIG).unwrap();
+    let proxy_port = free_port();
+    let proxy = Proc(
+        Command::new(&bin)
+            .args(["--listen", &format!("127.0.0.1:{proxy_port}")])
+            .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
+            .arg("--config")
+            .arg(&cfg_path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ackproxy binary"),
+    );
+    wait_port(proxy_port);
+
+    let config = Config::from_toml(CONFIG).unwrap();
+    let rules = Arc::new(Rules::new(&config.queues));
+    // Load the scripts for the direct mode (the proxy loads its own).
+    for s in [&scripts::POP, &scripts::ACK] {
+        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body.as_bytes()]);
+    }
+
+    // Enough for ~150k pairs/s over the measured time plus warm-up.
+    let fill = ((secs + 2.0) * 150_000.0) as usize;
+    let t = Instant::now();
+    prefill(redis_port, "bench_a", false, fill);
+    prefill(redis_port, "bench_b", false, fill);
+    prefill(redis_port, "stream_c", true, fill);
+    sync_cmd(redis_port, &[b"XGROUP", b"CREATE", b"stream_c", b"g", b"0"]);
+    eprintln!("pre-filled {fill} messages per mode in {:?}", t.elapsed());
+
+    let threads: usize = std::env::var("QUEUE_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap();
+    let redis_pid = redis.0.id();
+    let proxy_pid = proxy.0.id();
+    let runs = [
+        (Mode::Proxy, proxy_port, "bench_a", Some(proxy_pid)),
+        (Mode::Scripts, redis_port, "bench_b", None),
+        (Mode::Streams, redis_port, "stream_c", None),
+    ];
+    let mut results = Vec::new();
+    for (mode, port, queue, ppid) in runs {
+        let o = run_mode(&rt, mode, port, conns, secs, &rules, queue, redis_pid, ppid);
+        eprintln!("{}: {:.0} pairs/s", mode.label(), o.pairs_per_sec);
+        results.push((mode, o));
+    }
+
+    let direct = results[1].1.pairs_per_sec;
+    let streams = results[2].1.pairs_per_sec;
+    let pct = |x: Option<f64>| x.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into());
+    let mut table = String::new();
+    // CPU time per pair depends much less on other load than pairs/s does.
+    let per_pair = |x: Option<f64>, rate: f64| x.map(|v| format!("{:.1}", v * 1e6 / rate)).unwrap_or_else(|| "-".into());
+    table.push_str("| mode | pop+ack pairs/s | vs scripts direct | vs Streams | Redis CPU | Redis CPU µs/pair | proxy CPU | proxy CPU µs/pair |\n");
+    table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (mode, o) in &results {
+        table.push_str(&format!(
+            "| {} | {:.0} | {:.2}× | {:.2}× | {} | {} | {} | {} |\n",
+            mode.label(),
+            o.pairs_per_sec,
+            o.pairs_per_sec / direct,
+            o.pairs_per_sec / streams,
+            pct(o.redis_cpu),
+            per_pair(o.redis_cpu, o.pairs_per_sec),
+            pct(o.proxy_cpu),
+            per_pair(o.proxy_cpu, o.pairs_per_sec),
+        ));
+    }
+    println!("\n{table}");
+
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let redis_version = Command::new("redis-server").arg("--version").output().ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let when = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let section = format!(
+        "\n### Queue run, {when}\n\n\
+         Command: `cargo build --release && cargo bench --bench queue` \
+         ({conns} connections, one request in flight per connection, {secs} s measured per mode after 1 s warm-up, \
+         load generator on {threads} thread(s) of the same {cores}-core machine, load average before the run {load_before}; \
+         {redis_version}).\n\
+         Pairs: (a) `RPOP q` + `ACK q id` through ackproxy; (b) the proxy's POP and ACK scripts sent with EVALSHA \
+         straight to Redis with the same KEYS/ARGV; (c) `XREADGROUP GROUP g c COUNT 1 STREAMS s >` + `XACK`. \
+         CPU is utime+stime over the measured interval (100% = one core).\n\n{table}"
+    );
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/RESULTS.md");
+    let mut text = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmark results\n".to_string());
+    let heading = "\n## Queue\n";
+    if !text.contains(heading) {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(heading);
+        text.push_str("\nPop+ack pairs per second (`bench/queue_bench.rs`). Target: (a) ≥ 0.9× (b).\n");
+    }
+    // The new run goes at the end of the Queue section, before any later section.
+    let start = text.find(heading).unwrap() + heading.len();
+    let end = text[start..].find("\n## ").map(|i| start + i + 1).unwrap_or(text.len());
+    let mut run = section;
+    if end < text.len() {
+        run.push('\n');
+    }
+    text.insert_str(end, &run);
+    std::fs::write(&path, text).unwrap();
+    eprintln!("appended to {}", path.display());
+
+    drop(proxy);
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
