@@ -184,7 +184,7 @@ impl Queues {
         Intercept::Rewrite {
             request: call.request(full),
             transform: ScriptReply::boxed(call, move |v| {
-                pop.reply(&v).unwrap_or_else(|| pop.timeout_reply())
+                pop.reply(&v).unwrap_or_else(|| pop.multi_empty_reply())
             }),
         }
     }

@@ -309,14 +309,20 @@ impl Pop {
         Some(out.freeze())
     }
 
-    /// What a blocking form replies when its timeout passes (and, inside
-    /// MULTI, when there is nothing to pop).
+    /// What a blocking form replies when its timeout passes: a null array,
+    /// for the move forms too (Redis 7.0 answers every timed-out list pop so).
     pub fn timeout_reply(&self) -> Bytes {
         let mut out = BytesMut::new();
+        reply::null_array(&mut out, self.protocol);
+        out.freeze()
+    }
+
+    /// What a blocking form replies inside MULTI when there is nothing to
+    /// pop: Redis does not block there, and the move forms send a plain null.
+    pub fn multi_empty_reply(&self) -> Bytes {
+        let mut out = BytesMut::new();
         match self.form {
-            PopForm::BRPopLPush | PopForm::BLMove | PopForm::RPopLPush | PopForm::LMove => {
-                reply::null_bulk(&mut out, self.protocol)
-            }
+            PopForm::BRPopLPush | PopForm::BLMove => reply::null_bulk(&mut out, self.protocol),
             _ => reply::null_array(&mut out, self.protocol),
         }
         out.freeze()
