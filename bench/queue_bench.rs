@@ -43,7 +43,11 @@ pop_end = "right"
 // ------------------------------------------------------------- processes
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Proc(Child);
@@ -136,7 +140,11 @@ impl Conn {
     async fn connect(port: u16) -> Conn {
         let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         s.set_nodelay(true).unwrap();
-        Conn { s, buf: Vec::with_capacity(16 * 1024), start: 0 }
+        Conn {
+            s,
+            buf: Vec::with_capacity(16 * 1024),
+            start: 0,
+        }
     }
 
     async fn call(&mut self, req: &[u8]) -> R {
@@ -146,7 +154,9 @@ impl Conn {
 
     async fn read(&mut self) -> R {
         loop {
-            if let Some((v, used)) = parse(&self.buf[self.start..]).filter(|_| self.start < self.buf.len()) {
+            if let Some((v, used)) =
+                parse(&self.buf[self.start..]).filter(|_| self.start < self.buf.len())
+            {
                 self.start += used;
                 if self.start == self.buf.len() {
                     self.buf.clear();
@@ -196,7 +206,12 @@ fn pop_call(rules: &Rules, queue: &str) -> Call {
         buf.extend_from_slice(a);
         ranges.push(s..buf.len());
     }
-    match pop::parse(PopForm::Pop { left: false }, Args::new(&buf, &ranges), rules, 2) {
+    match pop::parse(
+        PopForm::Pop { left: false },
+        Args::new(&buf, &ranges),
+        rules,
+        2,
+    ) {
         Parsed::Pop(p) => p.call(),
         Parsed::Invalid => panic!("RPOP {queue} did not parse"),
     }
@@ -204,21 +219,43 @@ fn pop_call(rules: &Rules, queue: &str) -> Call {
 
 /// The proxy's ACK call (as `queue::commands::ack` builds it).
 fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
-    let q = rules.resolve(queue.as_bytes()).expect("bench queue is configured");
+    let q = rules
+        .resolve(queue.as_bytes())
+        .expect("bench queue is configured");
     let mut call = Call::new(&scripts::ACK);
     for k in q.key_group() {
         call = call.key(bytes::Bytes::copy_from_slice(k));
     }
-    call.arg(bytes::Bytes::copy_from_slice(id)).evalsha().to_vec()
+    call.arg(bytes::Bytes::copy_from_slice(id))
+        .evalsha()
+        .to_vec()
 }
 
-async fn worker(mode: Mode, port: u16, i: usize, rules: Arc<Rules>, queue: String, count: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+async fn worker(
+    mode: Mode,
+    port: u16,
+    i: usize,
+    rules: Arc<Rules>,
+    queue: String,
+    count: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) {
     let mut c = Conn::connect(port).await;
     let consumer = format!("c{i}");
     let pop_req = match mode {
         Mode::Proxy => cmd(&[b"RPOP", queue.as_bytes()]),
         Mode::Scripts => pop_call(&rules, &queue).evalsha().to_vec(),
-        Mode::Streams => cmd(&[b"XREADGROUP", b"GROUP", b"g", consumer.as_bytes(), b"COUNT", b"1", b"STREAMS", queue.as_bytes(), b">"]),
+        Mode::Streams => cmd(&[
+            b"XREADGROUP",
+            b"GROUP",
+            b"g",
+            consumer.as_bytes(),
+            b"COUNT",
+            b"1",
+            b"STREAMS",
+            queue.as_bytes(),
+            b">",
+        ]),
     };
     while !stop.load(Ordering::Relaxed) {
         let r = c.call(&pop_req).await;
@@ -229,14 +266,22 @@ async fn worker(mode: Mode, port: u16, i: usize, rules: Arc<Rules>, queue: Strin
                 other => panic!("POP script value {other:?}"),
             },
             (Mode::Streams, R::Arr(streams)) => {
-                let R::Arr(s) = &streams[0] else { panic!("{streams:?}") };
-                let R::Arr(entries) = &s[1] else { panic!("{s:?}") };
-                let R::Arr(e) = &entries[0] else { panic!("{entries:?}") };
+                let R::Arr(s) = &streams[0] else {
+                    panic!("{streams:?}")
+                };
+                let R::Arr(entries) = &s[1] else {
+                    panic!("{s:?}")
+                };
+                let R::Arr(e) = &entries[0] else {
+                    panic!("{entries:?}")
+                };
                 let R::Bulk(id) = &e[0] else { panic!("{e:?}") };
                 (cmd(&[b"XACK", queue.as_bytes(), b"g", id]), 1)
             }
             (_, R::Nil) => panic!("{}: queue ran dry; pre-fill more", mode.label()),
-            (_, R::Arr(a)) if a.is_empty() => panic!("{}: queue ran dry; pre-fill more", mode.label()),
+            (_, R::Arr(a)) if a.is_empty() => {
+                panic!("{}: queue ran dry; pre-fill more", mode.label())
+            }
             (_, other) => panic!("{}: pop reply {other:?}", mode.label()),
         };
         match c.call(&ack_req).await {
@@ -268,7 +313,17 @@ fn run_mode(
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..conns)
-        .map(|i| rt.spawn(worker(mode, port, i, rules.clone(), queue.to_string(), count.clone(), stop.clone())))
+        .map(|i| {
+            rt.spawn(worker(
+                mode,
+                port,
+                i,
+                rules.clone(),
+                queue.to_string(),
+                count.clone(),
+                stop.clone(),
+            ))
+        })
         .collect();
     std::thread::sleep(Duration::from_secs(1)); // warm-up
     let c0 = count.load(Ordering::Relaxed);
@@ -301,7 +356,9 @@ fn prefill(redis_port: u16, list: &str, stream: bool, n: usize) {
     let mut out = Vec::new();
     let mut pending = 0usize;
     for start in (0..n).step_by(batch) {
-        let ids: Vec<String> = (start..(start + batch).min(n)).map(|i| format!("msg-{list}-{i}")).collect();
+        let ids: Vec<String> = (start..(start + batch).min(n))
+            .map(|i| format!("msg-{list}-{i}"))
+            .collect();
         if stream {
             for id in &ids {
                 out.extend(cmd(&[b"XADD", list.as_bytes(), b"*", b"m", id.as_bytes()]));
@@ -348,9 +405,16 @@ fn sync_cmd(port: u16, args: &[&[u8]]) -> String {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else to parse.
-    let secs: f64 = std::env::var("QUEUE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let conns: usize = std::env::var("QUEUE_BENCH_CONNS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let bin = std::env::var("ACKPROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ackproxy").to_string());
+    let secs: f64 = std::env::var("QUEUE_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let conns: usize = std::env::var("QUEUE_BENCH_CONNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let bin = std::env::var("ACKPROXY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ackproxy").to_string());
 
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load_before = load_before.split(' ').take(3).collect::<Vec<_>>().join(" ");
@@ -359,7 +423,16 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let redis = Proc(
         Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(&dir)
             .stdout(Stdio::null())
@@ -399,8 +472,15 @@ fn main() {
     sync_cmd(redis_port, &[b"XGROUP", b"CREATE", b"stream_c", b"g", b"0"]);
     eprintln!("pre-filled {fill} messages per mode in {:?}", t.elapsed());
 
-    let threads: usize = std::env::var("QUEUE_BENCH_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap();
+    let threads: usize = std::env::var("QUEUE_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap();
     let redis_pid = redis.0.id();
     let proxy_pid = proxy.0.id();
     let runs = [
@@ -417,10 +497,16 @@ fn main() {
 
     let direct = results[1].1.pairs_per_sec;
     let streams = results[2].1.pairs_per_sec;
-    let pct = |x: Option<f64>| x.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "-".into());
+    let pct = |x: Option<f64>| {
+        x.map(|v| format!("{:.0}%", v * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
     let mut table = String::new();
     // CPU time per pair depends much less on other load than pairs/s does.
-    let per_pair = |x: Option<f64>, rate: f64| x.map(|v| format!("{:.1}", v * 1e6 / rate)).unwrap_or_else(|| "-".into());
+    let per_pair = |x: Option<f64>, rate: f64| {
+        x.map(|v| format!("{:.1}", v * 1e6 / rate))
+            .unwrap_or_else(|| "-".into())
+    };
     table.push_str("| mode | pop+ack pairs/s | vs scripts direct | vs Streams | Redis CPU | Redis CPU µs/pair | proxy CPU | proxy CPU µs/pair |\n");
     table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (mode, o) in &results {
@@ -438,11 +524,21 @@ fn main() {
     }
     println!("\n{table}");
 
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let redis_version = Command::new("redis-server").arg("--version").output().ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    let when = Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let redis_version = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let when = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     let section = format!(
         "\n### Queue run, {when}\n\n\
          Command: `cargo build --release && cargo bench --bench queue` \
@@ -454,18 +550,24 @@ fn main() {
          CPU is utime+stime over the measured interval (100% = one core).\n\n{table}"
     );
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/RESULTS.md");
-    let mut text = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmark results\n".to_string());
+    let mut text =
+        std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmark results\n".to_string());
     let heading = "\n## Queue\n";
     if !text.contains(heading) {
         if !text.ends_with('\n') {
             text.push('\n');
         }
         text.push_str(heading);
-        text.push_str("\nPop+ack pairs per second (`bench/queue_bench.rs`). Target: (a) ≥ 0.9× (b).\n");
+        text.push_str(
+            "\nPop+ack pairs per second (`bench/queue_bench.rs`). Target: (a) ≥ 0.9× (b).\n",
+        );
     }
     // The new run goes at the end of the Queue section, before any later section.
     let start = text.find(heading).unwrap() + heading.len();
-    let end = text[start..].find("\n## ").map(|i| start + i + 1).unwrap_or(text.len());
+    let end = text[start..]
+        .find("\n## ")
+        .map(|i| start + i + 1)
+        .unwrap_or(text.len());
     let mut run = section;
     if end < text.len() {
         run.push('\n');

@@ -34,7 +34,7 @@ pub struct Cli {
     /// Give every client its own upstream connection (no multiplexing).
     #[arg(long, env = "ACKPROXY_DEDICATED_PER_CLIENT")]
     pub dedicated_per_client: bool,
-    /// Worker threads (default: number of cores).
+    /// Worker threads (default 1: best batching, leaves cores to Redis).
     #[arg(long, env = "ACKPROXY_THREADS")]
     pub threads: Option<usize>,
     /// Prometheus endpoint address, e.g. 127.0.0.1:9121.

@@ -41,10 +41,17 @@ fn main() {
         return;
     }
     init_logging(config.log_format);
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = config.threads {
-        rt.worker_threads(n.max(1));
-    }
+    // One thread by default: it batches best (clients' requests gather into
+    // one upstream write) and leaves the other cores to Redis; see
+    // bench/RESULTS.md for the measurements behind this.
+    let threads = config.threads.unwrap_or(1).max(1);
+    let mut rt = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
     let rt = rt.enable_all().build().expect("tokio runtime");
     if let Err(e) = rt.block_on(ackproxy::app::run(config)) {
         eprintln!("ackproxy: {e}");

@@ -87,7 +87,10 @@ fn consumer_process() {
         return;
     };
     let ports: Vec<u16> = ports.split(',').map(|p| p.parse().unwrap()).collect();
-    let index: usize = std::env::var("ACKPROXY_CONSUMER_INDEX").unwrap().parse().unwrap();
+    let index: usize = std::env::var("ACKPROXY_CONSUMER_INDEX")
+        .unwrap()
+        .parse()
+        .unwrap();
     let state = PathBuf::from(std::env::var("ACKPROXY_CONSUMER_STATE").unwrap());
     let mut which = index;
     loop {
@@ -145,7 +148,11 @@ impl Consumers {
         std::fs::create_dir_all(&dir).unwrap();
         let mut c = Consumers {
             children: Vec::new(),
-            ports: ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+            ports: ports
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             dir,
         };
         for i in 0..n {
@@ -216,7 +223,9 @@ fn all_keys(c: &mut Client) -> Vec<String> {
 
 fn push_messages(c: &mut Client, from: usize, to: usize) {
     for chunk_start in (from..to).step_by(1000) {
-        let ids: Vec<String> = (chunk_start..to.min(chunk_start + 1000)).map(|i| format!("m{i}")).collect();
+        let ids: Vec<String> = (chunk_start..to.min(chunk_start + 1000))
+            .map(|i| format!("m{i}"))
+            .collect();
         let mut args = vec!["LPUSH", "q"];
         args.extend(ids.iter().map(|s| s.as_str()));
         assert!(matches!(c.cmd(&args), Value::Int(_)));
@@ -230,7 +239,9 @@ fn deliveries(c: &mut Client) -> (i64, i64) {
     let mut cursor = "0".to_string();
     loop {
         let v = c.cmd(&["HSCAN", "deliveries", &cursor, "COUNT", "1000"]);
-        let Value::Array(parts) = v else { panic!("HSCAN: {v:?}") };
+        let Value::Array(parts) = v else {
+            panic!("HSCAN: {v:?}")
+        };
         cursor = match &parts[0] {
             Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
             other => panic!("{other:?}"),
@@ -263,7 +274,11 @@ fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<St
     let deadline = Instant::now() + within;
     loop {
         let k = all_keys(direct);
-        let extra: Vec<String> = k.iter().filter(|k| !allowed.contains(&k.as_str())).cloned().collect();
+        let extra: Vec<String> = k
+            .iter()
+            .filter(|k| !allowed.contains(&k.as_str()))
+            .cloned()
+            .collect();
         if extra.is_empty() || Instant::now() > deadline {
             return extra;
         }
@@ -273,7 +288,9 @@ fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<St
 
 #[test]
 fn consumers_and_proxy_killed() {
-    let long = std::env::var("ACKPROXY_LONG_FAULT").map(|v| v == "1").unwrap_or(false);
+    let long = std::env::var("ACKPROXY_LONG_FAULT")
+        .map(|v| v == "1")
+        .unwrap_or(false);
     let n: usize = if long { 100_000 } else { 5_000 };
     const CONSUMERS: usize = 20;
     const ROUNDS: usize = 25;
@@ -296,10 +313,18 @@ fn consumers_and_proxy_killed() {
     let per_round = n / ROUNDS;
     let mut pushed = 0usize;
     for round in 0..ROUNDS {
-        let upto = if round == ROUNDS - 1 { n } else { pushed + per_round };
+        let upto = if round == ROUNDS - 1 {
+            n
+        } else {
+            pushed + per_round
+        };
         push_messages(&mut direct, pushed, upto);
         pushed = upto;
-        let pause = if long { 400 + rng.below(800) } else { 30 + rng.below(120) };
+        let pause = if long {
+            400 + rng.below(800)
+        } else {
+            30 + rng.below(120)
+        };
         thread::sleep(Duration::from_millis(pause));
         let victim = rng.below(CONSUMERS as u64) as usize;
         consumers.kill_and_respawn(victim);
@@ -313,15 +338,29 @@ fn consumers_and_proxy_killed() {
         }
     }
     let done_at_end_of_kills = int(&direct.cmd(&["SCARD", "done"]));
-    println!("kills finished after {:?}; {done_at_end_of_kills}/{n} done", started.elapsed());
+    println!(
+        "kills finished after {:?}; {done_at_end_of_kills}/{n} done",
+        started.elapsed()
+    );
 
-    let budget = if long { Duration::from_secs(600) } else { Duration::from_secs(40) };
+    let budget = if long {
+        Duration::from_secs(600)
+    } else {
+        Duration::from_secs(40)
+    };
     let done = wait_done(&mut direct, n, budget);
     // Copies redelivered after a kill may still be in the list or leased
     // although their id is done: the consumers drain them (lease 1 s).
-    let extra = wait_clean(&mut direct, &["done", "deliveries"], Duration::from_secs(15));
+    let extra = wait_clean(
+        &mut direct,
+        &["done", "deliveries"],
+        Duration::from_secs(15),
+    );
     if !extra.is_empty() {
-        println!("left while consumers still run: {extra:?}; q = {:?}", direct.cmd(&["LRANGE", "q", "0", "20"]));
+        println!(
+            "left while consumers still run: {extra:?}; q = {:?}",
+            direct.cmd(&["LRANGE", "q", "0", "20"])
+        );
     }
     drop(consumers);
     let elapsed = started.elapsed();
@@ -393,7 +432,8 @@ fn redis_killed_and_restarted_with_aof() {
             let pport = proxy.port;
             thread::spawn(move || {
                 let mut errors = 0u64;
-                let dummy = std::env::temp_dir().join(format!("ackproxy-aof-worker-{}", free_port()));
+                let dummy =
+                    std::env::temp_dir().join(format!("ackproxy-aof-worker-{}", free_port()));
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     // consume() returns on the first error (Redis down): retry.
                     if consume_until(pport, &dummy, &stop).is_err() {
@@ -426,7 +466,10 @@ fn redis_killed_and_restarted_with_aof() {
     thread::sleep(Duration::from_millis(500));
     let redis = Redis::start_on(port, dir, &aof);
     let mut direct = redis.client();
-    println!("Redis restarted; {} done after AOF replay", int(&direct.cmd(&["SCARD", "done"])));
+    println!(
+        "Redis restarted; {} done after AOF replay",
+        int(&direct.cmd(&["SCARD", "done"]))
+    );
 
     producer.join().unwrap();
     watcher_deadline = Instant::now() + Duration::from_secs(40);
@@ -437,9 +480,16 @@ fn redis_killed_and_restarted_with_aof() {
         }
         thread::sleep(Duration::from_millis(100));
     };
-    let extra = wait_clean(&mut direct, &["done", "deliveries"], Duration::from_secs(15));
+    let extra = wait_clean(
+        &mut direct,
+        &["done", "deliveries"],
+        Duration::from_secs(15),
+    );
     if !extra.is_empty() {
-        println!("left while workers still run: {extra:?}; q = {:?}", direct.cmd(&["LRANGE", "q", "0", "20"]));
+        println!(
+            "left while workers still run: {extra:?}; q = {:?}",
+            direct.cmd(&["LRANGE", "q", "0", "20"])
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let errors: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
@@ -460,8 +510,15 @@ fn redis_killed_and_restarted_with_aof() {
                 .collect(),
             _ => HashSet::new(),
         };
-        let missing: Vec<String> = (0..N).map(|i| format!("m{i}")).filter(|m| !members.contains(m)).take(20).collect();
-        println!("missing (first 20): {missing:?}; keys: {:?}", all_keys(&mut direct));
+        let missing: Vec<String> = (0..N)
+            .map(|i| format!("m{i}"))
+            .filter(|m| !members.contains(m))
+            .take(20)
+            .collect();
+        println!(
+            "missing (first 20): {missing:?}; keys: {:?}",
+            all_keys(&mut direct)
+        );
     }
     drop(proxy);
     assert_eq!(done, N, "every message done after the Redis crash");
@@ -469,7 +526,11 @@ fn redis_killed_and_restarted_with_aof() {
 }
 
 /// Like [`consume`], but returns when `stop` is set.
-fn consume_until(port: u16, state: &Path, stop: &std::sync::atomic::AtomicBool) -> std::io::Result<()> {
+fn consume_until(
+    port: u16,
+    state: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
     let mut c = Client::try_connect(port)?;
     c.set_read_timeout(Some(Duration::from_secs(10)));
     std::fs::write(state, port.to_string())?;

@@ -85,10 +85,16 @@ fn as_str(v: &Value) -> String {
 fn as_int(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
-        Value::Bulk(b) => String::from_utf8_lossy(b).parse().unwrap_or_else(|_| panic!("not an integer: {v:?}")),
-        Value::Simple(s) => s.parse().unwrap_or_else(|_| panic!("not an integer: {v:?}")),
+        Value::Bulk(b) => String::from_utf8_lossy(b)
+            .parse()
+            .unwrap_or_else(|_| panic!("not an integer: {v:?}")),
+        Value::Simple(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("not an integer: {v:?}")),
         Value::Other(raw) if raw.first() == Some(&b',') => {
-            String::from_utf8_lossy(&raw[1..raw.len() - 2]).parse::<f64>().unwrap() as i64
+            String::from_utf8_lossy(&raw[1..raw.len() - 2])
+                .parse::<f64>()
+                .unwrap() as i64
         }
         other => panic!("not an integer: {other:?}"),
     }
@@ -117,7 +123,10 @@ fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
 
 fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
     let i = info(p, q);
-    as_int(i.get(field).unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")))
+    as_int(
+        i.get(field)
+            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
+    )
 }
 
 fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
@@ -153,7 +162,10 @@ fn assert_no_aux_keys(direct: &mut Client, within: Duration) {
         if k.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "auxiliary keys left behind: {k:?}");
+        assert!(
+            Instant::now() < deadline,
+            "auxiliary keys left behind: {k:?}"
+        );
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -205,8 +217,16 @@ fn cases() -> Vec<Case> {
         c!([FILL, "RPUSH {x} x1 x2"], "BRPOP {x} {q} 0", [("{q}", 0)]),
         c!([FILL, "RPUSH {x} x1 x2"], "BLPOP {x} {q} 0", [("{q}", 0)]),
         c!([FILL], "BLPOP {x} {x2} {q} 0", [("{q}", 1)]),
-        c!(["RPUSH {q2} m n"], "BRPOP {q} {q2} 0", [("{q}", 0), ("{q2}", 1)]),
-        c!(["RPUSH {q2} m n"], "BLPOP {x} {q} {q2} {x2} 0", [("{q}", 0), ("{q2}", 1)]),
+        c!(
+            ["RPUSH {q2} m n"],
+            "BRPOP {q} {q2} 0",
+            [("{q}", 0), ("{q2}", 1)]
+        ),
+        c!(
+            ["RPUSH {q2} m n"],
+            "BLPOP {x} {q} {q2} {x2} 0",
+            [("{q}", 0), ("{q2}", 1)]
+        ),
         c!([], "BRPOP {q} 0.1", [("{q}", 0)]),
         c!([], "BLPOP {x} {q} 0.1", [("{q}", 0)]),
         // move forms
@@ -215,12 +235,32 @@ fn cases() -> Vec<Case> {
         c!([], "RPOPLPUSH {q} {d}", [("{q}", 0)]),
         c!([FILL], "BRPOPLPUSH {q} {d} 0", [("{q}", 1)]),
         c!([], "BRPOPLPUSH {q} {d} 0.1", [("{q}", 0)]),
-        c!([FILL, "RPUSH {d} z"], "LMOVE {q} {d} LEFT RIGHT", [("{q}", 1)]),
-        c!([FILL, "RPUSH {d} z"], "LMOVE {q} {d} RIGHT LEFT", [("{q}", 1)]),
-        c!([FILL, "RPUSH {d} z"], "LMOVE {q} {d} LEFT LEFT", [("{q}", 1)]),
-        c!([FILL, "RPUSH {d} z"], "LMOVE {q} {d} RIGHT RIGHT", [("{q}", 1)]),
+        c!(
+            [FILL, "RPUSH {d} z"],
+            "LMOVE {q} {d} LEFT RIGHT",
+            [("{q}", 1)]
+        ),
+        c!(
+            [FILL, "RPUSH {d} z"],
+            "LMOVE {q} {d} RIGHT LEFT",
+            [("{q}", 1)]
+        ),
+        c!(
+            [FILL, "RPUSH {d} z"],
+            "LMOVE {q} {d} LEFT LEFT",
+            [("{q}", 1)]
+        ),
+        c!(
+            [FILL, "RPUSH {d} z"],
+            "LMOVE {q} {d} RIGHT RIGHT",
+            [("{q}", 1)]
+        ),
         c!([], "LMOVE {q} {d} LEFT RIGHT", [("{q}", 0)]),
-        c!([FILL, "RPUSH {d} z"], "BLMOVE {q} {d} RIGHT LEFT 0", [("{q}", 1)]),
+        c!(
+            [FILL, "RPUSH {d} z"],
+            "BLMOVE {q} {d} RIGHT LEFT 0",
+            [("{q}", 1)]
+        ),
         c!([FILL], "BLMOVE {q} {d} LEFT RIGHT 0.5", [("{q}", 1)]),
         c!([], "BLMOVE {q} {d} RIGHT LEFT 0.1", [("{q}", 0)]),
         // LMPOP / BLMPOP
@@ -228,9 +268,21 @@ fn cases() -> Vec<Case> {
         c!([FILL], "LMPOP 1 {q} RIGHT COUNT 3", [("{q}", 3)]),
         c!([FILL], "LMPOP 1 {q} LEFT COUNT 10", [("{q}", 5)]),
         c!([FILL], "LMPOP 2 {x} {q} RIGHT COUNT 2", [("{q}", 2)]),
-        c!([FILL, "RPUSH {x} x1 x2"], "LMPOP 2 {x} {q} LEFT", [("{q}", 0)]),
-        c!([FILL, "RPUSH {x} x1 x2"], "LMPOP 2 {q} {x} LEFT COUNT 2", [("{q}", 2)]),
-        c!(["RPUSH {q2} m n"], "LMPOP 3 {q} {x} {q2} RIGHT COUNT 5", [("{q}", 0), ("{q2}", 2)]),
+        c!(
+            [FILL, "RPUSH {x} x1 x2"],
+            "LMPOP 2 {x} {q} LEFT",
+            [("{q}", 0)]
+        ),
+        c!(
+            [FILL, "RPUSH {x} x1 x2"],
+            "LMPOP 2 {q} {x} LEFT COUNT 2",
+            [("{q}", 2)]
+        ),
+        c!(
+            ["RPUSH {q2} m n"],
+            "LMPOP 3 {q} {x} {q2} RIGHT COUNT 5",
+            [("{q}", 0), ("{q2}", 2)]
+        ),
         c!([], "LMPOP 1 {q} LEFT", [("{q}", 0)]),
         c!([FILL], "BLMPOP 0 1 {q} LEFT", [("{q}", 1)]),
         c!([FILL], "BLMPOP 0 2 {x} {q} RIGHT COUNT 2", [("{q}", 2)]),
@@ -286,7 +338,8 @@ fn try_raw(c: &mut Client, args: &[&str]) -> Result<Vec<u8>, String> {
     use std::io::Write;
     let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
     let mut s: &std::net::TcpStream = c.stream();
-    s.write_all(&Client::encode(&a)).map_err(|e| format!("write: {e}"))?;
+    s.write_all(&Client::encode(&a))
+        .map_err(|e| format!("write: {e}"))?;
     c.try_read_raw().map_err(|e| format!("no reply ({e})"))
 }
 
@@ -334,7 +387,10 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
         let got = match got {
             Ok(g) => g,
             Err(e) => {
-                failures.push(format!("[{proto}] {cmd}\n    expected: {}\n    got:      {e}", show(&want)));
+                failures.push(format!(
+                    "[{proto}] {cmd}\n    expected: {}\n    got:      {e}",
+                    show(&want)
+                ));
                 px = connect();
                 continue;
             }
@@ -360,7 +416,8 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
         // much later than Redis's (which checks timeouts at `hz` 10, so may
         // itself be up to 100 ms late).
         if took_plain >= Duration::from_millis(95)
-            && (took_proxy < Duration::from_millis(95) || took_proxy > took_plain + Duration::from_millis(150))
+            && (took_proxy < Duration::from_millis(95)
+                || took_proxy > took_plain + Duration::from_millis(150))
         {
             failures.push(format!(
                 "[{proto}] {cmd}: timeout took {took_proxy:?} through the proxy, {took_plain:?} on Redis"
@@ -371,14 +428,20 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
             let a = behind.raw(&["TYPE", &key]);
             let b = plain.raw(&["TYPE", &key]);
             if a != b {
-                failures.push(format!("[{proto}] after {cmd}: TYPE {key}: expected {} got {}", show(&b), show(&a)));
+                failures.push(format!(
+                    "[{proto}] after {cmd}: TYPE {key}: expected {} got {}",
+                    show(&b),
+                    show(&a)
+                ));
                 continue;
             }
             if a.starts_with(b"+list") {
                 let a = lrange(&mut behind, &key);
                 let b = lrange(&mut plain, &key);
                 if a != b {
-                    failures.push(format!("[{proto}] after {cmd}: LRANGE {key}: expected {b:?} got {a:?}"));
+                    failures.push(format!(
+                        "[{proto}] after {cmd}: LRANGE {key}: expected {b:?} got {a:?}"
+                    ));
                 }
             }
         }
@@ -392,7 +455,9 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
                 }
             };
             let leased = match &reply {
-                Value::Array(items) if items.len() % 2 == 0 => fields(&reply).get("leased").map(as_int),
+                Value::Array(items) if items.len() % 2 == 0 => {
+                    fields(&reply).get("leased").map(as_int)
+                }
                 _ => None,
             };
             if leased != Some(*n) {
@@ -421,7 +486,11 @@ fn report(failures: Vec<String>) {
         for f in &failures {
             eprintln!("{f}");
         }
-        panic!("{} differences from Redis:\n{}", failures.len(), failures.join("\n"));
+        panic!(
+            "{} differences from Redis:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 }
 
@@ -452,7 +521,13 @@ fn leases_fields() {
     let ls = leases(&proxy, "qf");
     assert_eq!(ls.len(), 1, "{ls:?}");
     let l = &ls[0];
-    for f in ["id", "payload", "deliveries", "expires-in-ms", "destination"] {
+    for f in [
+        "id",
+        "payload",
+        "deliveries",
+        "expires-in-ms",
+        "destination",
+    ] {
         assert!(l.contains_key(f), "lease has no {f:?}: {l:?}");
     }
     assert_eq!(as_str(&l["id"]), "m1");
@@ -485,7 +560,14 @@ fn leases_fields() {
 
     // COUNT limits the listing.
     c.cmd(&["LPUSH", "qf", "m2", "m3", "m4"]);
-    assert_eq!(c.cmd(&["RPOP", "qf", "3"]), Value::Array(vec![Value::bulk("m2"), Value::bulk("m3"), Value::bulk("m4")]));
+    assert_eq!(
+        c.cmd(&["RPOP", "qf", "3"]),
+        Value::Array(vec![
+            Value::bulk("m2"),
+            Value::bulk("m3"),
+            Value::bulk("m4")
+        ])
+    );
     match c.cmd(&["QUEUE", "LEASES", "qf", "COUNT", "2"]) {
         Value::Array(items) => assert_eq!(items.len(), 2),
         other => panic!("QUEUE LEASES qf COUNT 2: {other:?}"),
@@ -496,12 +578,22 @@ fn leases_fields() {
     let mut c3 = proxy.client();
     hello3(&mut c3);
     let raw = c3.raw(&["QUEUE", "INFO", "qf"]);
-    assert_eq!(raw[0], b'%', "QUEUE INFO in RESP3 should be a map: {}", show(&raw));
+    assert_eq!(
+        raw[0],
+        b'%',
+        "QUEUE INFO in RESP3 should be a map: {}",
+        show(&raw)
+    );
     let raw = c3.raw(&["QUEUE", "LEASES", "qf"]);
     assert_eq!(raw[0], b'*', "QUEUE LEASES in RESP3: {}", show(&raw));
     let (v, _) = decode(&raw);
     let after_header = raw.iter().position(|&b| b == b'\n').unwrap() + 1;
-    assert_eq!(raw[after_header], b'%', "each lease in RESP3 should be a map: {}", show(&raw));
+    assert_eq!(
+        raw[after_header],
+        b'%',
+        "each lease in RESP3 should be a map: {}",
+        show(&raw)
+    );
     match v {
         Value::Array(items) => assert_eq!(items.len(), 4),
         other => panic!("{other:?}"),
@@ -597,15 +689,39 @@ fn synthetic_command_errors() {
     check(&mut c, &["NACK", "plain", "x"], nomatch("plain"));
     check(&mut c, &["QUEUE", "INFO", "plain"], nomatch("plain"));
     check(&mut c, &["QUEUE", "LEASES", "plain"], nomatch("plain"));
-    check(&mut c, &["QUEUE", "EXTEND", "plain", "x", "100"], nomatch("plain"));
-    check(&mut c, &["ACK", "q"], "-ERR wrong number of arguments for 'ack' command\r\n".into());
-    check(&mut c, &["ACK"], "-ERR wrong number of arguments for 'ack' command\r\n".into());
-    check(&mut c, &["ack", "q"], "-ERR wrong number of arguments for 'ack' command\r\n".into());
-    check(&mut c, &["NACK", "q"], "-ERR wrong number of arguments for 'nack' command\r\n".into());
+    check(
+        &mut c,
+        &["QUEUE", "EXTEND", "plain", "x", "100"],
+        nomatch("plain"),
+    );
+    check(
+        &mut c,
+        &["ACK", "q"],
+        "-ERR wrong number of arguments for 'ack' command\r\n".into(),
+    );
+    check(
+        &mut c,
+        &["ACK"],
+        "-ERR wrong number of arguments for 'ack' command\r\n".into(),
+    );
+    check(
+        &mut c,
+        &["ack", "q"],
+        "-ERR wrong number of arguments for 'ack' command\r\n".into(),
+    );
+    check(
+        &mut c,
+        &["NACK", "q"],
+        "-ERR wrong number of arguments for 'nack' command\r\n".into(),
+    );
     check(&mut c, &["ACK", "q", "unknown"], ":0\r\n".into());
     check(&mut c, &["ACK", "q", "u1", "u2", "u3"], ":0\r\n".into());
     check(&mut c, &["NACK", "q", "unknown"], ":0\r\n".into());
-    check(&mut c, &["QUEUE", "EXTEND", "q", "unknown", "1000"], ":0\r\n".into());
+    check(
+        &mut c,
+        &["QUEUE", "EXTEND", "q", "unknown", "1000"],
+        ":0\r\n".into(),
+    );
     // The connection still works after all that.
     check(&mut c, &["PING"], "+PONG\r\n".into());
     report(failures);
@@ -614,7 +730,10 @@ fn synthetic_command_errors() {
         Value::Array(lines) => {
             assert!(!lines.is_empty());
             for l in &lines {
-                assert!(matches!(l, Value::Simple(_)), "QUEUE HELP line is not a status: {l:?}");
+                assert!(
+                    matches!(l, Value::Simple(_)),
+                    "QUEUE HELP line is not a status: {l:?}"
+                );
             }
         }
         other => panic!("QUEUE HELP: {other:?}"),
@@ -660,17 +779,33 @@ fn acked_message_is_gone_without_aux_keys() {
     c.cmd(&["LPUSH", "q", "m1", "m2", "m3"]);
     assert_eq!(
         c.cmd(&["RPOP", "q", "3"]),
-        Value::Array(vec![Value::bulk("m1"), Value::bulk("m2"), Value::bulk("m3")])
+        Value::Array(vec![
+            Value::bulk("m1"),
+            Value::bulk("m2"),
+            Value::bulk("m3")
+        ])
     );
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
-    assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(0), "second ACK is idempotent");
+    assert_eq!(
+        c.cmd(&["ACK", "q", "m1"]),
+        Value::Int(0),
+        "second ACK is idempotent"
+    );
     assert_eq!(c.cmd(&["ACK", "q", "m2", "m3", "nope"]), Value::Int(2));
     assert_eq!(info_int(&proxy, "q", "leased"), 0);
     thread::sleep(EXPIRE_WAIT);
-    assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil, "an acked message came back");
+    assert_eq!(
+        c.cmd(&["RPOP", "q"]),
+        Value::Nil,
+        "an acked message came back"
+    );
     assert_eq!(info_int(&proxy, "q", "ready"), 0);
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
-    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new(), "keys left after everything was acked");
+    assert_eq!(
+        keys(&mut redis.client(), "*"),
+        Vec::<String>::new(),
+        "keys left after everything was acked"
+    );
 }
 
 #[test]
@@ -718,10 +853,16 @@ fn extend_keeps_the_lease() {
     c.cmd(&["LPUSH", "q", "job"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("job"));
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(c.cmd(&["QUEUE", "EXTEND", "q", "job", "1500"]), Value::Int(1));
+    assert_eq!(
+        c.cmd(&["QUEUE", "EXTEND", "q", "job", "1500"]),
+        Value::Int(1)
+    );
     let ls = leases(&proxy, "q");
     let exp = as_int(&ls[0]["expires-in-ms"]);
-    assert!(exp > 1_000 && exp <= 1_500, "expires-in-ms after EXTEND: {exp}");
+    assert!(
+        exp > 1_000 && exp <= 1_500,
+        "expires-in-ms after EXTEND: {exp}"
+    );
     thread::sleep(EXPIRE_WAIT); // well past the original 200 ms deadline
     assert_eq!(info_int(&proxy, "q", "leased"), 1);
     assert_eq!(info_int(&proxy, "q", "ready"), 0);
@@ -780,7 +921,11 @@ fn json_ack_id() {
     let ls = leases(&proxy, "jobs");
     assert_eq!(as_str(&ls[0]["id"]), "7");
     assert_eq!(as_str(&ls[0]["payload"]), m);
-    assert_eq!(c.cmd(&["ACK", "jobs", m]), Value::Int(0), "payload is not the id in json mode");
+    assert_eq!(
+        c.cmd(&["ACK", "jobs", m]),
+        Value::Int(0),
+        "payload is not the id in json mode"
+    );
     assert_eq!(c.cmd(&["ACK", "jobs", "7"]), Value::Int(1));
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::Nil);
@@ -793,13 +938,24 @@ fn lrem_on_destination_acks_move_forms() {
     let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "task"]);
-    assert_eq!(c.cmd(&["BRPOPLPUSH", "q", "doing", "0"]), Value::bulk("task"));
+    assert_eq!(
+        c.cmd(&["BRPOPLPUSH", "q", "doing", "0"]),
+        Value::bulk("task")
+    );
     assert_eq!(lrange(&mut c, "doing"), vec!["task"]);
     assert_eq!(info_int(&proxy, "q", "leased"), 1);
     assert_eq!(c.cmd(&["LREM", "doing", "1", "task"]), Value::Int(1));
-    assert_eq!(info_int(&proxy, "q", "leased"), 0, "LREM on the destination should release the lease");
+    assert_eq!(
+        info_int(&proxy, "q", "leased"),
+        0,
+        "LREM on the destination should release the lease"
+    );
     thread::sleep(EXPIRE_WAIT);
-    assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil, "message redelivered after LREM");
+    assert_eq!(
+        c.cmd(&["RPOP", "q"]),
+        Value::Nil,
+        "message redelivered after LREM"
+    );
     assert_eq!(lrange(&mut c, "doing"), Vec::<String>::new());
     let mut direct = redis.client();
     assert_no_aux_keys(&mut direct, Duration::from_secs(2));
@@ -807,7 +963,10 @@ fn lrem_on_destination_acks_move_forms() {
 
     // LMOVE too.
     c.cmd(&["LPUSH", "q", "t2"]);
-    assert_eq!(c.cmd(&["LMOVE", "q", "doing2", "RIGHT", "LEFT"]), Value::bulk("t2"));
+    assert_eq!(
+        c.cmd(&["LMOVE", "q", "doing2", "RIGHT", "LEFT"]),
+        Value::bulk("t2")
+    );
     assert_eq!(c.cmd(&["LREM", "doing2", "0", "t2"]), Value::Int(1));
     assert_eq!(info_int(&proxy, "q", "leased"), 0);
     thread::sleep(EXPIRE_WAIT);
@@ -826,7 +985,11 @@ fn expired_move_lease_cleans_destination() {
     assert_eq!(lrange(&mut c, "doing"), vec!["task", "other"]);
     thread::sleep(EXPIRE_WAIT);
     let mut direct = redis.client();
-    assert_eq!(lrange(&mut direct, "doing"), vec!["other"], "stale copy left in the destination");
+    assert_eq!(
+        lrange(&mut direct, "doing"),
+        vec!["other"],
+        "stale copy left in the destination"
+    );
     assert_eq!(lrange(&mut direct, "q"), vec!["task"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "q", "doing"]), Value::bulk("task"));
     let ls = leases(&proxy, "q");
@@ -872,7 +1035,11 @@ fn late_ack_prevents_redelivery_blocking_pop() {
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
     thread::sleep(EXPIRE_WAIT);
     c.cmd(&["ACK", "q", "a"]);
-    assert_eq!(c.cmd(&["BRPOP", "q", "0.3"]), Value::Nil, "a late-acked message was delivered");
+    assert_eq!(
+        c.cmd(&["BRPOP", "q", "0.3"]),
+        Value::Nil,
+        "a late-acked message was delivered"
+    );
 }
 
 #[test]
@@ -881,7 +1048,10 @@ fn identical_payloads_are_two_leases() {
     let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "x", "x"]);
-    assert_eq!(c.cmd(&["RPOP", "q", "2"]), Value::Array(vec![Value::bulk("x"), Value::bulk("x")]));
+    assert_eq!(
+        c.cmd(&["RPOP", "q", "2"]),
+        Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
+    );
     assert_eq!(info_int(&proxy, "q", "leased"), 2);
     assert_eq!(leases(&proxy, "q").len(), 2);
     thread::sleep(EXPIRE_WAIT);
@@ -894,7 +1064,11 @@ fn identical_payloads_are_two_leases() {
     for l in &ls {
         assert_eq!(as_int(&l["deliveries"]), 2);
     }
-    assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(1), "one ACK releases one lease");
+    assert_eq!(
+        c.cmd(&["ACK", "q", "x"]),
+        Value::Int(1),
+        "one ACK releases one lease"
+    );
     assert_eq!(info_int(&proxy, "q", "leased"), 1);
     assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(1));
     assert_eq!(c.cmd(&["ACK", "q", "x"]), Value::Int(0));
@@ -914,7 +1088,10 @@ fn consumer_disconnect_redelivers() {
     }
     thread::sleep(EXPIRE_WAIT);
     let mut c = proxy.client();
-    assert_eq!(c.cmd(&["BRPOP", "q", "1"]), Value::Array(vec![Value::bulk("q"), Value::bulk("m")]));
+    assert_eq!(
+        c.cmd(&["BRPOP", "q", "1"]),
+        Value::Array(vec![Value::bulk("q"), Value::bulk("m")])
+    );
     assert_eq!(c.cmd(&["ACK", "q", "m"]), Value::Int(1));
 }
 
@@ -935,7 +1112,10 @@ fn parked_brpop_woken_by_direct_push() {
     c.set_read_timeout(Some(Duration::from_millis(50)));
     let mut probe = [0u8; 1];
     let early = std::io::Read::read(&mut &*c.stream(), &mut probe);
-    assert!(early.is_err(), "BRPOP on an empty queue answered early: {early:?} {probe:?}");
+    assert!(
+        early.is_err(),
+        "BRPOP on an empty queue answered early: {early:?} {probe:?}"
+    );
     c.set_read_timeout(Some(Duration::from_secs(5)));
     let mut direct = redis.client();
     assert_eq!(direct.cmd(&["LPUSH", "w", "hello"]), Value::Int(1));
@@ -953,10 +1133,19 @@ fn parked_forms_woken_by_direct_push() {
     let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
     let mut direct = redis.client();
     let forms: &[(&[&str], &[u8])] = &[
-        (&["BLPOP", "xw", "w1", "0"], b"*2\r\n$2\r\nw1\r\n$1\r\nm\r\n"),
+        (
+            &["BLPOP", "xw", "w1", "0"],
+            b"*2\r\n$2\r\nw1\r\n$1\r\nm\r\n",
+        ),
         (&["BRPOPLPUSH", "w1", "dst", "0"], b"$1\r\nm\r\n"),
-        (&["BLMOVE", "w1", "dst", "LEFT", "RIGHT", "0"], b"$1\r\nm\r\n"),
-        (&["BLMPOP", "0", "2", "xw", "w1", "RIGHT", "COUNT", "2"], b"*2\r\n$2\r\nw1\r\n*1\r\n$1\r\nm\r\n"),
+        (
+            &["BLMOVE", "w1", "dst", "LEFT", "RIGHT", "0"],
+            b"$1\r\nm\r\n",
+        ),
+        (
+            &["BLMPOP", "0", "2", "xw", "w1", "RIGHT", "COUNT", "2"],
+            b"*2\r\n$2\r\nw1\r\n*1\r\n$1\r\nm\r\n",
+        ),
     ];
     for (cmd, want) in forms {
         let mut c = proxy.client();
@@ -1002,7 +1191,10 @@ fn parked_clients_served_in_arrival_order() {
     for (i, c) in clients.iter_mut().enumerate() {
         c.set_read_timeout(Some(Duration::from_millis(20)));
         let mut b = [0u8; 1];
-        assert!(std::io::Read::read(&mut &*c.stream(), &mut b).is_err(), "client {i} got a second reply");
+        assert!(
+            std::io::Read::read(&mut &*c.stream(), &mut b).is_err(),
+            "client {i} got a second reply"
+        );
     }
     let mut p = proxy.client();
     assert_eq!(info_int(&proxy, "wq", "leased"), N as i64);
@@ -1040,10 +1232,17 @@ fn parked_wake_latency() {
             let pushed = Instant::now();
             let r = h.join().unwrap();
             let woke = rx.recv().unwrap();
-            (r, woke.saturating_duration_since(pushed), woke.saturating_duration_since(sent))
+            (
+                r,
+                woke.saturating_duration_since(pushed),
+                woke.saturating_duration_since(sent),
+            )
         });
         let (reply, d, from_send) = handle;
-        assert_eq!(decode(&reply).0, Value::Array(vec![Value::bulk("wl"), Value::bulk(&msg)]));
+        assert_eq!(
+            decode(&reply).0,
+            Value::Array(vec![Value::bulk("wl"), Value::bulk(&msg)])
+        );
         lat.push(d);
         lat_send.push(from_send);
         assert_eq!(acker.cmd(&["ACK", "wl", &msg]), Value::Int(1));
@@ -1071,16 +1270,35 @@ fn parked_timeouts_follow_redis() {
     for (cmd, want) in [
         (vec!["BRPOP", "w", "0.25"], &b"*-1\r\n"[..]),
         (vec!["BRPOPLPUSH", "w", "d", "0.25"], &b"*-1\r\n"[..]),
-        (vec!["BLMOVE", "w", "d", "LEFT", "LEFT", "0.25"], &b"*-1\r\n"[..]),
+        (
+            vec!["BLMOVE", "w", "d", "LEFT", "LEFT", "0.25"],
+            &b"*-1\r\n"[..],
+        ),
     ] {
-        let plain = redis.client().raw(&cmd.iter().map(|s| s.replace('w', "plainw")).collect::<Vec<_>>().iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        let plain = redis.client().raw(
+            &cmd.iter()
+                .map(|s| s.replace('w', "plainw"))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>(),
+        );
         let t = Instant::now();
         let got = c.raw(&cmd);
         let took = t.elapsed();
-        println!("{}: {} after {took:?} (Redis: {})", cmd.join(" "), show(&got), show(&plain));
+        println!(
+            "{}: {} after {took:?} (Redis: {})",
+            cmd.join(" "),
+            show(&got),
+            show(&plain)
+        );
         assert_eq!(show(&got), show(&plain), "{}", cmd.join(" "));
         assert_eq!(show(&got), show(want), "{}", cmd.join(" "));
-        assert!(took >= Duration::from_millis(240) && took < Duration::from_millis(600), "{}: {took:?}", cmd.join(" "));
+        assert!(
+            took >= Duration::from_millis(240) && took < Duration::from_millis(600),
+            "{}: {took:?}",
+            cmd.join(" ")
+        );
     }
     let mut c3 = proxy.client();
     hello3(&mut c3);
@@ -1096,7 +1314,11 @@ fn parked_timeouts_follow_redis() {
     thread::sleep(Duration::from_millis(50));
     redis.client().cmd(&["LPUSH", "w", "kept"]);
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(c.cmd(&["RPOP", "w"]), Value::bulk("kept"), "a disconnected parked client consumed the message");
+    assert_eq!(
+        c.cmd(&["RPOP", "w"]),
+        Value::bulk("kept"),
+        "a disconnected parked client consumed the message"
+    );
     assert_eq!(c.cmd(&["ACK", "w", "kept"]), Value::Int(1));
 }
 
@@ -1113,13 +1335,21 @@ fn parked_mixed_keys_woken_by_plain_key_push() {
     thread::sleep(Duration::from_millis(100));
     direct.cmd(&["LPUSH", "plainkey", "p1"]);
     let got = c.try_read_raw().map(|r| show(&r));
-    assert_eq!(got.ok().as_deref(), Some("*2\\r\\n$8\\r\\nplainkey\\r\\n$2\\r\\np1\\r\\n"), "BRPOP wm plainkey 0 after LPUSH plainkey p1");
+    assert_eq!(
+        got.ok().as_deref(),
+        Some("*2\\r\\n$8\\r\\nplainkey\\r\\n$2\\r\\np1\\r\\n"),
+        "BRPOP wm plainkey 0 after LPUSH plainkey p1"
+    );
     assert_eq!(info_int(&proxy, "wm", "leased"), 0);
     // The same client, parked again, and a push through the proxy this time.
     c.send(&["BLPOP", "plainkey", "wm", "0"]);
     thread::sleep(Duration::from_millis(100));
     proxy.client().cmd(&["RPUSH", "wm", "q1"]);
     let got = c.try_read_raw().map(|r| show(&r));
-    assert_eq!(got.ok().as_deref(), Some("*2\\r\\n$2\\r\\nwm\\r\\n$2\\r\\nq1\\r\\n"), "BLPOP plainkey wm 0 after RPUSH wm q1");
+    assert_eq!(
+        got.ok().as_deref(),
+        Some("*2\\r\\n$2\\r\\nwm\\r\\n$2\\r\\nq1\\r\\n"),
+        "BLPOP plainkey wm 0 after RPUSH wm q1"
+    );
     assert_eq!(info_int(&proxy, "wm", "leased"), 1);
 }
