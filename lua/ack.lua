@@ -11,19 +11,21 @@ local k = group(1)
 local released, late = 0, 0
 for i = 1, #ARGV do
   local key = id_key(ARGV[i])
-  local token = tokens_of(k, key, 1)[1]
-  if token then
-    local payload, id, _, dest = record(k, token)
-    if payload then
-      drop(k, token, payload, id, dest)
-    else
-      redis.call('ZREM', k.ids, key .. token)
-    end
+  local token = key
+  local raw = redis.call('HGET', k.msgs, token)
+  if not raw then
+    token = redis.call('ZRANGEBYLEX', k.ids, '[' .. key .. ':', '(' .. key .. ';', 'LIMIT', 0, 1)[1]
+    if token then raw = redis.call('HGET', k.msgs, token) end
+  end
+  if raw then
+    local payload, _, _, dest = cmsgpack.unpack(raw)
+    drop(k, token, payload, dest)
     released = released + 1
   else
-    local raw = redis.call('HGET', k.retry, key)
-    if raw then
-      local pending, seen, cancelled = cmsgpack.unpack(raw)
+    if token then redis.call('ZREM', k.ids, token) end
+    local retry = redis.call('HGET', k.retry, key)
+    if retry then
+      local pending, seen, cancelled = cmsgpack.unpack(retry)
       if pending > cancelled then
         redis.call('HSET', k.retry, key, cmsgpack.pack(pending, seen, cancelled + 1))
         late = late + 1

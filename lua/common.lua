@@ -8,10 +8,12 @@
 --   lease_ms, max_deliveries, ack field ('' = whole payload),
 --   redeliver ('next' | 'last'), pop end ('L' | 'R')
 --
--- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end, started_ms);
---       field '#seq' numbers tokens; the hash is deleted when only it is left.
--- ids:  score 0, members 'i'..sha1(ack_id)..token and, for move leases,
---       'd'..sha1(dest.."\0"..payload)..token.
+-- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
+-- index. Only a second message with the same id in flight at the same time
+-- gets a longer token, 'i'..sha1(ack_id)..':'..ms..':'..n, which is indexed.
+-- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end, started_ms)
+-- ids:  score 0, members: the longer tokens, and for move leases
+--       'd'..sha1(dest.."\0"..payload)..'|'..token.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK).
 
@@ -51,21 +53,44 @@ end
 local function id_key(id) return 'i' .. redis.sha1hex(id) end
 local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
 
--- Up to n tokens indexed under key (an id_key or dest_key).
-local function tokens_of(k, key, n)
-  local members = redis.call('ZRANGEBYLEX', k.ids, '[' .. key, '(' .. key .. '\255', 'LIMIT', 0, n)
+local ID_KEY_LEN = 41
+
+-- The tokens of the leases with this id key: the plain one first, then up
+-- to n - 1 duplicates.
+local function tokens_of(k, ik, n)
   local out = {}
-  for i, m in ipairs(members) do out[i] = string.sub(m, #key + 1) end
+  if redis.call('HEXISTS', k.msgs, ik) == 1 then out[1] = ik end
+  if #out < n then
+    local dups = redis.call('ZRANGEBYLEX', k.ids, '[' .. ik .. ':', '(' .. ik .. ';', 'LIMIT', 0, n - #out)
+    for _, t in ipairs(dups) do out[#out + 1] = t end
+  end
+  return out
+end
+
+-- The leases whose copy of payload sits in dest (move pops), at most n.
+local function tokens_in_dest(k, dest, payload, n)
+  local dk = dest_key(dest, payload) .. '|'
+  local members = redis.call('ZRANGEBYLEX', k.ids, '[' .. dk, '(' .. dk .. '\255', 'LIMIT', 0, n)
+  local out = {}
+  for i, m in ipairs(members) do out[i] = string.sub(m, #dk + 1) end
   return out
 end
 
 local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
-  local token = tostring(redis.call('HINCRBY', k.msgs, '#seq', 1))
   local id = ack_id(payload, r.field)
-  redis.call('HSET', k.msgs, token, cmsgpack.pack(payload, id, deliveries, dest, dest_end, now))
+  local token = id_key(id)
+  local rec = cmsgpack.pack(payload, id, deliveries, dest, dest_end, now)
+  if redis.call('HSETNX', k.msgs, token, rec) == 0 then
+    -- Another message with this id is in flight: a token of its own.
+    local base = token .. ':' .. now .. ':'
+    for n = 1, 1000 do
+      token = base .. n
+      if redis.call('HSETNX', k.msgs, token, rec) == 1 then break end
+    end
+    redis.call('ZADD', k.ids, 0, token)
+  end
   redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
-  redis.call('ZADD', k.ids, 0, id_key(id) .. token)
-  if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. token) end
+  if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
 end
 
 -- Reads a lease record: payload, id, deliveries, dest, dest_end, started.
@@ -76,12 +101,11 @@ local function record(k, token)
 end
 
 -- Removes every trace of a lease.
-local function drop(k, token, payload, id, dest)
+local function drop(k, token, payload, dest)
   redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
   redis.call('HDEL', k.msgs, token)
-  redis.call('ZREM', k.ids, id_key(id) .. token)
-  if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. token) end
-  if redis.call('HLEN', k.msgs) == 1 then redis.call('DEL', k.msgs) end
+  if #token > ID_KEY_LEN then redis.call('ZREM', k.ids, token) end
+  if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
 end
 
 -- Ends a lease without an ACK: the message goes back to the list (and a
@@ -94,7 +118,7 @@ local function expire(k, r, token)
     redis.call('ZREM', k.mleases, token)
     return 0, 0
   end
-  drop(k, token, payload, id, dest)
+  drop(k, token, payload, dest)
   if deliveries >= r.max then
     redis.call('RPUSH', k.dead, payload)
     return 0, 1

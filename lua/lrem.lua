@@ -13,9 +13,13 @@ local removed = redis.pcall('LREM', dest, ARGV[1], ARGV[2])
 if type(removed) == 'table' and removed['err'] then return removed end
 local released = 0
 if removed > 0 then
-  for _, token in ipairs(tokens_of(k, dest_key(dest, ARGV[2]), math.min(removed, 1000))) do
-    local payload, id, _, d = record(k, token)
-    if payload then drop(k, token, payload, id, d) else redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. token) end
+  for _, token in ipairs(tokens_in_dest(k, dest, ARGV[2], math.min(removed, 1000))) do
+    local payload, _, _, d = record(k, token)
+    if payload then
+      drop(k, token, payload, d)
+    else
+      redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. '|' .. token)
+    end
     released = released + 1
   end
 end

@@ -44,15 +44,18 @@ for g = 1, G do
     local r = rule(ai)
     ki, ai = ki + 7, ai + 5
     requeue_expired(k, r, now, bound)
-    local t = redis.call('TYPE', k.q)['ok']
-    if t ~= 'list' and t ~= 'none' then
-      return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-    end
-    if t == 'list' then
+    if count == 0 then
+      local t = redis.call('TYPE', k.q)['ok']
+      if t == 'list' then return { g } end
+      if t ~= 'none' then
+        return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+      end
+    else
       local out = { g }
       local skipped = 0
       while #out - 1 < count do
-        local v = redis.call(pop_cmd, k.q)
+        local v = redis.pcall(pop_cmd, k.q)
+        if type(v) == 'table' then return v end
         if not v then break end
         local deliveries = popped(k, r, v)
         if deliveries then
@@ -65,7 +68,7 @@ for g = 1, G do
         end
       end
       -- A list that held only cancelled copies counts as empty.
-      if #out > 1 or count == 0 then return out end
+      if #out > 1 then return out end
     end
   else
     local key = KEYS[ki]

@@ -13,8 +13,8 @@
 //! | `Q` | list | ready messages, raw payloads (the client's own list) |
 //! | `…:leases` | zset | lease token → deadline (ms, Redis time), plain pops |
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
-//! | `…:msgs` | hash | token → msgpack record; field `#seq` numbers tokens |
-//! | `…:ids` | zset | lexical index: `i`+sha1(ack id)+token, `d`+sha1(dest,payload)+token |
+//! | `…:msgs` | hash | token (`i`+sha1(ack id), longer for duplicates) → msgpack record |
+//! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token |
 //! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies |
 //! | dead letter | list | raw payloads past max deliveries |
 //!
