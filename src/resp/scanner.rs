@@ -421,7 +421,8 @@ impl ReplyScanner {
             let Some(nl) = buf[at..].iter().position(|&b| b == b'\n').map(|p| at + p) else {
                 return Ok(None);
             };
-            if nl == at || buf[nl - 1] != b'\r' {
+            // A type byte, then the line, then CRLF.
+            if nl < at + 2 || buf[nl - 1] != b'\r' {
                 return Err(ProtocolError::InvalidReply);
             }
             let text = &buf[at + 1..nl - 1];
@@ -581,6 +582,8 @@ mod tests {
         assert_eq!(s.scan(b"|1\r\n+a\r\n:1\r\n+v\r\n"), Ok(Some(16)));
         assert_eq!(s.scan(b">2\r\n+a\r\n_\r\n"), Ok(Some(11)));
         assert_eq!(s.scan(b"?x\r\n"), Err(ProtocolError::InvalidReply));
+        assert_eq!(s.scan(b"\r\n"), Err(ProtocolError::InvalidReply));
+        assert_eq!(s.scan(b"*1\r\n\r\n"), Err(ProtocolError::InvalidReply));
     }
 
     #[test]
