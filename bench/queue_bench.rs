@@ -299,17 +299,22 @@ struct Outcome {
     proxy_cpu: Option<f64>,
 }
 
+/// The processes whose CPU time a run measures.
+struct Pids {
+    redis: u32,
+    proxy: Option<u32>,
+}
+
 fn run_mode(
     rt: &tokio::runtime::Runtime,
     mode: Mode,
     port: u16,
-    conns: usize,
-    secs: f64,
+    (conns, secs): (usize, f64),
     rules: &Arc<Rules>,
     queue: &str,
-    redis_pid: u32,
-    proxy_pid: Option<u32>,
+    pids: Pids,
 ) -> Outcome {
+    let (redis_pid, proxy_pid) = (pids.redis, pids.proxy);
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..conns)
@@ -385,8 +390,8 @@ fn prefill(redis_port: u16, list: &str, stream: bool, n: usize) {
 fn read_line_reply(r: &mut impl std::io::BufRead) -> String {
     let mut l = String::new();
     r.read_line(&mut l).unwrap();
-    if l.starts_with('$') {
-        let n: i64 = l[1..].trim().parse().unwrap();
+    if let Some(len) = l.strip_prefix('$') {
+        let n: i64 = len.trim().parse().unwrap();
         if n >= 0 {
             let mut b = vec![0u8; n as usize + 2];
             std::io::Read::read_exact(r, &mut b).unwrap();
@@ -490,7 +495,11 @@ fn main() {
     ];
     let mut results = Vec::new();
     for (mode, port, queue, ppid) in runs {
-        let o = run_mode(&rt, mode, port, conns, secs, &rules, queue, redis_pid, ppid);
+        let pids = Pids {
+            redis: redis_pid,
+            proxy: ppid,
+        };
+        let o = run_mode(&rt, mode, port, (conns, secs), &rules, queue, pids);
         eprintln!("{}: {:.0} pairs/s", mode.label(), o.pairs_per_sec);
         results.push((mode, o));
     }

@@ -1111,7 +1111,7 @@ fn parked_brpop_woken_by_direct_push() {
     // Nothing yet.
     c.set_read_timeout(Some(Duration::from_millis(50)));
     let mut probe = [0u8; 1];
-    let early = std::io::Read::read(&mut &*c.stream(), &mut probe);
+    let early = std::io::Read::read(&mut c.stream(), &mut probe);
     assert!(
         early.is_err(),
         "BRPOP on an empty queue answered early: {early:?} {probe:?}"
@@ -1192,7 +1192,7 @@ fn parked_clients_served_in_arrival_order() {
         c.set_read_timeout(Some(Duration::from_millis(20)));
         let mut b = [0u8; 1];
         assert!(
-            std::io::Read::read(&mut &*c.stream(), &mut b).is_err(),
+            std::io::Read::read(&mut c.stream(), &mut b).is_err(),
             "client {i} got a second reply"
         );
     }
