@@ -45,7 +45,7 @@ fn not_a_queue(key: &[u8]) -> Intercept {
 fn queue_call(script: &'static Script, q: &Queue) -> Call {
     let mut call = Call::new(script);
     for k in q.key_group() {
-        call = call.key(Bytes::copy_from_slice(k));
+        call = call.key(k.clone());
     }
     call
 }
@@ -254,7 +254,7 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
     }
     let mut call = Call::new(&scripts::LREM).key(Bytes::copy_from_slice(dest));
     for k in q.key_group() {
-        call = call.key(Bytes::copy_from_slice(k));
+        call = call.key(k.clone());
     }
     let call = call
         .arg(Bytes::copy_from_slice(count))

@@ -229,7 +229,7 @@ impl Pop {
             match s {
                 Source::Queue(q) => {
                     for k in q.key_group() {
-                        call = call.key(Bytes::copy_from_slice(k));
+                        call = call.key(k.clone());
                     }
                     call = call.arg(Bytes::from_static(b"q"));
                     for a in &q.spec {

@@ -137,7 +137,7 @@ impl Reaper {
 fn group_call(script: &'static scripts::Script, q: &Queue) -> Call {
     let mut call = Call::new(script);
     for k in q.key_group() {
-        call = call.key(Bytes::copy_from_slice(k));
+        call = call.key(k.clone());
     }
     call
 }

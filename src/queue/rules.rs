@@ -14,6 +14,8 @@ use crate::config::{AckId, End, QueueRule, Redeliver};
 pub struct Queue {
     pub name: Bytes,
     pub keys: QueueKeys,
+    /// `keys` in the order every script takes them, cheap to clone.
+    group: [Bytes; 7],
     pub rule: QueueRule,
     /// The rule as script arguments: lease_ms, max_deliveries, ack field
     /// ("" = whole payload), redeliver ("next"|"last"), pop end ("L"|"R").
@@ -39,20 +41,19 @@ impl Queue {
                 End::Right => b"R",
             }),
         ];
+        let group = keys.all().map(Bytes::copy_from_slice);
         Queue {
             name: Bytes::copy_from_slice(name),
             keys,
+            group,
             rule: rule.clone(),
             spec,
         }
     }
 
     /// The queue's keys in the order every script takes them.
-    pub fn key_group(&self) -> [&[u8]; 7] {
-        let k = &self.keys;
-        [
-            &k.queue, &k.leases, &k.mleases, &k.msgs, &k.ids, &k.retry, &k.dead,
-        ]
+    pub fn key_group(&self) -> &[Bytes; 7] {
+        &self.group
     }
 }
 
@@ -243,6 +244,6 @@ mod tests {
         let a = rules.resolve(b"jobs").unwrap();
         let b = rules.resolve(b"jobs").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.key_group()[0], b"jobs");
+        assert_eq!(&a.key_group()[0][..], b"jobs");
     }
 }

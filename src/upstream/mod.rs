@@ -65,13 +65,11 @@ pub fn encode_command(args: &[&[u8]]) -> Vec<u8> {
 }
 
 pub fn push_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.push(b'*');
-    out.extend_from_slice(args.len().to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "*{}\r\n", args.len());
     for a in args {
-        out.push(b'$');
-        out.extend_from_slice(a.len().to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
+        let _ = write!(out, "${}\r\n", a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
