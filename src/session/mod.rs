@@ -316,15 +316,13 @@ impl Session {
     }
 
     fn needs_dedicated(&self, kind: Kind) -> bool {
-        matches!(
-            kind,
-            Kind::Blocking
-                | Kind::Pop(_)
-                | Kind::Multi
-                | Kind::Watch
-                | Kind::Sticky
-                | Kind::StickyUnpaired
-        ) && !matches!(kind, Kind::Pop(f) if !f.is_blocking())
+        match kind {
+            Kind::Pop(form) => form.is_blocking(),
+            Kind::Blocking | Kind::Multi | Kind::Watch | Kind::Sticky | Kind::StickyUnpaired => {
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Sends a request the queue interceptor rewrote, on the connection the
