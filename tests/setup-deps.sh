@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Installs what the proxy, its tests and its benchmarks run against:
 # redis-server (the upstream), redis-tools (redis-cli, redis-benchmark) and
-# nutcracker (twemproxy, the comparison in bench/). Does nothing when all
-# of them are present.
+# nutcracker (twemproxy, the comparison in bench/), from Debian's packages.
+# Prints nothing and changes nothing when all of them are present.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/usr/local/sbin"
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
-command -v nutcracker >/dev/null 2>&1 || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
+{ command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
+command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "installing: ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then sudo=(sudo env DEBIAN_FRONTEND=noninteractive); fi
+echo "setup-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"${sudo[@]}" apt-get update -qq </dev/null
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+
+for tool in redis-server redis-cli redis-benchmark nutcracker; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "setup-deps: $tool still missing" >&2; exit 1; }
+done
