@@ -1,25 +1,37 @@
-# Build stage: dependencies are compiled in their own layer, so a source
-# change rebuilds only the crate itself.
+# syntax=docker/dockerfile:1
+# Build stage. Dependencies are compiled first, against placeholder sources,
+# in a layer of their own: a change to the proxy's code rebuilds only the
+# crate itself.
 FROM rust:1-bookworm AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src bench && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && for b in idle_conns queue_bench; do echo 'fn main() {}' > bench/$b.rs; done \
-    && cargo build --release --locked --bin ackproxy || true
+# Cargo.toml names the benchmark files, so they must exist to build at all.
+RUN mkdir -p src bench \
+    && echo 'fn main() {}' > src/main.rs \
+    && touch src/lib.rs \
+    && echo 'fn main() {}' > bench/idle_conns.rs \
+    && echo 'fn main() {}' > bench/queue_bench.rs \
+    && cargo build --release --locked --bin ackproxy \
+    && rm -rf src bench
 COPY src ./src
 COPY lua ./lua
 COPY config ./config
 COPY bench ./bench
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin ackproxy
+# touch: the placeholders' build must not look newer than the real sources.
+RUN touch src/main.rs src/lib.rs \
+    && cargo build --release --locked --bin ackproxy \
+    && strip target/release/ackproxy
 
 # Runtime stage: the binary, and redis-server for the embedded default
-# (used only when no upstream is configured).
+# (started only when no upstream is configured).
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends redis-server ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /var/lib/ackproxy --create-home ackproxy
+    && useradd --system --uid 10001 --user-group --home-dir /var/lib/ackproxy \
+       --create-home --shell /usr/sbin/nologin ackproxy
 COPY --from=builder /src/target/release/ackproxy /usr/local/bin/ackproxy
+# An example: use it with --config /etc/ackproxy/ackproxy.toml.
 COPY config/ackproxy.toml /etc/ackproxy/ackproxy.toml
 USER ackproxy
 WORKDIR /var/lib/ackproxy
