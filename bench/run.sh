@@ -4,51 +4,96 @@
 # plus the proxy's memory with many idle client connections.
 #
 #   bash bench/run.sh            full run (what bench/RESULTS.md records)
-#   bash bench/run.sh --smoke    a few thousand requests: checks every tool runs
-#   bash bench/run.sh -n 200000  requests per measurement
+#   bash bench/run.sh --smoke    a few thousand requests, 500 idle clients:
+#                                checks that every tool runs, asserts no ratio
+#   bash bench/run.sh -n 200000 --idle 10000 --rounds 2
+#
+# Every process it starts is stopped on exit. Output: bench/out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PATH:/usr/sbin"
+export PATH="$PATH:/usr/sbin:/usr/local/sbin"
 
 n=200000
 idle=10000
+hold=5
 rounds=2
 smoke=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --smoke) smoke=1; n=5000; idle=500; rounds=1 ;;
+    --smoke) smoke=1; n=5000; idle=500; hold=2; rounds=1 ;;
     -n) n="$2"; shift ;;
     --idle) idle="$2"; shift ;;
-    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections]" >&2; exit 2 ;;
+    --rounds) rounds="$2"; shift ;;
+    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r]" >&2; exit 2 ;;
   esac
   shift
 done
 
+for tool in redis-server redis-cli redis-benchmark nutcracker; do
+  command -v "$tool" >/dev/null || { echo "$tool not found: run bash tests/setup-deps.sh" >&2; exit 1; }
+done
+
+# The idle-connection measurement needs a descriptor per client in the
+# proxy (which inherits this limit) and in the load generator.
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ]; then ulimit -Sn 1048576 2>/dev/null || true
+else ulimit -Sn "$hard" 2>/dev/null || true; fi
+if [ "$(ulimit -Sn)" != unlimited ] && [ "$(ulimit -Sn)" -lt $((idle + 100)) ]; then
+  echo "ulimit -n is $(ulimit -Sn): too low for $idle idle connections" >&2
+  exit 1
+fi
+
 out="bench/out"
 mkdir -p "$out"
-cargo build --release --quiet --bin ackproxy
-cargo bench --quiet --bench idle_conns --no-run 2>/dev/null
-idle_bin=$(ls -t target/release/deps/idle_conns-* | grep -v '\.d$' | head -1)
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Build, and take the paths from cargo (CARGO_TARGET_DIR is respected).
+# One `cargo bench --no-run` builds both the release (bench profile =
+# release settings) ackproxy binary and idle_conns, sharing the artifacts
+# that `cargo test --release` left, so tests/run.sh compiles little here.
+built=$(cargo bench --quiet --bench idle_conns --no-run --message-format=json-render-diagnostics \
+  | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
+proxy_bin=$(grep '/ackproxy$' <<<"$built" | head -1)
+idle_bin=$(grep '/idle_conns-[^/]*$' <<<"$built" | head -1)
+[ -x "$proxy_bin" ] && [ -x "$idle_bin" ] || { echo "build produced no binaries" >&2; exit 1; }
+
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-wait_ping() {
-  for _ in $(seq 100); do
+# A loopback port nothing listens on, below the ephemeral range (the
+# servers fail loudly if another process takes it first).
+free_port() {
+  local p
+  while :; do
+    p=$((10000 + RANDOM % 22000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+wait_ping() { # port pid name
+  for _ in $(seq 200); do
     [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ] && return 0
+    kill -0 "$2" 2>/dev/null || break
     sleep 0.05
   done
-  echo "nothing answers on port $1" >&2
+  echo "$3 does not answer on port $1; see $out/$3.log" >&2
   exit 1
 }
 
+alive() { # pid name
+  kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
+}
+
 redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-  >"$out/redis.log" 2>&1 &
-pids+=($!)
-wait_ping "$redis_port"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+  --daemonize no --dir "$out" >"$out/redis.log" 2>&1 &
+redis_pid=$!
+pids+=("$redis_pid")
+wait_ping "$redis_port" "$redis_pid" redis
 
 twem_port=$(free_port)
 cat >"$out/nutcracker.yml" <<EOF
@@ -61,30 +106,49 @@ bench:
   servers:
    - 127.0.0.1:$redis_port:1
 EOF
-nutcracker -c "$out/nutcracker.yml" -o "$out/nutcracker.log" -s "$(free_port)" &
-pids+=($!)
-wait_ping "$twem_port"
+# Foreground process (-d needs /run/nutcracker), backgrounded here.
+nutcracker -c "$out/nutcracker.yml" -o "$out/nutcracker.log" -a 127.0.0.1 -s "$(free_port)" \
+  >/dev/null 2>&1 &
+twem_pid=$!
+pids+=("$twem_pid")
+wait_ping "$twem_port" "$twem_pid" nutcracker
 
 proxy_port=$(free_port)
-RUST_LOG=warn target/release/ackproxy --listen "127.0.0.1:$proxy_port" \
+RUST_LOG=warn "$proxy_bin" --listen "127.0.0.1:$proxy_port" \
   --upstream "127.0.0.1:$redis_port" >"$out/ackproxy.log" 2>&1 &
 proxy_pid=$!
-pids+=($proxy_pid)
-wait_ping "$proxy_port"
+pids+=("$proxy_pid")
+wait_ping "$proxy_port" "$proxy_pid" ackproxy
 
 declare -A rps p50 p99
+csv="$out/benchmark.csv"
+echo "target,test,pipeline,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$csv"
 measure() { # target port test pipeline
-  local line
-  line=$(redis-benchmark -p "$2" -c 50 -n "$n" -P "$4" -t "$3" -r 100000 --csv 2>/dev/null | tail -1)
-  IFS=, read -r _ r _ _ q50 _ q99 _ <<<"${line//\"/}"
-  [ -n "$r" ] || { echo "redis-benchmark failed against $1" >&2; exit 1; }
-  local key="$1/$3/P$4"
+  local line r q50 q99 target=$1 port=$2 t=$3 pipe=$4
+  # redis-benchmark 7.0 --csv: "test","rps","avg_latency_ms","min_latency_ms",
+  # "p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
+  # Its opening CONFIG GET fails on twemproxy; it warns and goes on.
+  if ! line=$(redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -n "$n" -P "$pipe" -t "$t" \
+    -r 100000 --csv 2>>"$out/redis-benchmark.err" | tail -1); then
+    echo "redis-benchmark failed against $target ($t, P$pipe)" >&2
+    exit 1
+  fi
+  line=${line//\"/}
+  IFS=, read -r _ r _ _ q50 _ q99 _ <<<"$line"
+  if ! [[ "$r" =~ ^[0-9.]+$ ]] || [ "${r%.*}" -eq 0 ]; then
+    echo "redis-benchmark gave no result against $target ($t, P$pipe): '$line'" >&2
+    exit 1
+  fi
+  echo "$target,$line" | sed "s/^\([^,]*\),\([^,]*\),/\1,\2,$pipe,/" >>"$csv"
+  local key="$target/$t/P$pipe"
   # Keep the best of the rounds: the machine is shared by all processes.
   if [ -z "${rps[$key]:-}" ] || awk "BEGIN{exit !($r > ${rps[$key]})}"; then
     rps[$key]=$r; p50[$key]=$q50; p99[$key]=$q99
   fi
 }
 
+: >"$out/redis-benchmark.err"
+load_before=$(cut -d" " -f1-3 /proc/loadavg)
 tests=(set get lpush rpop)
 for pipe in 1 16; do
   for t in "${tests[@]}"; do
@@ -96,36 +160,49 @@ for pipe in 1 16; do
     done
   done
 done
+alive "$redis_pid" redis; alive "$twem_pid" nutcracker; alive "$proxy_pid" ackproxy
 
+ratio() { awk "BEGIN{printf \"%.2f\", $1/$2}"; }
 report="$out/report.txt"
 {
-  echo "requests per measurement: $n, clients: 50, best of $rounds rounds; cores: $(nproc)"
-  printf '%-6s %-4s | %12s %7s %7s | %12s %7s %7s | %12s %7s %7s | %8s %8s\n' \
-    test pipe direct p50 p99 twemproxy p50 p99 ackproxy p50 p99 "ack/dir" "ack/twem"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores; load average before: $load_before"
+  echo "redis-benchmark -c 50 -n $n -r 100000 [-P 16]; best of $rounds round(s); rps, p50/p99 in ms"
+  printf '%-6s %-4s | %10s %13s | %10s %13s | %10s %13s | %7s %7s\n' \
+    test pipe direct p50/p99 twemproxy p50/p99 ackproxy p50/p99 ack/dir ack/twem
   for pipe in 1 16; do
     for t in "${tests[@]}"; do
       d="direct/$t/P$pipe"; w="twemproxy/$t/P$pipe"; a="ackproxy/$t/P$pipe"
-      printf '%-6s P%-3s | %12s %7s %7s | %12s %7s %7s | %12s %7s %7s | %8s %8s\n' \
-        "${t^^}" "$pipe" "${rps[$d]}" "${p50[$d]}" "${p99[$d]}" \
-        "${rps[$w]}" "${p50[$w]}" "${p99[$w]}" "${rps[$a]}" "${p50[$a]}" "${p99[$a]}" \
-        "$(awk "BEGIN{printf \"%.2f\", ${rps[$a]}/${rps[$d]}}")" \
-        "$(awk "BEGIN{printf \"%.2f\", ${rps[$a]}/${rps[$w]}}")"
+      printf '%-6s P%-3s | %10s %13s | %10s %13s | %10s %13s | %7s %7s\n' \
+        "${t^^}" "$pipe" \
+        "${rps[$d]}" "${p50[$d]}/${p99[$d]}" \
+        "${rps[$w]}" "${p50[$w]}/${p99[$w]}" \
+        "${rps[$a]}" "${p50[$a]}/${p99[$a]}" \
+        "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$a]}" "${rps[$w]}")"
     done
   done
-} | tee "$report"
+} >"$report"
+cat "$report"
 
-# Memory with many idle clients: each connects, sends one PING, then idles.
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-rss() { awk '/VmRSS/ {print $2}' "/proc/$proxy_pid/status"; }
+# Memory with many idle clients: each connects, sends one PING, reads the
+# PONG, then idles while VmRSS is read.
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$proxy_pid/status"; }
 before=$(rss)
-"$idle_bin" "127.0.0.1:$proxy_port" "$idle" 3 >"$out/idle.log" 2>&1 &
+"$idle_bin" "127.0.0.1:$proxy_port" "$idle" "$hold" >"$out/idle.log" 2>&1 &
 idle_pid=$!
-for _ in $(seq 600); do
+pids+=("$idle_pid")
+for _ in $(seq 1200); do
   grep -q holding "$out/idle.log" 2>/dev/null && break
   kill -0 "$idle_pid" 2>/dev/null || break
   sleep 0.1
 done
-grep -q holding "$out/idle.log" || { cat "$out/idle.log" >&2; echo "idle connections failed" >&2; exit 1; }
+if ! grep -q holding "$out/idle.log"; then
+  cat "$out/idle.log" >&2
+  echo "idle connections failed" >&2
+  exit 1
+fi
+sleep 0.5
 during=$(rss)
-wait "$idle_pid"
-echo "ackproxy RSS: ${before} kB idle, ${during} kB with ${idle} idle clients connected" | tee -a "$report"
+wait "$idle_pid" || { cat "$out/idle.log" >&2; echo "idle_conns failed" >&2; exit 1; }
+alive "$proxy_pid" ackproxy
+echo "ackproxy VmRSS: ${before} kB before, ${during} kB with ${idle} idle clients connected" \
+  | tee -a "$report"
