@@ -286,3 +286,25 @@ fn sigterm_finishes_in_flight_replies_then_exits() {
     t.join().unwrap();
     assert!(proxy.terminate(), "ackproxy did not exit cleanly");
 }
+
+#[test]
+fn replies_of_the_proxys_own_wait_for_those_due_from_redis() {
+    let redis = Redis::start();
+    for mode in [&[][..], &["--dedicated-per-client"][..]] {
+        let proxy = Proxy::start(redis.port, mode);
+        // A blocking command pins the client; what follows it — QUIT's
+        // +OK, a protocol error — must come after its reply, as in Redis.
+        for tail in [&b"QUIT\r\n"[..], b"*abc\r\n", b"MULTI\r\nQUIT\r\n"] {
+            let mut bytes = b"BLPOP nolist 0.2\r\n".to_vec();
+            bytes.extend_from_slice(tail);
+            let want = send_and_collect(redis.port, &bytes);
+            let got = send_and_collect(proxy.port, &bytes);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "mode {mode:?}, tail {:?}",
+                String::from_utf8_lossy(tail)
+            );
+        }
+    }
+}

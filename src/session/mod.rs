@@ -222,7 +222,7 @@ impl Session {
                 }
                 Scan::Error(e) => {
                     self.flush_batch(pos, batch);
-                    self.out.ready(Bytes::from(e.to_reply()), 1);
+                    self.answer(Bytes::from(e.to_reply())).await;
                     return Some(Stop::Finish);
                 }
             }
@@ -251,7 +251,7 @@ impl Session {
     ) -> Option<Stop> {
         match kind {
             Kind::Quit => {
-                self.out.ready(Bytes::from_static(b"+OK\r\n"), 1);
+                self.answer(Bytes::from_static(b"+OK\r\n")).await;
                 return Some(Stop::Finish);
             }
             Kind::Reset if !self.pinned => {
@@ -272,7 +272,7 @@ impl Session {
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
-                            self.out.ready(bytes, 1);
+                            self.answer(bytes).await;
                             return None;
                         }
                         Intercept::Rewrite { request, transform } => {
@@ -295,6 +295,18 @@ impl Session {
             self.shared.send(frame, 1, &self.out, None);
         }
         None
+    }
+
+    /// Queues a reply of the proxy's own. Replies from the dedicated
+    /// connection take their place in the stream only when they arrive, so
+    /// those still due must arrive first.
+    async fn answer(&mut self, bytes: Bytes) {
+        if self.pinned {
+            if let Some(d) = &self.dedicated {
+                d.idle().await;
+            }
+        }
+        self.out.ready(bytes, 1);
     }
 
     /// Whether the request can join a batch for the shared connection: it

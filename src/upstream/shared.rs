@@ -220,6 +220,12 @@ async fn run(
                         let Some(head) = q.front() else {
                             return Err(UpstreamError::BadReply);
                         };
+                        if head.client.is_closed() {
+                            // Nobody will read these: do not hold a whole
+                            // batch of them (possibly large) in memory.
+                            let _ = buf.split_to(done);
+                            done = 0;
+                        }
                         if replies == head.count {
                             let pending = q.pop_front().unwrap();
                             drop(q);
