@@ -2,7 +2,7 @@
 //! frame boundaries must agree, whatever chunks the bytes arrive in, and no
 //! input may panic or make incremental and whole-buffer scanning disagree.
 
-use ackproxy::resp::{Limits, ReplyScanner, RequestScanner, Scan};
+use ackproxy::resp::{Limits, ProtocolError, ReplyScanner, RequestScanner, Scan};
 use proptest::prelude::*;
 
 /// A reply as RESP bytes, built recursively.
@@ -25,6 +25,8 @@ enum Reply {
     Map(Vec<(Reply, Reply)>),
     Set(Vec<Reply>),
     Push(Vec<Reply>),
+    /// Attribute pairs, then the value they describe.
+    Attr(Vec<(Reply, Reply)>, Box<Reply>),
 }
 
 impl Reply {
@@ -69,6 +71,14 @@ impl Reply {
             }
             Reply::Set(items) => agg(out, b'~', items),
             Reply::Push(items) => agg(out, b'>', items),
+            Reply::Attr(pairs, value) => {
+                out.extend_from_slice(format!("|{}\r\n", pairs.len()).as_bytes());
+                for (k, v) in pairs {
+                    k.encode(out);
+                    v.encode(out);
+                }
+                value.encode(out);
+            }
         }
     }
 }
@@ -118,7 +128,16 @@ fn resp3() -> impl Strategy<Value = Reply> {
             // The reference decoder only takes hashable map keys.
             prop::collection::vec((map_key(), inner.clone()), 0..4).prop_map(Reply::Map),
             prop::collection::vec(map_key(), 0..6).prop_map(Reply::Set),
-            prop::collection::vec(inner, 1..6).prop_map(Reply::Push),
+            prop::collection::vec(inner.clone(), 1..6).prop_map(Reply::Push),
+            // The reference decoder attaches attributes to the next value,
+            // which may not be a null or another attribute.
+            (
+                prop::collection::vec((map_key(), inner.clone()), 0..3),
+                inner.prop_filter("attributable", |v| {
+                    !matches!(v, Reply::Null | Reply::Attr(..))
+                }),
+            )
+                .prop_map(|(pairs, v)| Reply::Attr(pairs, Box::new(v))),
         ]
     })
 }
@@ -271,5 +290,173 @@ proptest! {
         let first = split.scan(&bytes[..cut]);
         let second = if first == Ok(None) { split.scan(&bytes) } else { first };
         prop_assert_eq!(second, expected);
+    }
+}
+
+/// One argument written for an inline command line, in one of the forms
+/// Redis's `sdssplitargs` reads back.
+fn quote(arg: &[u8], style: u8) -> Vec<u8> {
+    let plain_ok = !arg.is_empty()
+        && arg
+            .iter()
+            .all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\'');
+    let single_ok = arg.iter().all(|&b| !matches!(b, b'\\' | b'\'' | b'\n' | 0));
+    match style % 3 {
+        0 if plain_ok => arg.to_vec(),
+        1 if single_ok => {
+            let mut out = vec![b'\''];
+            out.extend_from_slice(arg);
+            out.push(b'\'');
+            out
+        }
+        _ => {
+            let mut out = vec![b'"'];
+            for &b in arg {
+                match b {
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    b'"' => out.extend_from_slice(b"\\\""),
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    0x07 => out.extend_from_slice(b"\\a"),
+                    0x08 => out.extend_from_slice(b"\\b"),
+                    b if b.is_ascii_graphic() || b == b' ' => out.push(b),
+                    b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                }
+            }
+            out.push(b'"');
+            out
+        }
+    }
+}
+
+/// Every verdict, in order, for a byte stream scanned request by request,
+/// with the bytes arriving in pieces of the given sizes (whole if empty).
+fn request_stream(bytes: &[u8], chunks: &[usize]) -> Vec<(Scan, Vec<Vec<u8>>)> {
+    // An inline line longer than the limit is refused only if it is seen
+    // without its newline (as in Redis), which depends on how the bytes
+    // arrive: the limit here is above the garbage's length.
+    let mut scanner = RequestScanner::new(Limits {
+        max_bulk_len: 1 << 10,
+        max_array_len: 64,
+        max_inline_len: 1 << 10,
+    });
+    let mut out = Vec::new();
+    let mut sizes = chunks.iter().cycle();
+    let (mut start, mut avail) = (0, if chunks.is_empty() { bytes.len() } else { 0 });
+    loop {
+        let r = scanner.scan(&bytes[start..avail]);
+        let src: &[u8] = match &r {
+            Scan::Inline { encoded, .. } => encoded,
+            _ => &bytes[start..avail],
+        };
+        let args = match &r {
+            Scan::Command(_) | Scan::Inline { .. } => scanner
+                .args()
+                .iter()
+                .map(|a| src[a.clone()].to_vec())
+                .collect(),
+            _ => Vec::new(),
+        };
+        match &r {
+            Scan::Command(n) | Scan::Skip(n) | Scan::Inline { consumed: n, .. } => start += n,
+            Scan::Incomplete if avail < bytes.len() => {
+                avail = (avail + sizes.next().copied().unwrap_or(usize::MAX)).min(bytes.len());
+                continue;
+            }
+            _ => {
+                out.push((r, args));
+                return out;
+            }
+        }
+        out.push((r, args));
+    }
+}
+
+/// Every verdict, in order, for a byte stream of replies fed in pieces.
+fn reply_stream(bytes: &[u8], chunks: &[usize]) -> Vec<Result<Option<usize>, ProtocolError>> {
+    let mut scanner = ReplyScanner::new();
+    let mut out = Vec::new();
+    let mut sizes = chunks.iter().cycle();
+    let (mut start, mut avail) = (0, if chunks.is_empty() { bytes.len() } else { 0 });
+    loop {
+        let r = scanner.scan(&bytes[start..avail]);
+        match r {
+            Ok(Some(n)) => start += n,
+            Ok(None) if avail < bytes.len() => {
+                avail = (avail + sizes.next().copied().unwrap_or(usize::MAX)).min(bytes.len());
+                continue;
+            }
+            _ => {
+                out.push(r);
+                return out;
+            }
+        }
+        out.push(r);
+    }
+}
+
+fn garbage() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            any::<u8>(),
+            Just(b'\r'),
+            Just(b'\n'),
+            Just(b'*'),
+            Just(b'$'),
+            Just(b'1'),
+            Just(b'2'),
+            Just(b'-'),
+            Just(b'"'),
+            Just(b'\''),
+            Just(b' '),
+            Just(b'%'),
+            Just(b'|'),
+        ],
+        0..300,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn quoted_inline_commands_round_trip(
+        args in prop::collection::vec(
+            (prop::collection::vec(1u8..=255, 0..20), any::<u8>(), 1usize..4, any::<bool>()),
+            1..6),
+        crlf in any::<bool>(),
+    ) {
+        let mut line = Vec::new();
+        for (arg, style, spaces, tab) in &args {
+            line.extend(std::iter::repeat_n(if *tab { b'\t' } else { b' ' }, *spaces));
+            line.extend_from_slice(&quote(arg, *style));
+        }
+        line.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
+        let expected: Vec<Vec<u8>> = args.iter().map(|a| a.0.clone()).collect();
+        let mut scanner = RequestScanner::new(Limits::default());
+        match scanner.scan(&line) {
+            Scan::Inline { consumed, encoded } => {
+                prop_assert_eq!(consumed, line.len());
+                let got: Vec<Vec<u8>> =
+                    scanner.args().iter().map(|r| encoded[r.clone()].to_vec()).collect();
+                prop_assert_eq!(&got, &expected);
+                // The encoding is a multibulk frame with the same arguments.
+                prop_assert_eq!(scanner.scan(&encoded), Scan::Command(encoded.len()));
+                let again: Vec<Vec<u8>> =
+                    scanner.args().iter().map(|r| encoded[r.clone()].to_vec()).collect();
+                prop_assert_eq!(again, expected);
+            }
+            other => prop_assert!(false, "unexpected {:?} for {:?}", other, line),
+        }
+    }
+
+    #[test]
+    fn garbage_streams_give_the_same_verdicts_in_any_chunks(
+        bytes in garbage(),
+        chunks in prop::collection::vec(1usize..40, 1..6),
+    ) {
+        prop_assert_eq!(request_stream(&bytes, &chunks), request_stream(&bytes, &[]));
+        prop_assert_eq!(reply_stream(&bytes, &chunks), reply_stream(&bytes, &[]));
     }
 }

@@ -42,18 +42,37 @@ pub enum ProtocolError {
 
 impl ProtocolError {
     /// The error reply Redis sends for this condition, CRLF included.
+    ///
+    /// For `ExpectedDollar` the offending byte is written raw, as Redis does
+    /// (`%c`), except that CR and LF become spaces (Redis maps them so the
+    /// reply stays one line). A NUL byte cannot reach this error (Redis's
+    /// search for the header's CR stops at NUL, and so does the scanner's);
+    /// if it did, Redis's formatting would cut the message there.
     pub fn to_reply(&self) -> Vec<u8> {
-        let what = match self {
-            ProtocolError::TooBigInline => "too big inline request".to_string(),
-            ProtocolError::UnbalancedQuotes => "unbalanced quotes in request".to_string(),
-            ProtocolError::TooBigMbulkCount => "too big mbulk count string".to_string(),
-            ProtocolError::InvalidMultibulkLength => "invalid multibulk length".to_string(),
-            ProtocolError::TooBigBulkCount => "too big bulk count string".to_string(),
-            ProtocolError::ExpectedDollar(b) => format!("expected '$', got '{}'", *b as char),
-            ProtocolError::InvalidBulkLength => "invalid bulk length".to_string(),
-            ProtocolError::InvalidReply => "invalid reply from upstream".to_string(),
-        };
-        format!("-ERR Protocol error: {what}\r\n").into_bytes()
+        let mut out = b"-ERR Protocol error: ".to_vec();
+        match self {
+            ProtocolError::TooBigInline => out.extend_from_slice(b"too big inline request"),
+            ProtocolError::UnbalancedQuotes => {
+                out.extend_from_slice(b"unbalanced quotes in request")
+            }
+            ProtocolError::TooBigMbulkCount => out.extend_from_slice(b"too big mbulk count string"),
+            ProtocolError::InvalidMultibulkLength => {
+                out.extend_from_slice(b"invalid multibulk length")
+            }
+            ProtocolError::TooBigBulkCount => out.extend_from_slice(b"too big bulk count string"),
+            ProtocolError::ExpectedDollar(b) => {
+                out.extend_from_slice(b"expected '$', got '");
+                match *b {
+                    0 => {}
+                    b'\r' | b'\n' => out.extend_from_slice(b" '"),
+                    b => out.extend_from_slice(&[b, b'\'']),
+                }
+            }
+            ProtocolError::InvalidBulkLength => out.extend_from_slice(b"invalid bulk length"),
+            ProtocolError::InvalidReply => out.extend_from_slice(b"invalid reply from upstream"),
+        }
+        out.extend_from_slice(b"\r\n");
+        out
     }
 }
 
@@ -77,32 +96,56 @@ pub enum Scan {
 /// Where a multibulk request stands between calls.
 #[derive(Debug, Clone, Copy)]
 enum Req {
+    /// Reading the `*<n>` header.
     Start,
-    /// Expecting element headers; `at` is the next unread byte.
-    Elements {
-        at: usize,
-        left: usize,
-    },
-    /// Inside a bulk whose data (and CRLF) ends at `end`.
-    Bulk {
-        end: usize,
-        left: usize,
-    },
+    /// Expecting the element header that starts at `at`; `left` elements
+    /// (this one included) are still to come.
+    Elements { at: usize, left: usize },
+    /// Inside a bulk whose data (and the two bytes after it) end at `end`.
+    Bulk { end: usize, left: usize },
 }
 
+/// Finds where one client request ends, the way Redis 7.0 reads requests
+/// (`processMultibulkBuffer` / `processInlineBuffer` in `networking.c`).
+///
+/// Redis-compatible details, each checked against redis-server 7.0:
+/// - Header lines are searched for `\r` (inline lines for `\n`) with C
+///   string functions, so a NUL byte ends the search as if nothing had been
+///   found: the request waits for more bytes and fails with the matching
+///   "too big ..." error once more than `max_inline_len` bytes are buffered.
+/// - The byte after a header's `\r` is not looked at (`*1\rX$4\r\nPING\r\n`
+///   runs PING), and neither are the two bytes after a bulk's data
+///   (`$4\r\nPINGxx` is accepted): Redis skips them unseen, and so does this
+///   scanner, so the stream stays in step with the server's view of it.
+/// - An element header is judged only once its `\r` and one more byte have
+///   arrived: `*1\r\n!` waits, `*1\r\n!3\r\n` fails with "expected '$'".
+/// - `*0`, `*-1` and any negative count are skipped without a reply.
+#[derive(Debug)]
 pub struct RequestScanner {
     limits: Limits,
     state: Req,
     args: Vec<Range<usize>>,
-    /// Inline lines: bytes already searched for a newline.
+    /// Where the search for the current header's (or inline line's) end
+    /// resumes: bytes before it hold no terminator. It stops on a NUL byte
+    /// for good, like Redis's search.
     searched: usize,
 }
 
-fn find_cr(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?
-        .iter()
-        .position(|&b| b == b'\r')
-        .map(|p| from + p)
+/// Looks for `target` in `buf[*from..]`, stopping at a NUL byte as C's
+/// `strchr` does on Redis's NUL-terminated query buffer. `*from` is moved
+/// so the next call with more bytes resumes without reading anything twice.
+fn search(buf: &[u8], from: &mut usize, target: u8) -> Option<usize> {
+    let start = (*from).min(buf.len());
+    match buf[start..].iter().position(|&b| b == target || b == 0) {
+        Some(p) => {
+            *from = start + p;
+            (buf[start + p] == target).then_some(start + p)
+        }
+        None => {
+            *from = buf.len();
+            None
+        }
+    }
 }
 
 /// An integer as Redis's `string2ll` reads it.
@@ -125,11 +168,13 @@ impl RequestScanner {
         &self.args
     }
 
-    fn reset(&mut self) {
+    /// Forgets a partly scanned request, so the next `scan` starts afresh.
+    pub fn reset(&mut self) {
         self.state = Req::Start;
         self.searched = 0;
     }
 
+    /// Scans the request at the start of `buf`; see [`Scan`].
     pub fn scan(&mut self, buf: &[u8]) -> Scan {
         let r = self.scan_inner(buf);
         if r != Scan::Incomplete {
@@ -145,16 +190,17 @@ impl RequestScanner {
         if buf[0] != b'*' {
             return self.inline(buf);
         }
+        let max_line = self.limits.max_inline_len;
         loop {
             match self.state {
                 Req::Start => {
-                    let Some(cr) = find_cr(buf, 1) else {
-                        if buf.len() > self.limits.max_inline_len {
+                    let Some(cr) = search(buf, &mut self.searched, b'\r') else {
+                        if buf.len() > max_line {
                             return Scan::Error(ProtocolError::TooBigMbulkCount);
                         }
                         return Scan::Incomplete;
                     };
-                    if cr > self.limits.max_inline_len {
+                    if cr > max_line {
                         return Scan::Error(ProtocolError::TooBigMbulkCount);
                     }
                     if cr + 1 >= buf.len() {
@@ -167,10 +213,13 @@ impl RequestScanner {
                     if n <= 0 {
                         return Scan::Skip(cr + 2);
                     }
-                    if n as usize > self.limits.max_array_len {
+                    if n as u64 > self.limits.max_array_len as u64 {
                         return Scan::Error(ProtocolError::InvalidMultibulkLength);
                     }
+                    // Arguments are recorded as they arrive: nothing is
+                    // reserved for the declared count.
                     self.args.clear();
+                    self.searched = cr + 2;
                     self.state = Req::Elements {
                         at: cr + 2,
                         left: n as usize,
@@ -180,23 +229,20 @@ impl RequestScanner {
                     if left == 0 {
                         return Scan::Command(at);
                     }
-                    if at >= buf.len() {
-                        return Scan::Incomplete;
-                    }
-                    if buf[at] != b'$' {
-                        return Scan::Error(ProtocolError::ExpectedDollar(buf[at]));
-                    }
-                    let Some(cr) = find_cr(buf, at + 1) else {
-                        if buf.len() - at > self.limits.max_inline_len {
+                    let Some(cr) = search(buf, &mut self.searched, b'\r') else {
+                        if buf.len().saturating_sub(at) > max_line {
                             return Scan::Error(ProtocolError::TooBigBulkCount);
                         }
                         return Scan::Incomplete;
                     };
-                    if cr - at > self.limits.max_inline_len {
+                    if cr - at > max_line {
                         return Scan::Error(ProtocolError::TooBigBulkCount);
                     }
                     if cr + 1 >= buf.len() {
                         return Scan::Incomplete;
+                    }
+                    if buf[at] != b'$' {
+                        return Scan::Error(ProtocolError::ExpectedDollar(buf[at]));
                     }
                     let len = match parse_len(&buf[at + 1..cr]) {
                         Some(l) if l >= 0 && (l as u64) <= self.limits.max_bulk_len as u64 => {
@@ -205,17 +251,20 @@ impl RequestScanner {
                         _ => return Scan::Error(ProtocolError::InvalidBulkLength),
                     };
                     let start = cr + 2;
-                    self.args.push(start..start + len);
+                    self.args.push(start..start.saturating_add(len));
                     self.state = Req::Bulk {
-                        end: start + len + 2,
+                        end: start.saturating_add(len).saturating_add(2),
                         left: left - 1,
                     };
                 }
                 Req::Bulk { end, left } => {
                     if buf.len() < end {
+                        // O(1) per call however large the bulk.
                         return Scan::Incomplete;
                     }
-                    // Redis skips the two bytes after the data without looking.
+                    // Redis skips the two bytes after the data without
+                    // looking at them; so does this scanner.
+                    self.searched = end;
                     self.state = Req::Elements { at: end, left };
                 }
             }
@@ -223,13 +272,7 @@ impl RequestScanner {
     }
 
     fn inline(&mut self, buf: &[u8]) -> Scan {
-        let from = self.searched;
-        let Some(nl) = buf[from..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map(|p| from + p)
-        else {
-            self.searched = buf.len();
+        let Some(nl) = search(buf, &mut self.searched, b'\n') else {
             if buf.len() > self.limits.max_inline_len {
                 return Scan::Error(ProtocolError::TooBigInline);
             }
@@ -275,7 +318,11 @@ fn hex(b: u8) -> Option<u8> {
 
 /// Redis's `sdssplitargs`: whitespace-separated words, "double quotes" with
 /// escapes, 'single quotes'; `None` for unbalanced quotes.
+///
+/// Redis runs it on a C string, so a NUL byte ends the line. (The request
+/// scanner never passes one: Redis's search for the newline stops at NUL.)
 pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let mut out = Vec::new();
     let mut i = 0;
     loop {
@@ -352,14 +399,25 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     }
 }
 
-/// One pending aggregate of a reply: children still to come.
+/// Finds where one upstream reply ends (RESP2 and RESP3).
+///
+/// Aggregates are tracked as counts of children still to come on a heap
+/// stack, so any depth is safe. A map of n pairs has 2n children; an
+/// attribute (`|`) of n pairs is followed by the value it describes, so it
+/// counts as 2n + 1 children of which the last is that value. `$-1` and
+/// `*-1` are nulls; other negative lengths, bad lengths, a line not ending
+/// in CRLF, a blob not followed by CRLF, or an unknown type byte are
+/// `InvalidReply`. The text of simple lines (`+ - : _ , # (`) is not
+/// checked: only where they end matters.
 #[derive(Debug, Default)]
 pub struct ReplyScanner {
-    /// Next unread byte.
+    /// Start of the next unread line.
     at: usize,
+    /// Where the search for the end of the line at `at` resumes.
+    searched: usize,
     /// Remaining children of each open aggregate, innermost last.
     stack: Vec<u64>,
-    /// Inside a blob whose data (and CRLF) ends here.
+    /// Inside a blob whose data and CRLF end here.
     blob_end: Option<usize>,
 }
 
@@ -368,28 +426,28 @@ impl ReplyScanner {
         ReplyScanner::default()
     }
 
-    fn reset(&mut self) {
+    /// Forgets a partly scanned reply, so the next `scan` starts afresh.
+    pub fn reset(&mut self) {
         self.at = 0;
+        self.searched = 0;
         self.stack.clear();
         self.blob_end = None;
     }
 
-    /// `Ok(Some(n))` when one whole reply occupies `buf[..n]`.
+    /// `Ok(Some(n))` when one whole reply occupies `buf[..n]`; `Ok(None)`
+    /// when more bytes are needed (call again with them appended).
     pub fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
         match self.scan_inner(buf) {
-            Ok(Some(n)) => {
-                self.reset();
-                Ok(Some(n))
-            }
             Ok(None) => Ok(None),
-            Err(e) => {
+            done => {
                 self.reset();
-                Err(e)
+                done
             }
         }
     }
 
-    /// A value just ended: close the aggregates it completes.
+    /// A value just ended: close the aggregates it completes. True when the
+    /// whole reply is done.
     fn value_done(&mut self) -> bool {
         while let Some(top) = self.stack.last_mut() {
             *top -= 1;
@@ -401,24 +459,36 @@ impl ReplyScanner {
         true
     }
 
+    /// Moves past a value that ended at `next`.
+    fn advance(&mut self, next: usize) -> bool {
+        self.at = next;
+        self.searched = next;
+        self.value_done()
+    }
+
     fn scan_inner(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
         loop {
             if let Some(end) = self.blob_end {
                 if buf.len() < end {
                     return Ok(None);
                 }
+                if &buf[end - 2..end] != b"\r\n" {
+                    return Err(ProtocolError::InvalidReply);
+                }
                 self.blob_end = None;
-                self.at = end;
-                if self.value_done() {
+                if self.advance(end) {
                     return Ok(Some(end));
                 }
                 continue;
             }
             let at = self.at;
-            if at >= buf.len() {
-                return Ok(None);
-            }
-            let Some(nl) = buf[at..].iter().position(|&b| b == b'\n').map(|p| at + p) else {
+            let from = self.searched.max(at);
+            let Some(nl) = buf
+                .get(from..)
+                .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+                .map(|p| from + p)
+            else {
+                self.searched = buf.len().max(at);
                 return Ok(None);
             };
             // A type byte, then the line, then CRLF.
@@ -430,41 +500,41 @@ impl ReplyScanner {
             let num = || parse_len(text).ok_or(ProtocolError::InvalidReply);
             match buf[at] {
                 b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {
-                    self.at = next;
-                    if self.value_done() {
+                    if self.advance(next) {
                         return Ok(Some(next));
                     }
                 }
-                b'$' | b'!' | b'=' => {
-                    let n = num()?;
-                    if n < 0 {
-                        if n != -1 {
-                            return Err(ProtocolError::InvalidReply);
-                        }
-                        self.at = next;
-                        if self.value_done() {
+                kind @ (b'$' | b'!' | b'=') => match num()? {
+                    -1 if kind == b'$' => {
+                        if self.advance(next) {
                             return Ok(Some(next));
                         }
-                    } else {
-                        self.blob_end = Some(next + n as usize + 2);
                     }
-                }
-                b'*' | b'~' | b'>' | b'%' | b'|' => {
+                    n if n >= 0 => {
+                        let end = usize::try_from(n)
+                            .ok()
+                            .and_then(|n| next.checked_add(n)?.checked_add(2))
+                            .ok_or(ProtocolError::InvalidReply)?;
+                        self.blob_end = Some(end);
+                    }
+                    _ => return Err(ProtocolError::InvalidReply),
+                },
+                kind @ (b'*' | b'~' | b'>' | b'%' | b'|') => {
                     let n = num()?;
-                    self.at = next;
-                    let children = match buf[at] {
+                    let children = match kind {
                         b'%' => n.checked_mul(2),
-                        // Attributes precede the value they describe.
                         b'|' => n.checked_mul(2).and_then(|c| c.checked_add(1)),
                         _ => Some(n),
                     };
                     match children {
-                        Some(c) if c > 0 => self.stack.push(c as u64),
-                        Some(_) if n <= 0 => {
-                            if n < -1 {
-                                return Err(ProtocolError::InvalidReply);
-                            }
-                            if self.value_done() {
+                        Some(c) if c > 0 => {
+                            self.at = next;
+                            self.searched = next;
+                            self.stack.push(c as u64);
+                        }
+                        // An empty aggregate, or the null array.
+                        Some(0) | Some(-1) if n == 0 || kind == b'*' => {
+                            if self.advance(next) {
                                 return Ok(Some(next));
                             }
                         }
@@ -488,7 +558,12 @@ mod tests {
             Scan::Inline { encoded, .. } => encoded,
             _ => buf,
         };
-        let args = s.args().iter().map(|a| src[a.clone()].to_vec()).collect();
+        let args = match r {
+            Scan::Command(_) | Scan::Inline { .. } => {
+                s.args().iter().map(|a| src[a.clone()].to_vec()).collect()
+            }
+            _ => Vec::new(),
+        };
         (r, args)
     }
 
@@ -586,6 +661,290 @@ mod tests {
         assert_eq!(s.scan(b"*1\r\n\r\n"), Err(ProtocolError::InvalidReply));
     }
 
+    fn err(buf: &[u8]) -> ProtocolError {
+        match req(buf).0 {
+            Scan::Error(e) => e,
+            other => panic!("{buf:?}: expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn error_replies_are_redis_bytes() {
+        let cases: [(ProtocolError, &[u8]); 11] = [
+            (
+                ProtocolError::TooBigInline,
+                b"-ERR Protocol error: too big inline request\r\n",
+            ),
+            (
+                ProtocolError::UnbalancedQuotes,
+                b"-ERR Protocol error: unbalanced quotes in request\r\n",
+            ),
+            (
+                ProtocolError::TooBigMbulkCount,
+                b"-ERR Protocol error: too big mbulk count string\r\n",
+            ),
+            (
+                ProtocolError::InvalidMultibulkLength,
+                b"-ERR Protocol error: invalid multibulk length\r\n",
+            ),
+            (
+                ProtocolError::TooBigBulkCount,
+                b"-ERR Protocol error: too big bulk count string\r\n",
+            ),
+            (
+                ProtocolError::ExpectedDollar(b'%'),
+                b"-ERR Protocol error: expected '$', got '%'\r\n",
+            ),
+            // Redis writes the byte raw, but CR and LF become spaces.
+            (
+                ProtocolError::ExpectedDollar(0xff),
+                b"-ERR Protocol error: expected '$', got '\xff'\r\n",
+            ),
+            (
+                ProtocolError::ExpectedDollar(b'\r'),
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                ProtocolError::ExpectedDollar(b'\n'),
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                ProtocolError::InvalidBulkLength,
+                b"-ERR Protocol error: invalid bulk length\r\n",
+            ),
+            (
+                ProtocolError::InvalidReply,
+                b"-ERR Protocol error: invalid reply from upstream\r\n",
+            ),
+        ];
+        for (e, bytes) in cases {
+            assert_eq!(e.to_reply(), bytes, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn every_request_error() {
+        use ProtocolError::*;
+        for bad in [
+            &b"*abc\r\n"[..],
+            b"*\r\n",
+            b"*-0\r\n",
+            b"*01\r\n",
+            b"*+1\r\n",
+            b"*2147483648\r\n",
+        ] {
+            assert_eq!(err(bad), InvalidMultibulkLength, "{bad:?}");
+        }
+        // Redis allows up to i32::MAX; the proxy's own limit is lower.
+        assert_eq!(req(b"*1048576\r\n").0, Scan::Incomplete);
+        assert_eq!(err(b"*1048577\r\n"), InvalidMultibulkLength);
+        for bad in [
+            &b"*1\r\n$\r\n"[..],
+            b"*1\r\n$-0\r\n",
+            b"*1\r\n$+3\r\n",
+            b"*1\r\n$03\r\n",
+            b"*1\r\n$-1\r\n",
+            b"*1\r\n$x\r\n",
+            b"*1\r\n$536870913\r\n",
+        ] {
+            assert_eq!(err(bad), InvalidBulkLength, "{bad:?}");
+        }
+        assert_eq!(req(b"*1\r\n$536870912\r\n").0, Scan::Incomplete);
+        assert_eq!(err(b"*1\r\n\r\n"), ExpectedDollar(b'\r'));
+        assert_eq!(err(b"*1\r\n\n\r\n"), ExpectedDollar(b'\n'));
+        assert_eq!(err(b"*2\r\n$1\r\na\r\n:1\r\n"), ExpectedDollar(b':'));
+
+        let mut long = b"*".to_vec();
+        long.extend(std::iter::repeat_n(b'1', 65_535));
+        assert_eq!(req(&long).0, Scan::Incomplete);
+        long.push(b'1');
+        assert_eq!(err(&long), TooBigMbulkCount);
+        long.extend_from_slice(b"\r\n");
+        assert_eq!(err(&long), TooBigMbulkCount);
+
+        let mut long = b"*1\r\n$".to_vec();
+        long.extend(std::iter::repeat_n(b'1', 65_536));
+        assert_eq!(err(&long), TooBigBulkCount);
+        // Redis judges the first byte only once the header has its CR.
+        let mut long = b"*1\r\n!".to_vec();
+        assert_eq!(req(&long).0, Scan::Incomplete);
+        long.extend(std::iter::repeat_n(b'x', 65_536));
+        assert_eq!(err(&long), TooBigBulkCount);
+
+        let mut long = vec![b'a'; 65_536];
+        assert_eq!(req(&long).0, Scan::Incomplete);
+        long.push(b'a');
+        assert_eq!(err(&long), TooBigInline);
+        // A long line that arrives whole runs, as in Redis.
+        long.push(b'\n');
+        assert!(matches!(
+            req(&long).0,
+            Scan::Inline {
+                consumed: 65_538,
+                ..
+            }
+        ));
+
+        for bad in [
+            &b"ECHO \"ab\"c\r\n"[..],
+            b"ECHO 'a'b\r\n",
+            b"ECHO \"a\"'b'\r\n",
+            b"ECHO \"a\\\r\n",
+            b"ECHO 'a\n",
+            b"\"\n",
+        ] {
+            assert_eq!(err(bad), UnbalancedQuotes, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn nul_bytes_stop_the_search_for_a_line_end_as_in_redis() {
+        use ProtocolError::*;
+        // Redis looks for CR / LF with strchr, which stops at NUL: these wait.
+        for waits in [
+            &b"*1\x00\r\n$4\r\nPING\r\n"[..],
+            b"*1\r\n\x00\r\n",
+            b"*1\r\n$3\x00\r\nfoo\r\n",
+            b"ECHO a\x00b\r\n",
+            b"\x00\r\n",
+        ] {
+            let mut s = RequestScanner::new(Limits::default());
+            assert_eq!(s.scan(waits), Scan::Incomplete, "{waits:?}");
+            // Later bytes do not help, however many newlines they hold.
+            let mut more = waits.to_vec();
+            more.extend_from_slice(b"\r\n*1\r\n$4\r\nPING\r\n");
+            assert_eq!(s.scan(&more), Scan::Incomplete, "{waits:?}");
+        }
+        let pad = |head: &[u8]| {
+            let mut v = head.to_vec();
+            v.extend(std::iter::repeat_n(b'a', 70_000));
+            v
+        };
+        assert_eq!(err(&pad(b"*1\x00\r\n")), TooBigMbulkCount);
+        assert_eq!(err(&pad(b"*1\r\n$3\x00\r\n")), TooBigBulkCount);
+        assert_eq!(err(&pad(b"ECHO a\x00b\r\n")), TooBigInline);
+        // NUL inside bulk data is ordinary data.
+        let (r, args) = req(b"*1\r\n$3\r\nf\x00o\r\n");
+        assert_eq!(r, Scan::Command(13));
+        assert_eq!(args, vec![b"f\x00o".to_vec()]);
+        assert_eq!(
+            split_args(b"a b\x00c d"),
+            Some(vec![b"a".to_vec(), b"b".to_vec()])
+        );
+    }
+
+    #[test]
+    fn bytes_redis_skips_unseen() {
+        // The byte after a header's CR and the two after bulk data are not
+        // checked by Redis (`*1\rX$4\r\nPING\r\n` answers +PONG).
+        let (r, args) = req(b"*1\rX$4\r\nPING\r\n");
+        assert_eq!(r, Scan::Command(14));
+        assert_eq!(args, vec![b"PING".to_vec()]);
+        let (r, args) = req(b"*1\r\n$4\r\nPINGxx*1\r\n");
+        assert_eq!(r, Scan::Command(14));
+        assert_eq!(args, vec![b"PING".to_vec()]);
+        assert_eq!(req(b"*-5\r\nPING\r\n").0, Scan::Skip(5));
+        assert_eq!(req(b"*1\r").0, Scan::Incomplete);
+        assert_eq!(req(b"*1\r\n$4\r\nPING\r").0, Scan::Incomplete);
+    }
+
+    #[test]
+    fn inline_quoting() {
+        let words = |line: &[u8]| split_args(line).unwrap();
+        assert_eq!(
+            words(b"\"\\n\\r\\t\\b\\a\\\\\\\"\\q\""),
+            vec![b"\n\r\t\x08\x07\\\"q".to_vec()]
+        );
+        assert_eq!(words(b"\"\\x41\\x4g\\q\""), vec![b"Ax4gq".to_vec()]);
+        assert_eq!(words(b"\"\\x4\""), vec![b"x4".to_vec()]);
+        assert_eq!(words(b"\"\\xfF\""), vec![vec![0xff]]);
+        assert_eq!(words(b"'a\\nb'"), vec![b"a\\nb".to_vec()]);
+        assert_eq!(words(b"'a\\'b'"), vec![b"a'b".to_vec()]);
+        assert_eq!(words(b"a\"b\" c"), vec![b"ab".to_vec(), b"c".to_vec()]);
+        assert_eq!(split_args(b"a\"b\"c"), None);
+        assert_eq!(words(b"\"\" ''"), vec![b"".to_vec(), b"".to_vec()]);
+        assert_eq!(
+            words(b"a\rb\tc\x0bd\x0ce"),
+            vec![
+                b"a".to_vec(),
+                b"b".to_vec(),
+                b"c".to_vec(),
+                b"d".to_vec(),
+                b"e".to_vec()
+            ]
+        );
+        assert_eq!(words(b"  \t "), Vec::<Vec<u8>>::new());
+        let (r, args) = req(b"ECHO \"a b\"\n");
+        assert!(
+            matches!(&r, Scan::Inline { consumed: 11, encoded } if encoded == b"*2\r\n$4\r\nECHO\r\n$3\r\na b\r\n"),
+            "{r:?}"
+        );
+        assert_eq!(args, vec![b"ECHO".to_vec(), b"a b".to_vec()]);
+        assert_eq!(req(b"\r\r\n").0, Scan::Skip(3));
+        assert_eq!(req(b"\t \nPING\r\n").0, Scan::Skip(3));
+        assert_eq!(
+            req(b"\"\"\n").0,
+            Scan::Inline {
+                consumed: 3,
+                encoded: b"*1\r\n$0\r\n\r\n".to_vec()
+            }
+        );
+    }
+
+    /// Feeds every prefix of `buf` before the whole and checks the verdict
+    /// never changes, and that an early verdict is the whole-buffer one.
+    fn same_in_two_pieces(buf: &[u8]) {
+        let mut whole = RequestScanner::new(Limits::default());
+        let expected = whole.scan(buf);
+        let expected_args = whole.args().to_vec();
+        for cut in 0..=buf.len() {
+            let mut s = RequestScanner::new(Limits::default());
+            let first = s.scan(&buf[..cut]);
+            let got = if first == Scan::Incomplete {
+                s.scan(buf)
+            } else {
+                first
+            };
+            assert_eq!(got, expected, "{buf:?} cut at {cut}");
+            if matches!(got, Scan::Command(_) | Scan::Inline { .. }) {
+                assert_eq!(s.args(), &expected_args[..]);
+            }
+        }
+        let mut r = ReplyScanner::new();
+        let expected = r.scan(buf);
+        for cut in 0..=buf.len() {
+            let mut s = ReplyScanner::new();
+            let first = s.scan(&buf[..cut]);
+            let got = if first == Ok(None) {
+                s.scan(buf)
+            } else {
+                first
+            };
+            assert_eq!(got, expected, "reply {buf:?} cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn split_at_every_byte_of_several_frames() {
+        for frame in [
+            &b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$10\r\n0123456789\r\n"[..],
+            b"*1\r\n$0\r\n\r\n",
+            b"*0\r\n",
+            b"*-1\r\n",
+            b"SET a \"b c\\x41\" 'd\\'e'\r\n",
+            b"   \r\n",
+            b"*2\r\n$1\r\na\r\n!3\r\n",
+            b"*1\r\n$-3\r\n",
+            b"ECHO \"ab\"c\r\n",
+            b"*1\x00\r\n",
+            b"%2\r\n+a\r\n*2\r\n:1\r\n$-1\r\n|1\r\n+k\r\n_\r\n=7\r\ntxt:abc\r\n",
+            b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n",
+            b"*2\r\n$3\r\nabcXY",
+        ] {
+            same_in_two_pieces(frame);
+        }
+    }
+
     #[test]
     fn deep_replies_do_not_recurse() {
         let depth = 200_000;
@@ -593,6 +952,96 @@ mod tests {
         buf.extend_from_slice(b":1\r\n");
         let mut s = ReplyScanner::new();
         assert_eq!(s.scan(&buf), Ok(Some(buf.len())));
+    }
+
+    #[test]
+    fn reply_edge_cases() {
+        let mut s = ReplyScanner::new();
+        let bad = ProtocolError::InvalidReply;
+        for b in [
+            &b"$-2\r\n"[..],
+            b"%-1\r\n",
+            b"~-1\r\n",
+            b"|-1\r\n",
+            b"!-1\r\n",
+            b"*-2\r\n",
+            b"$x\r\n",
+            b"$03\r\nabc\r\n",
+            b"+OK\n",
+            b"$3\r\nabcXY",
+            b"*1\r\n$1\r\nab\r\n",
+        ] {
+            assert_eq!(s.scan(b), Err(bad.clone()), "{b:?}");
+        }
+        assert_eq!(s.scan(b"|0\r\n+v\r\n"), Ok(Some(8)));
+        assert_eq!(s.scan(b"~0\r\n"), Ok(Some(4)));
+        assert_eq!(s.scan(b"$0\r\n\r\n"), Ok(Some(6)));
+        assert_eq!(s.scan(b"!3\r\nERR\r\n"), Ok(Some(9)));
+        assert_eq!(
+            s.scan(b"*2\r\n|1\r\n+k\r\n+v\r\n:1\r\n:2\r\n"),
+            Ok(Some(24))
+        );
+        assert_eq!(s.scan(b"$3\r\nabc\r"), Ok(None));
+        assert_eq!(s.scan(b"$3\r\nabc\r\n"), Ok(Some(9)));
+        assert_eq!(s.scan(b"$9223372036854775807\r\n"), Ok(None));
+        s.reset();
+        assert_eq!(s.scan(b"+OK\r\n"), Ok(Some(5)));
+    }
+
+    #[test]
+    fn deep_resp3_nesting_does_not_recurse() {
+        let depth = 100_000;
+        let mut buf = b"%1\r\n+k\r\n|1\r\n+a\r\n_\r\n~1\r\n".repeat(depth);
+        buf.extend_from_slice(b"#t\r\n");
+        let mut s = ReplyScanner::new();
+        assert_eq!(s.scan(&buf[..buf.len() - 1]), Ok(None));
+        assert_eq!(s.scan(&buf), Ok(Some(buf.len())));
+    }
+
+    #[test]
+    fn long_lines_and_bulks_in_pieces_cost_linear_time() {
+        // A 16 MB simple string in 1 KB pieces: rescanning from the line's
+        // start each time would read about 128 GB.
+        let mut line = vec![b'x'; 16 << 20];
+        line[0] = b'+';
+        line.extend_from_slice(b"\r\n");
+        let mut s = ReplyScanner::new();
+        for cut in (0..line.len()).step_by(1024) {
+            assert_eq!(s.scan(&line[..cut]), Ok(None));
+        }
+        assert_eq!(s.scan(&line), Ok(Some(line.len())));
+
+        let mut req = b"*2\r\n$3\r\nSET\r\n$16777216\r\n".to_vec();
+        req.resize(req.len() + (16 << 20), b'v');
+        req.extend_from_slice(b"\r\n");
+        let mut r = RequestScanner::new(Limits::default());
+        for cut in (0..req.len()).step_by(1024) {
+            assert_eq!(r.scan(&req[..cut]), Scan::Incomplete);
+        }
+        assert_eq!(r.scan(&req), Scan::Command(req.len()));
+        assert_eq!(r.args()[1].len(), 16 << 20);
+    }
+
+    #[test]
+    fn huge_declared_counts_allocate_nothing_up_front() {
+        let limits = Limits {
+            max_array_len: usize::MAX,
+            ..Limits::default()
+        };
+        let mut r = RequestScanner::new(limits);
+        assert_eq!(r.scan(b"*2147483647\r\n$1\r\na\r\n"), Scan::Incomplete);
+        assert!(r.args.capacity() < 1024);
+        let mut s = ReplyScanner::new();
+        assert_eq!(
+            s.scan(b"*9223372036854775807\r\n%4611686018427387903\r\n"),
+            Ok(None)
+        );
+        assert!(s.stack.capacity() < 1024);
+        let mut s = ReplyScanner::new();
+        assert_eq!(
+            s.scan(b"%4611686018427387904\r\n"),
+            Err(ProtocolError::InvalidReply)
+        );
     }
 
     #[test]
