@@ -245,6 +245,12 @@ impl ClientState {
         self.unwritten.load(Ordering::Acquire)
     }
 
+    /// Whether `n` more bytes of replies would pass the output limit.
+    pub fn over_output_limit(&self, n: usize) -> bool {
+        self.output_limit > 0
+            && self.queued_bytes.load(Ordering::Relaxed).saturating_add(n) > self.output_limit
+    }
+
     pub fn inflight_limit(&self) -> usize {
         self.inflight_limit
     }

@@ -220,6 +220,15 @@ async fn run(
                         let Some(head) = q.front() else {
                             return Err(UpstreamError::BadReply);
                         };
+                        if !head.client.is_closed() && head.client.over_output_limit(done) {
+                            // The batch alone passes the client's limit:
+                            // cut it off now rather than after buffering it.
+                            tracing::warn!(
+                                queued = done,
+                                "client output buffer limit reached, closing"
+                            );
+                            head.client.kill();
+                        }
                         if head.client.is_closed() {
                             // Nobody will read these: do not hold a whole
                             // batch of them (possibly large) in memory.
