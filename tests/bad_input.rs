@@ -294,8 +294,15 @@ fn replies_of_the_proxys_own_wait_for_those_due_from_redis() {
         let proxy = Proxy::start(redis.port, mode);
         // A blocking command pins the client; what follows it — QUIT's
         // +OK, a protocol error — must come after its reply, as in Redis.
-        for tail in [&b"QUIT\r\n"[..], b"*abc\r\n", b"MULTI\r\nQUIT\r\n"] {
-            let mut bytes = b"BLPOP nolist 0.2\r\n".to_vec();
+        for (head, tail) in [
+            (&b"BLPOP nolist 0.2\r\n"[..], &b"QUIT\r\n"[..]),
+            (b"BLPOP nolist 0.2\r\n", b"*abc\r\n"),
+            (b"BLPOP nolist 0.2\r\n", b"MULTI\r\nQUIT\r\n"),
+            // Subscribed: replies no longer pair with requests.
+            (b"SUBSCRIBE ch1 ch2\r\nPING\r\n", b"QUIT\r\n"),
+            (b"SUBSCRIBE ch\r\nPING\r\n", b"*1\r\n$-5\r\n"),
+        ] {
+            let mut bytes = head.to_vec();
             bytes.extend_from_slice(tail);
             let want = send_and_collect(redis.port, &bytes);
             let got = send_and_collect(proxy.port, &bytes);

@@ -302,8 +302,13 @@ impl Session {
     /// those still due must arrive first.
     async fn answer(&mut self, bytes: Bytes) {
         if self.pinned {
-            if let Some(d) = &self.dedicated {
-                d.idle().await;
+            let unpaired = self.mode.unpaired;
+            if let Some(d) = &mut self.dedicated {
+                if unpaired {
+                    d.drain_unpaired().await;
+                } else {
+                    d.idle().await;
+                }
             }
         }
         self.out.ready(bytes, 1);

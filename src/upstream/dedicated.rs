@@ -31,6 +31,10 @@ pub enum Expect {
     /// EXEC of a transaction whose queued commands include rewritten ones:
     /// element `i` of the EXEC reply is transformed by `transforms[i]`.
     Exec(Vec<Option<Box<dyn ReplyTransform>>>),
+    /// The proxy's own `PING token` on a connection whose replies do not
+    /// pair with requests (pub/sub, MONITOR): its reply, recognised by its
+    /// exact bytes, is dropped, and everything before it has arrived.
+    Sentinel(Vec<u8>, Vec<u8>),
 }
 
 struct Shared {
@@ -82,6 +86,26 @@ impl Dedicated {
             .write_all(bytes)
             .await
             .map_err(|_| UpstreamError::ConnectionLost)
+    }
+
+    /// Waits until everything Redis sends before the reply to a request
+    /// sent now has arrived, also when replies do not pair with requests.
+    pub async fn drain_unpaired(&mut self) {
+        let token = b"ackproxy-drain".to_vec();
+        let mut subscribed = format!("*2\r\n$4\r\npong\r\n${}\r\n", token.len()).into_bytes();
+        subscribed.extend_from_slice(&token);
+        subscribed.extend_from_slice(b"\r\n");
+        let mut plain = format!("${}\r\n", token.len()).into_bytes();
+        plain.extend_from_slice(&token);
+        plain.extend_from_slice(b"\r\n");
+        let ping = super::encode_command(&[b"PING", &token]);
+        if self
+            .send(&ping, Some(Expect::Sentinel(subscribed, plain)))
+            .await
+            .is_ok()
+        {
+            self.idle().await;
+        }
     }
 
     pub fn is_dead(&self) -> bool {
@@ -141,13 +165,32 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
             let expect = if is_push {
                 None
             } else {
-                shared.expect.lock().unwrap().pop_front()
+                let mut q = shared.expect.lock().unwrap();
+                match q.front() {
+                    Some(Expect::Sentinel(a, b)) => {
+                        let frame = &buf[start..start + len];
+                        if frame == &a[..] || frame == &b[..] {
+                            q.pop_front()
+                        } else {
+                            None
+                        }
+                    }
+                    _ => q.pop_front(),
+                }
             };
             match expect {
                 None => raw_len += len,
                 Some(Expect::Raw) => {
                     raw_len += len;
                     raw_count += 1;
+                }
+                Some(Expect::Sentinel(..)) => {
+                    if raw_len > 0 {
+                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                        raw_len = 0;
+                        raw_count = 0;
+                    }
+                    let _ = buf.split_to(len);
                 }
                 Some(other) => {
                     if raw_len > 0 {
@@ -187,6 +230,7 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
             Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),
         },
         Expect::Exec(ts) => transform_exec(ts, reply),
+        Expect::Sentinel(..) => Bytes::new(),
     }
 }
 
