@@ -308,6 +308,18 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        use std::net::ToSocketAddrs;
+        if self.listen.to_socket_addrs().is_err() {
+            return Err(format!(
+                "listen: {:?} is not a host:port address",
+                self.listen
+            ));
+        }
+        if let Some(m) = &self.metrics {
+            if m.parse::<std::net::SocketAddr>().is_err() {
+                return Err(format!("metrics: {m:?} is not an ip:port address"));
+            }
+        }
         if self.shared_connections == 0 {
             return Err("shared_connections must be at least 1".into());
         }
@@ -356,6 +368,13 @@ mod tests {
         let bad = "[[queue]]\npattern = \"q\"\nack_id = \"xml:id\"\n";
         let err = Config::from_toml(bad).unwrap_err();
         assert!(err.contains("ack_id"), "{err}");
+    }
+
+    #[test]
+    fn bad_addresses_are_rejected() {
+        assert!(Config::from_toml("listen = \"not-an-addr\"").is_err());
+        assert!(Config::from_toml("metrics = \"nope\"").is_err());
+        assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
     }
 
     #[test]

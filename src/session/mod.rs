@@ -267,7 +267,7 @@ impl Session {
                         args,
                         self.mode.protocol,
                         self.pinned && self.mode.multi,
-                        self.pinned,
+                        self.pinned && self.mode.multi,
                     );
                     match intercept {
                         Intercept::Pass => {}
@@ -349,10 +349,15 @@ impl Session {
             // Queued inside MULTI: the rewritten reply is an element of EXEC's.
             self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform))
                 .await;
-        } else if self.pinned {
-            self.send_dedicated_expect(&request, Expect::Transform(transform))
-                .await;
         } else {
+            // Queues live in database 0, where the proxy's own connections
+            // are; a client pinned for SELECT n, AUTH or HELLO still pops
+            // there, once what it sent on its dedicated connection is done.
+            if let Some(d) = &self.dedicated {
+                if self.pinned {
+                    d.idle().await;
+                }
+            }
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
             self.shared.send(request, 1, &self.out, Some(transform));
         }
@@ -445,25 +450,14 @@ impl Session {
         self.maybe_unpin();
     }
 
-    async fn send_dedicated_expect(&mut self, frame: &[u8], expect: Expect) {
-        if !self.switch_to_dedicated().await {
-            return;
-        }
-        let d = self.dedicated.as_mut().expect("dedicated connection");
-        if let Err(e) = d.send(frame, Some(expect)).await {
-            self.out.ready(Bytes::from(e.to_reply()), 1);
-        }
-    }
-
     async fn switch_to_dedicated(&mut self) -> bool {
         if !self.ensure_dedicated().await {
             return false;
         }
-        if !self.pinned {
-            // Requests already sent on the shared connection run first.
-            self.out.shared_drained().await;
-            self.pinned = true;
-        }
+        // Requests already sent on the shared connection run first (also
+        // queue operations of a pinned client, which go there).
+        self.out.shared_drained().await;
+        self.pinned = true;
         true
     }
 

@@ -26,8 +26,6 @@ use crate::session::output::{ClientState, ReplyTransform, Transformed};
 pub enum Expect {
     /// Forward as is.
     Raw,
-    /// A rewritten request: the client gets the transformed reply.
-    Transform(Box<dyn ReplyTransform>),
     /// EXEC of a transaction whose queued commands include rewritten ones:
     /// element `i` of the EXEC reply is transformed by `transforms[i]`.
     Exec(Vec<Option<Box<dyn ReplyTransform>>>),
@@ -224,11 +222,6 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
         Expect::Raw => reply,
-        Expect::Transform(mut t) => match t.apply(reply) {
-            Transformed::Done(b) => b,
-            // Requests on a dedicated connection carry whole scripts.
-            Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),
-        },
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) => Bytes::new(),
     }
