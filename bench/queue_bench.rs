@@ -212,7 +212,7 @@ fn pop_call(rules: &Rules, queue: &str) -> Call {
         rules,
         2,
     ) {
-        Parsed::Pop(p) => p.call(),
+        Parsed::Pop(p) => p.single_call(),
         Parsed::Invalid => panic!("RPOP {queue} did not parse"),
     }
 }
@@ -222,11 +222,7 @@ fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
     let q = rules
         .resolve(queue.as_bytes())
         .expect("bench queue is configured");
-    let mut call = Call::new(&scripts::ACK);
-    for k in q.key_group() {
-        call = call.key(bytes::Bytes::copy_from_slice(k));
-    }
-    call.arg(bytes::Bytes::copy_from_slice(id))
+    ackproxy::queue::commands::ack_call(&q, &[bytes::Bytes::copy_from_slice(id)])
         .evalsha()
         .to_vec()
 }
@@ -465,7 +461,7 @@ fn main() {
     let rules = Arc::new(Rules::new(&config.queues));
     // Load the scripts for the direct mode (the proxy loads its own).
     for s in [&scripts::POP, &scripts::ACK] {
-        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body.as_bytes()]);
+        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
     }
 
     // Enough for ~150k pairs/s over the measured time plus warm-up.

@@ -7,53 +7,87 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::keys::QueueKeys;
+use super::keys::{QueueKeys, QUEUE_GROUP};
 use crate::config::{AckId, End, QueueRule, Redeliver};
+
+/// How the Lua side reads a rule argument.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LuaType {
+    Number,
+    Text,
+}
+
+/// The other half of the calling convention (the keys are `keys::GROUP`):
+/// a queue's rule as consecutive ARGV, each with the name the Lua side gives
+/// it (`rule(i).<name>`) and how it is encoded. Adding a rule argument is
+/// one line here.
+#[allow(clippy::type_complexity)]
+pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 5] = [
+    ("lease", LuaType::Number, |r| {
+        Bytes::from(r.lease_ms.to_string())
+    }),
+    ("max", LuaType::Number, |r| {
+        Bytes::from(r.max_deliveries.to_string())
+    }),
+    // '' = the whole payload is the ack id.
+    ("field", LuaType::Text, |r| match &r.ack_id {
+        AckId::Payload => Bytes::new(),
+        AckId::JsonField(f) => Bytes::from(f.clone()),
+    }),
+    ("redeliver", LuaType::Text, |r| {
+        Bytes::from_static(match r.redeliver {
+            Redeliver::Next => b"next",
+            Redeliver::Last => b"last",
+        })
+    }),
+    ("pop_end", LuaType::Text, |r| {
+        Bytes::from_static(match r.pop_end {
+            End::Left => b"L",
+            End::Right => b"R",
+        })
+    }),
+];
+
+/// Rule arguments a script takes per queue.
+pub const RULE_ARGS: usize = RULE.len();
 
 /// A queue key and everything the scripts need to know about it.
 pub struct Queue {
     pub name: Bytes,
     pub keys: QueueKeys,
     /// `keys` in the order every script takes them, cheap to clone.
-    group: [Bytes; 7],
+    group: [Bytes; QUEUE_GROUP],
     pub rule: QueueRule,
-    /// The rule as script arguments: lease_ms, max_deliveries, ack field
-    /// ("" = whole payload), redeliver ("next"|"last"), pop end ("L"|"R").
-    pub spec: [Bytes; 5],
+    /// The rule as script arguments, in [`RULE`] order.
+    args: [Bytes; RULE_ARGS],
 }
 
 impl Queue {
     fn new(name: &[u8], rule: &QueueRule) -> Queue {
         let keys = QueueKeys::new(name, rule.dead_letter.as_deref());
-        let spec = [
-            Bytes::from(rule.lease_ms.to_string()),
-            Bytes::from(rule.max_deliveries.to_string()),
-            match &rule.ack_id {
-                AckId::Payload => Bytes::new(),
-                AckId::JsonField(f) => Bytes::from(f.clone()),
-            },
-            Bytes::from_static(match rule.redeliver {
-                Redeliver::Next => b"next",
-                Redeliver::Last => b"last",
-            }),
-            Bytes::from_static(match rule.pop_end {
-                End::Left => b"L",
-                End::Right => b"R",
-            }),
-        ];
         let group = keys.all().map(Bytes::copy_from_slice);
         Queue {
             name: Bytes::copy_from_slice(name),
             keys,
             group,
             rule: rule.clone(),
-            spec,
+            args: RULE.map(|(_, _, f)| f(rule)),
         }
     }
 
     /// The queue's keys in the order every script takes them.
-    pub fn key_group(&self) -> &[Bytes; 7] {
+    pub fn key_group(&self) -> &[Bytes; QUEUE_GROUP] {
         &self.group
+    }
+
+    /// The queue's rule in the order every script takes it.
+    pub fn rule_args(&self) -> &[Bytes; RULE_ARGS] {
+        &self.args
+    }
+
+    /// Approximate bytes this entry holds, for byte-bounded caches.
+    pub fn size(&self) -> usize {
+        self.group.iter().map(Bytes::len).sum::<usize>() * 2 + self.name.len() + 256
     }
 }
 
