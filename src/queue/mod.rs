@@ -5,6 +5,7 @@
 //! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
+pub mod bounded;
 pub mod call;
 pub mod commands;
 pub mod keys;
