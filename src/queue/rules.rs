@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
+use super::bounded::ByteBoundedMap;
 use super::keys::QueueKeys;
 use crate::config::{AckId, End, QueueRule, Redeliver};
 
@@ -55,17 +56,36 @@ impl Queue {
     pub fn key_group(&self) -> &[Bytes; 7] {
         &self.group
     }
+
+    /// Bytes this queue holds besides its name: every key is stored twice
+    /// (`keys` and `group`), so a long name costs about fourteen times over.
+    fn footprint(&self) -> usize {
+        let keys: usize = self.keys.all().iter().map(|k| k.len()).sum();
+        let spec: usize = self.spec.iter().map(Bytes::len).sum();
+        let rule = self.rule.pattern.len()
+            + self.rule.dead_letter.as_ref().map_or(0, String::len)
+            + match &self.rule.ack_id {
+                AckId::Payload => 0,
+                AckId::JsonField(f) => f.len(),
+            };
+        std::mem::size_of::<Queue>() + 2 * keys + spec + rule
+    }
 }
 
 pub struct Rules {
     rules: Vec<QueueRule>,
     exact: HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
-    resolved: RwLock<HashMap<Bytes, Arc<Queue>>>,
+    resolved: RwLock<ByteBoundedMap<Arc<Queue>>>,
 }
 
-/// Resolved queues kept at most; past it the cache starts over.
-const RESOLVED_CACHE: usize = 100_000;
+/// Bytes of resolved queues kept. Clients choose the key names, and a queue
+/// holds about fourteen copies of its name, so a count limit let a few
+/// hundred ACKs on 64 KB names grow the proxy by hundreds of MB. 8 MiB still
+/// holds over six thousand queues with short names (about 1.3 KB each), more
+/// than a deployment uses at once, while a 64 KB name is kept only a handful
+/// of times.
+const RESOLVED_CACHE_BYTES: usize = 8 << 20;
 
 impl Rules {
     pub fn new(rules: &[QueueRule]) -> Rules {
@@ -82,7 +102,7 @@ impl Rules {
             rules: rules.to_vec(),
             exact,
             globs,
-            resolved: RwLock::new(HashMap::new()),
+            resolved: RwLock::new(ByteBoundedMap::new(RESOLVED_CACHE_BYTES)),
         }
     }
 
@@ -106,11 +126,12 @@ impl Rules {
         }
         let rule = &self.rules[self.rule_for(key)?];
         let q = Arc::new(Queue::new(key, rule));
-        let mut cache = self.resolved.write().unwrap();
-        if cache.len() >= RESOLVED_CACHE {
-            cache.clear();
-        }
-        cache.insert(q.name.clone(), q.clone());
+        // The key shares its buffer with `q.name`, so the name is charged once.
+        let size = q.footprint();
+        self.resolved
+            .write()
+            .unwrap()
+            .insert(q.name.clone(), q.clone(), size);
         Some(q)
     }
 
@@ -471,5 +492,37 @@ mod tests {
         let b = rules.resolve(b"jobs").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(&a.key_group()[0][..], b"jobs");
+    }
+
+    #[test]
+    fn cache_of_huge_names_is_bounded_in_bytes() {
+        let rules = Rules::new(&[rule("big:*")]);
+        let name = |i: u32| {
+            let mut k = b"big:".to_vec();
+            k.extend(std::iter::repeat_n(b'x', 64 * 1024));
+            k.extend_from_slice(i.to_string().as_bytes());
+            k
+        };
+        for i in 0..500 {
+            assert!(rules.resolve(&name(i)).is_some());
+        }
+        // Each queue holds its 64 KB name many times over; whatever it is
+        // charged, the names alone of what stays cached fit the budget.
+        let cached = rules.resolved.read().unwrap().len();
+        assert!(cached >= 1, "the latest queue is cached");
+        assert!(
+            cached * 64 * 1024 <= RESOLVED_CACHE_BYTES,
+            "{cached} cached"
+        );
+        let latest = rules.resolve(&name(499)).unwrap();
+        assert!(Arc::ptr_eq(&latest, &rules.resolve(&name(499)).unwrap()));
+    }
+
+    #[test]
+    fn ordinary_queues_cost_about_a_kilobyte() {
+        // Keeps RESOLVED_CACHE_BYTES's rationale honest: thousands fit.
+        let q = Queue::new(b"tasks:eu:mail", &rule("tasks:*"));
+        let cost = ByteBoundedMap::<()>::cost(&q.name, q.footprint());
+        assert!(cost < 1500, "{cost}");
     }
 }
