@@ -5,6 +5,7 @@
 //! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
+pub mod bounded;
 pub mod call;
 pub mod commands;
 pub mod job;
@@ -16,7 +17,6 @@ pub mod scripts;
 pub mod value;
 pub mod waiters;
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use crate::config::Config;
 use crate::session::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
+use bounded::ByteBoundedMap;
 use call::{Caller, ScriptReply};
 use job::Job;
 use pop::{Parsed, Pop};
@@ -52,42 +53,16 @@ pub enum Intercept {
     Job(job::Job),
 }
 
-/// Bytes of move-destination names remembered at most (names plus a fixed
-/// overhead each); past it the map starts over. Forgetting one only means an
-/// LREM there no longer acknowledges: the lease then expires and the stale
-/// copy is removed, so at-least-once still holds.
+/// Bytes of move-destination names remembered at most; past it the oldest
+/// are forgotten. Forgetting one only means an LREM there no longer
+/// acknowledges: the lease then expires and the stale copy is removed, so
+/// at-least-once still holds.
 const DESTINATIONS_BYTES: usize = 8 << 20;
-const ENTRY_OVERHEAD: usize = 64;
-
-/// Lists that received messages from a queue's move pops.
-#[derive(Default)]
-struct Destinations {
-    map: HashMap<Bytes, Arc<Queue>>,
-    bytes: usize,
-}
-
-impl Destinations {
-    fn insert(&mut self, dest: Bytes, q: Arc<Queue>) {
-        if self.map.contains_key(&dest) {
-            return;
-        }
-        let cost = dest.len() + ENTRY_OVERHEAD;
-        if cost > DESTINATIONS_BYTES {
-            return;
-        }
-        if self.bytes + cost > DESTINATIONS_BYTES {
-            self.map.clear();
-            self.bytes = 0;
-        }
-        self.bytes += cost;
-        self.map.insert(dest, q);
-    }
-}
 
 pub struct Queues {
     rules: Arc<Rules>,
     /// An LREM on these lists may acknowledge a lease.
-    destinations: RwLock<Destinations>,
+    destinations: RwLock<ByteBoundedMap<Arc<Queue>>>,
     /// Queues with leases, for the reaper.
     registry: Arc<reaper::Registry>,
     waiters: Waiters,
@@ -129,7 +104,7 @@ impl Queues {
         tokio::spawn(reaper.run(stop));
         Some(Queues {
             rules,
-            destinations: RwLock::new(Destinations::default()),
+            destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
             registry,
             waiters,
         })
@@ -143,7 +118,7 @@ impl Queues {
                 .any(|k| self.rules.is_queue(k)),
             Kind::Lrem => args
                 .get(1)
-                .is_some_and(|d| self.destinations.read().unwrap().map.contains_key(d)),
+                .is_some_and(|d| self.destinations.read().unwrap().contains_key(d)),
             Kind::Ack | Kind::Nack | Kind::Queue => true,
             _ => false,
         }
@@ -168,7 +143,7 @@ impl Queues {
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
-                let q = self.destinations.read().unwrap().map.get(dest).cloned();
+                let q = self.destinations.read().unwrap().get(dest).cloned();
                 match q {
                     Some(q) => commands::lrem(args, &q, full),
                     None => Intercept::Pass,
@@ -199,12 +174,12 @@ impl Queues {
             }
         };
         if let (Some((dest, _)), Some(q)) = (&pop.dest, pop.queues().next()) {
-            let known = self.destinations.read().unwrap().map.contains_key(dest);
+            let known = self.destinations.read().unwrap().contains_key(dest);
             if !known {
                 self.destinations
                     .write()
                     .unwrap()
-                    .insert(dest.clone(), q.clone());
+                    .insert(dest.clone(), q.clone(), 0);
             }
         }
         let registry = self.registry.clone();
