@@ -66,7 +66,7 @@ fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Intercept> {
 }
 
 /// Ids acknowledged or nacked per script call: about 10 µs each.
-pub const IDS_PER_CALL: usize = 100;
+pub const IDS_PER_CALL: usize = 50;
 /// List elements one ACK call may look at to take late-acked copies out of
 /// the list (LPOS ... MAXLEN), over all its ids.
 const LATE_SCAN_PER_CALL: &str = "2000";
@@ -89,9 +89,9 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
 fn count_acks(q: &Queue, v: &Value) -> i64 {
     let released = v.array().first().map(Value::int).unwrap_or(0);
     let late = v.array().get(1).map(Value::int).unwrap_or(0);
-    let queue = String::from_utf8_lossy(&q.name).into_owned();
-    metrics::counter!("ackproxy_acks_total", "queue" => queue.clone()).increment(released as u64);
-    metrics::counter!("ackproxy_late_acks_total", "queue" => queue).increment(late as u64);
+    let queue = q.rule.pattern.clone();
+    metrics::counter!("ackproxy_acks_total", "rule" => queue.clone()).increment(released as u64);
+    metrics::counter!("ackproxy_late_acks_total", "rule" => queue).increment(late as u64);
     released + late
 }
 
@@ -149,14 +149,14 @@ pub fn nack(
         Err(e) => return e,
     };
     let ids = ids_of(args, 2);
-    let queue = String::from_utf8_lossy(&q.name).into_owned();
+    let queue = q.rule.pattern.clone();
     if in_multi {
         // Move leases are only marked due here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, &ids);
         return rewrite(call, full, move |v| {
             let n = v.array().first().map(Value::int).unwrap_or(0);
-            metrics::counter!("ackproxy_nacks_total", "queue" => queue.clone()).increment(n as u64);
+            metrics::counter!("ackproxy_nacks_total", "rule" => queue.clone()).increment(n as u64);
             int_reply(n)
         });
     }
@@ -178,7 +178,7 @@ pub fn nack(
             }
         }
         registry.touch(&q.name);
-        metrics::counter!("ackproxy_nacks_total", "queue" => queue).increment(total as u64);
+        metrics::counter!("ackproxy_nacks_total", "rule" => queue).increment(total as u64);
         int_reply(total)
     }))
 }
@@ -335,10 +335,10 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    let queue = String::from_utf8_lossy(&q.name).into_owned();
+    let queue = q.rule.pattern.clone();
     rewrite(call, full, move |v| {
         let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone())
+        metrics::counter!("ackproxy_acks_total", "rule" => queue.clone())
             .increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })

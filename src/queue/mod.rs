@@ -32,7 +32,7 @@ use bounded::ByteBoundedMap;
 use call::{Caller, ScriptReply};
 use job::Job;
 use pop::{Parsed, Pop};
-use rules::{Queue, Rules};
+use rules::Rules;
 use waiters::Waiters;
 
 /// What the session does with a request that may concern a queue.
@@ -62,7 +62,9 @@ const DESTINATIONS_BYTES: usize = 8 << 20;
 pub struct Queues {
     rules: Arc<Rules>,
     /// An LREM on these lists may acknowledge a lease.
-    destinations: RwLock<ByteBoundedMap<Arc<Queue>>>,
+    /// Destination → the queue's name (not the resolved queue, which can be
+    /// large and is cached apart, within its own bound).
+    destinations: RwLock<ByteBoundedMap<Bytes>>,
     /// Queues with leases, for the reaper.
     registry: Arc<reaper::Registry>,
     waiters: Waiters,
@@ -143,8 +145,8 @@ impl Queues {
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
-                let q = self.destinations.read().unwrap().get(dest).cloned();
-                match q {
+                let name = self.destinations.read().unwrap().get(dest).cloned();
+                match name.and_then(|n| self.rules.resolve(&n)) {
                     Some(q) => commands::lrem(args, &q, full),
                     None => Intercept::Pass,
                 }
@@ -179,7 +181,7 @@ impl Queues {
                 self.destinations
                     .write()
                     .unwrap()
-                    .insert(dest.clone(), q.clone(), 0);
+                    .insert(dest.clone(), q.name.clone(), q.name.len());
             }
         }
         let registry = self.registry.clone();
@@ -213,8 +215,8 @@ impl Queues {
         let timeout = pop.timeout;
         let timeout_reply = pop.timeout_reply();
         let rx = self.waiters.park(pop);
-        if timeout > 0.0 {
-            match tokio::time::timeout(Duration::from_secs_f64(timeout), rx).await {
+        if let crate::timeout::Timeout::Millis(ms) = timeout {
+            match tokio::time::timeout(Duration::from_millis(ms), rx).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
                 Err(_) => timeout_reply,

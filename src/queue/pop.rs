@@ -12,11 +12,12 @@ use super::scripts;
 use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
 use crate::resp::reply;
+use crate::timeout::{parse_timeout_secs, Timeout};
 
 /// Bounds on one pop script call, whatever the client asked for: a pop with
 /// a larger COUNT, or more source keys, is carried out as several calls.
-/// Elements popped and leased per call: about 10 µs each with 1 KB payloads.
-pub const POP_BATCH: u64 = 100;
+/// Elements popped and leased per call: about 15 µs each with 1 KB payloads, so a call stays near 1 ms.
+pub const POP_BATCH: u64 = 50;
 /// Source keys looked at per call.
 pub const SOURCES_PER_CALL: usize = 16;
 /// Expired leases returned to their queues per call, before popping.
@@ -47,8 +48,8 @@ pub struct Pop {
     pub count: Option<u64>,
     /// Destination and the end it is pushed at, for the move forms.
     pub dest: Option<(Bytes, bool)>,
-    /// Seconds; 0 waits forever. Blocking forms only.
-    pub timeout: f64,
+    /// Blocking forms only.
+    pub timeout: Timeout,
     pub protocol: u8,
 }
 
@@ -88,10 +89,10 @@ fn direction(a: Option<&[u8]>) -> Option<bool> {
     }
 }
 
-fn timeout(a: Option<&[u8]>) -> Option<f64> {
-    let t: f64 = std::str::from_utf8(a?).ok()?.parse().ok()?;
-    // Redis refuses timeouts past LLONG_MAX milliseconds.
-    (t.is_finite() && t >= 0.0 && t <= (i64::MAX / 1000) as f64).then_some(t)
+/// The timeout as Redis reads it; `None` where Redis refuses it (Redis then
+/// says why, see [`neutralised`]).
+fn timeout(a: Option<&[u8]>) -> Option<Timeout> {
+    parse_timeout_secs(a?).ok()
 }
 
 pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Parsed {
@@ -110,7 +111,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
         left: false,
         count: None,
         dest: None,
-        timeout: 0.0,
+        timeout: Timeout::Forever,
         protocol,
     };
     let ok = match form {

@@ -175,14 +175,14 @@ impl Reaper {
             };
             self.registry.reschedule(&q.name, Instant::now() + wait);
         }
-        let queue = String::from_utf8_lossy(&q.name).into_owned();
+        let queue = q.rule.pattern.clone();
         if requeued > 0 {
-            metrics::counter!("ackproxy_redeliveries_total", "queue" => queue.clone())
+            metrics::counter!("ackproxy_redeliveries_total", "rule" => queue.clone())
                 .increment(requeued as u64);
             self.waiters.wake(q.name.clone());
         }
         if dead > 0 {
-            metrics::counter!("ackproxy_dead_letters_total", "queue" => queue)
+            metrics::counter!("ackproxy_dead_letters_total", "rule" => queue)
                 .increment(dead as u64);
         }
     }
