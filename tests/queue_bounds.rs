@@ -115,7 +115,10 @@ fn any_number_of_identical_payloads_in_flight_are_all_leased() {
     wait_until("all 1100 back in the list", Duration::from_secs(20), || {
         int(&direct.cmd(&["LLEN", "short:dup"])) == 1100
     });
-    assert_eq!(int(&field(&c.cmd(&["QUEUE", "INFO", "short:dup"]), "leased")), 0);
+    assert_eq!(
+        int(&field(&c.cmd(&["QUEUE", "INFO", "short:dup"]), "leased")),
+        0
+    );
 }
 
 #[test]
@@ -186,7 +189,10 @@ fn numeric_json_ids_are_taken_as_written() {
         (r#"{"n":3, "id" : -42 }"#, "-42"),
         (r#"{"id":1.50e3,"x":[1,{"id":9}]}"#, "1.50e3"),
         (r#"{"x":{"id":7},"id":"a\"b"}"#, "a\"b"),
-        (r#"{"i\u0064":99999999999999999999}"#, "99999999999999999999"),
+        (
+            r#"{"i\u0064":99999999999999999999}"#,
+            "99999999999999999999",
+        ),
     ];
     for (m, _) in &msgs {
         c.cmd(&["LPUSH", "json:ids", m]);
@@ -202,8 +208,14 @@ fn numeric_json_ids_are_taken_as_written() {
     want.sort_by_key(|v| format!("{v:?}"));
     assert_eq!(ids, want);
     // Two ids one apart are two ids.
-    assert_eq!(c.cmd(&["ACK", "json:ids", "1234567890123456789"]), Value::Int(1));
-    assert_eq!(c.cmd(&["ACK", "json:ids", "1234567890123456789"]), Value::Int(0));
+    assert_eq!(
+        c.cmd(&["ACK", "json:ids", "1234567890123456789"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        c.cmd(&["ACK", "json:ids", "1234567890123456789"]),
+        Value::Int(0)
+    );
     for (_, id) in &msgs[1..] {
         assert_eq!(c.cmd(&["ACK", "json:ids", id]), Value::Int(1), "id {id}");
     }
@@ -223,12 +235,20 @@ fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
         int(&direct.cmd(&["LLEN", "short:late"])) == 150
     });
     for n in &names {
-        assert_eq!(c.cmd(&["ACK", "short:late", n]), Value::Int(1), "late ACK {n}");
+        assert_eq!(
+            c.cmd(&["ACK", "short:late", n]),
+            Value::Int(1),
+            "late ACK {n}"
+        );
     }
     // The late-acked copies are gone: nothing is ready, nothing is kept.
     let info = c.cmd(&["QUEUE", "INFO", "short:late"]);
     assert_eq!(int(&field(&info, "ready")), 0, "{info:?}");
-    assert!(aux_keys(&mut direct).is_empty(), "{:?}", aux_keys(&mut direct));
+    assert!(
+        aux_keys(&mut direct).is_empty(),
+        "{:?}",
+        aux_keys(&mut direct)
+    );
     c.cmd(&["LPUSH", "short:late", "real"]);
     assert_eq!(c.cmd(&["RPOP", "short:late"]), Value::bulk("real"));
 }
@@ -255,7 +275,11 @@ fn late_acks_of_buried_copies_are_skipped_however_many() {
         direct.read_raw();
     }
     for n in &names {
-        assert_eq!(c.cmd(&["ACK", "last:late", n]), Value::Int(1), "late ACK {n}");
+        assert_eq!(
+            c.cmd(&["ACK", "last:late", n]),
+            Value::Int(1),
+            "late ACK {n}"
+        );
     }
     let info = c.cmd(&["QUEUE", "INFO", "last:late"]);
     assert_eq!(int(&field(&info, "ready")), 3000, "{info:?}");
@@ -268,7 +292,11 @@ fn late_acks_of_buried_copies_are_skipped_however_many() {
     let mut args: Vec<&str> = vec!["ACK", "last:late", "new0"];
     args.extend(all.iter().map(String::as_str));
     assert_eq!(c.cmd(&args), Value::Int(3000));
-    assert!(aux_keys(&mut direct).is_empty(), "{:?}", aux_keys(&mut direct));
+    assert!(
+        aux_keys(&mut direct).is_empty(),
+        "{:?}",
+        aux_keys(&mut direct)
+    );
 }
 
 #[test]
@@ -323,14 +351,22 @@ fn parked_queue_pops_answer_when_redis_is_down() {
     for c in [&mut parked, &mut mover] {
         c.set_read_timeout(Some(Duration::from_secs(5)));
         let r = c.try_read_raw().expect("a reply while Redis is down");
-        assert!(r.starts_with(b"-ERR upstream"), "{}", String::from_utf8_lossy(&r));
+        assert!(
+            r.starts_with(b"-ERR upstream"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
     }
     // A new blocking pop on a queue gets its error at once, as plain ones do.
     let mut late = proxy.client();
     late.set_read_timeout(Some(Duration::from_secs(5)));
     late.send(&["BRPOP", "tasks:down", "0"]);
     let r = late.try_read_raw().expect("a reply while Redis is down");
-    assert!(r.starts_with(b"-ERR upstream"), "{}", String::from_utf8_lossy(&r));
+    assert!(
+        r.starts_with(b"-ERR upstream"),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -357,7 +393,10 @@ fn long_queue_names_do_not_grow_the_proxy() {
         assert_eq!(c.cmd(&["RPOPLPUSH", &q, &d]), Value::Nil);
     }
     let rss = rss_kb(proxy.pid());
-    assert!(rss < 100 * 1024, "proxy RSS {rss} kB after 500 64 KB queue names");
+    assert!(
+        rss < 100 * 1024,
+        "proxy RSS {rss} kB after 500 64 KB queue names"
+    );
 }
 
 fn evalsha_calls(direct: &mut Client) -> i64 {

@@ -178,10 +178,11 @@ impl Queues {
         if let (Some((dest, _)), Some(q)) = (&pop.dest, pop.queues().next()) {
             let known = self.destinations.read().unwrap().contains_key(dest);
             if !known {
-                self.destinations
-                    .write()
-                    .unwrap()
-                    .insert(dest.clone(), q.name.clone(), q.name.len());
+                self.destinations.write().unwrap().insert(
+                    dest.clone(),
+                    q.name.clone(),
+                    q.name.len(),
+                );
             }
         }
         let registry = self.registry.clone();
