@@ -168,8 +168,7 @@ fn run(seed: u64) {
     };
     for step in 0..120 {
         let op = rng.below(10);
-        let label;
-        match op {
+        let label = match op {
             0 | 1 => {
                 let big = rng.below(4) == 0;
                 let n = 1 + rng.below(if big { 300 } else { 8 });
@@ -181,7 +180,7 @@ fn run(seed: u64) {
                     add(&mut m.ready, p, 1);
                 }
                 m.pushed += n as i64;
-                label = format!("LPUSH {n}");
+                format!("LPUSH {n}")
             }
             2 | 3 => {
                 let count = 1 + rng.below(BOUND * 10);
@@ -244,7 +243,7 @@ fn run(seed: u64) {
                 for p in &got {
                     m.popped(p);
                 }
-                label = format!("{args:?} -> {}", got.len());
+                format!("{args:?} -> {}", got.len())
             }
             4 => {
                 let r = c.cmd(&["RPOPLPUSH", "mq", "mdst"]);
@@ -252,7 +251,7 @@ fn run(seed: u64) {
                 for p in &got {
                     m.popped(p);
                 }
-                label = format!("RPOPLPUSH -> {got:?}");
+                format!("RPOPLPUSH -> {got:?}")
             }
             5 | 6 => {
                 // ACK a few ids: leased ones, late ones and unknown ones.
@@ -284,7 +283,7 @@ fn run(seed: u64) {
                 let mut args = vec!["ACK", "mq"];
                 args.extend(ids.iter().map(String::as_str));
                 assert_eq!(int(&c.cmd(&args)), expect, "ACK {ids:?} (seed {seed})");
-                label = format!("ACK {n}");
+                format!("ACK {n}")
             }
             7 => {
                 let Some(p) = any_leased(&m, &mut rng) else {
@@ -292,7 +291,7 @@ fn run(seed: u64) {
                 };
                 assert_eq!(c.cmd(&["NACK", "mq", &p]), Value::Int(1));
                 m.returned(&p);
-                label = format!("NACK {p}");
+                format!("NACK {p}")
             }
             _ => {
                 // Expiry: every lease of that payload ends in 1 ms.
@@ -305,9 +304,9 @@ fn run(seed: u64) {
                 for _ in 0..r {
                     m.returned(&p);
                 }
-                label = format!("expire {r} x {p}");
+                format!("expire {r} x {p}")
             }
-        }
+        };
         check(&mut c, &m, &format!("step {step}: {label} (seed {seed})"));
     }
 
