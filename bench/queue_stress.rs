@@ -226,22 +226,37 @@ fn main() {
     let mut args: Vec<&[u8]> = vec![b"LPUSH", b"tasks:dup"];
     args.extend(dups);
     direct.cmd(&args);
-    case("LPOP of 1,100 identical payloads", &mut c, &mut direct, &mut |c| {
-        let (_, n) = c.cmd(&[b"LPOP", b"tasks:dup", b"1100"]);
-        assert_eq!(n, 1100);
-    });
+    case(
+        "LPOP of 1,100 identical payloads",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let (_, n) = c.cmd(&[b"LPOP", b"tasks:dup", b"1100"]);
+            assert_eq!(n, 1100);
+        },
+    );
 
     push(&mut direct, b"tasks:big", 0, 30_000);
-    case("RPOP q 20000 (30,000 ready)", &mut c, &mut direct, &mut |c| {
-        let (_, n) = c.cmd(&[b"RPOP", b"tasks:big", b"20000"]);
-        assert_eq!(n, 20_000);
-    });
+    case(
+        "RPOP q 20000 (30,000 ready)",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let (_, n) = c.cmd(&[b"RPOP", b"tasks:big", b"20000"]);
+            assert_eq!(n, 20_000);
+        },
+    );
 
     push(&mut direct, b"tasks:huge", 0, 200_000);
-    case("LPOP q 1000000 (200,000 ready)", &mut c, &mut direct, &mut |c| {
-        let (_, n) = c.cmd(&[b"LPOP", b"tasks:huge", b"1000000"]);
-        assert_eq!(n, 200_000);
-    });
+    case(
+        "LPOP q 1000000 (200,000 ready)",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let (_, n) = c.cmd(&[b"LPOP", b"tasks:huge", b"1000000"]);
+            assert_eq!(n, 200_000);
+        },
+    );
 
     case("ACK of 200,000 leased ids", &mut c, &mut direct, &mut |c| {
         let ids: Vec<Vec<u8>> = (0..200_000).map(payload).collect();
@@ -251,34 +266,54 @@ fn main() {
         assert_eq!(r, ":200000");
     });
 
-    case("ACK of 1,000,000 unknown ids", &mut c, &mut direct, &mut |c| {
-        let ids: Vec<Vec<u8>> = (0..1_000_000)
-            .map(|i| format!("nope{i}").into_bytes())
-            .collect();
-        let mut args: Vec<&[u8]> = vec![b"ACK", b"tasks:big"];
-        args.extend(ids.iter().map(Vec::as_slice));
-        let (r, _) = c.cmd(&args);
-        assert_eq!(r, ":0");
-    });
+    case(
+        "ACK of 1,000,000 unknown ids",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let ids: Vec<Vec<u8>> = (0..1_000_000)
+                .map(|i| format!("nope{i}").into_bytes())
+                .collect();
+            let mut args: Vec<&[u8]> = vec![b"ACK", b"tasks:big"];
+            args.extend(ids.iter().map(Vec::as_slice));
+            let (r, _) = c.cmd(&args);
+            assert_eq!(r, ":0");
+        },
+    );
 
-    case("500 ACKs on 64 KB queue names", &mut c, &mut direct, &mut |c| {
-        let big = vec![b'n'; 64 * 1024];
-        for i in 0..500 {
-            let q = [format!("tasks:{i}:").as_bytes(), &big].concat();
-            c.cmd(&[b"ACK", &q, b"x"]);
-        }
-    });
+    case(
+        "500 ACKs on 64 KB queue names",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let big = vec![b'n'; 64 * 1024];
+            for i in 0..500 {
+                let q = [format!("tasks:{i}:").as_bytes(), &big].concat();
+                c.cmd(&[b"ACK", &q, b"x"]);
+            }
+        },
+    );
 
-    case("5,000 RPOPs on queues that do not exist", &mut c, &mut direct, &mut |c| {
-        for i in 0..5000 {
-            c.cmd(&[b"RPOP", format!("tasks:k{i}").as_bytes()]);
-        }
-    });
+    case(
+        "5,000 RPOPs on queues that do not exist",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            for i in 0..5000 {
+                c.cmd(&[b"RPOP", format!("tasks:k{i}").as_bytes()]);
+            }
+        },
+    );
 
-    case("RPOP on a 60 KB key against `*:jobs:*:pending`", &mut c, &mut direct, &mut |c| {
-        let key = ":jobs:".repeat(10_000);
-        c.cmd(&[b"RPOP", key.as_bytes()]);
-    });
+    case(
+        "RPOP on a 60 KB key against `*:jobs:*:pending`",
+        &mut c,
+        &mut direct,
+        &mut |c| {
+            let key = ":jobs:".repeat(10_000);
+            c.cmd(&[b"RPOP", key.as_bytes()]);
+        },
+    );
 
     // With nothing to do, how many script calls does the proxy make?
     std::thread::sleep(Duration::from_secs(1));
@@ -322,7 +357,10 @@ fn main() {
             f,
             "\n### Queue stress, {when}\n\nCommand: `cargo bench --bench queue_stress` \
              (1 KB payloads; SLOWLOG threshold 1 ms; load average before: {}).\n\n{out}",
-            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -192,7 +192,7 @@ impl Queues {
                 request: call.request(full),
                 transform: ScriptReply::boxed(call, move |v| {
                     let done = pop.popped(&v);
-                    registry.record(&done);
+                    after_pop(&registry, &done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }),
             };
@@ -203,7 +203,7 @@ impl Queues {
         Intercept::Job(Job::new(move |caller| async move {
             match pop.run(&caller).await {
                 Ok(done) => {
-                    registry.record(&done);
+                    after_pop(&registry, &done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }
                 Err(e) => e.to_reply(),
@@ -227,6 +227,16 @@ impl Queues {
                 Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n")
             })
         }
+    }
+}
+
+/// Bookkeeping after a pop leased messages: the reaper learns the queue,
+/// and the messages are counted under their rule.
+fn after_pop(registry: &reaper::Registry, done: &pop::Popped) {
+    registry.record(done);
+    if let Some(q) = &done.queue {
+        metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
+            .increment(done.count as u64);
     }
 }
 

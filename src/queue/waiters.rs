@@ -210,7 +210,7 @@ impl Dispatcher {
                 }
                 let reply = match p.pop.run(&self.caller).await {
                     Ok(done) => {
-                        self.registry.record(&done);
+                        super::after_pop(&self.registry, &done);
                         match done.reply {
                             Some(bytes) => bytes,
                             None => break,
