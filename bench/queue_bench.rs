@@ -13,9 +13,10 @@
 //! (default 1) the load generator's threads. The table is printed
 //! and appended to `bench/RESULTS.md` under "Queue".
 
+mod common;
+
 use std::io::Write as _;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use ackproxy::queue::pop::{self, Parsed};
 use ackproxy::queue::rules::Rules;
 use ackproxy::queue::scripts;
 use ackproxy::upstream::encode_command;
+use common::{free_port, wait_port, Proc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -41,30 +43,6 @@ pop_end = "right"
 "#;
 
 // ------------------------------------------------------------- processes
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {

@@ -46,6 +46,7 @@ local function exists(key)
   return false
 end
 
+-- Sources' ARGV start after the 6 fixed ones above.
 local ki, ai = 1, 7
 for g = 1, G do
   local kind = ARGV[ai]

@@ -118,6 +118,27 @@ fn bulks(v: &Value) -> Vec<String> {
     }
 }
 
+/// The values of a reply that names its key: `[key, value]` or
+/// `[key, [values]]`, or nil.
+fn keyed_values(r: Value) -> Vec<String> {
+    match r {
+        Value::Nil => vec![],
+        Value::Array(kv) => bulks(&kv[1]),
+        other => panic!("pop reply {other:?}"),
+    }
+}
+
+/// Sends `words` followed by `count`; returns the request and the values.
+fn keyed(c: &mut Client, words: &[&str], count: u64) -> (Vec<String>, Vec<String>) {
+    let a: Vec<String> = words
+        .iter()
+        .map(|s| s.to_string())
+        .chain([count.to_string()])
+        .collect();
+    let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    (a, keyed_values(r))
+}
+
 fn info(c: &mut Client, field: &str) -> i64 {
     let Value::Array(items) = c.cmd(&["QUEUE", "INFO", "mq"]) else {
         panic!("QUEUE INFO")
@@ -192,46 +213,19 @@ fn run(seed: u64) {
                         let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
                         (a, bulks(&r))
                     }
-                    1 => {
-                        let a: Vec<String> = ["LMPOP", "1", "mq", "RIGHT", "COUNT"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .chain([count.to_string()])
-                            .collect();
-                        let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
-                        let got = match r {
-                            Value::Nil => vec![],
-                            Value::Array(kv) => bulks(&kv[1]),
-                            other => panic!("LMPOP {other:?}"),
-                        };
-                        (a, got)
-                    }
-                    2 => {
-                        let a: Vec<String> = ["BLMPOP", "0.05", "1", "mq", "RIGHT", "COUNT"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .chain([count.to_string()])
-                            .collect();
-                        let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
-                        let got = match r {
-                            Value::Nil => vec![],
-                            Value::Array(kv) => bulks(&kv[1]),
-                            other => panic!("BLMPOP {other:?}"),
-                        };
-                        (a, got)
-                    }
+                    1 => keyed(&mut c, &["LMPOP", "1", "mq", "RIGHT", "COUNT"], count),
+                    2 => keyed(
+                        &mut c,
+                        &["BLMPOP", "0.05", "1", "mq", "RIGHT", "COUNT"],
+                        count,
+                    ),
                     _ => {
                         let a: Vec<String> = ["BRPOP", "mq", "0.05"]
                             .iter()
                             .map(|s| s.to_string())
                             .collect();
                         let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
-                        let got = match r {
-                            Value::Nil => vec![],
-                            Value::Array(kv) => bulks(&kv[1]),
-                            other => panic!("BRPOP {other:?}"),
-                        };
-                        (a, got)
+                        (a, keyed_values(r))
                     }
                 };
                 let want = if form == 3 { 1 } else { count as i64 };
