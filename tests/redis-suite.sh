@@ -34,7 +34,7 @@ UNIT_TIMEOUT=600
 STALL_TIMEOUT=30
 # After a hang the unit is rerun without the hanging test so that the tests
 # after it still get a verdict; this bounds the number of reruns.
-MAX_HANGS=6
+MAX_HANGS=10
 WITH_REPL=0
 SINGLEDB=1
 PROXY_CONFIG=""
@@ -44,6 +44,10 @@ FINDINGS=""
 die() { echo "redis-suite: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --unit|--mode|--only|--unit-timeout|--stall-timeout|--max-hangs|--proxy-config|--work|--findings)
+      [ $# -ge 2 ] || die "$1 needs a value" ;;
+  esac
   case "$1" in
     --unit) UNITS+=("$2"); shift 2 ;;
     --mode) MODES+=("$2"); shift 2 ;;
@@ -190,11 +194,15 @@ for u in "${UNITS[@]}"; do [ -f "$SRC/tests/$u.tcl" ] || die "no test unit $u"; 
 
 # --- ports -------------------------------------------------------------------
 # Random loopback ports, checked free, so that parallel runs on a shared
-# machine and the system's own redis on 6379 are never hit.
+# machine and the system's own redis on 6379 are never hit. They stay below
+# the ephemeral range: a port nobody listens on may still be the local end of
+# one of the many short connections the suite opens, and then bind fails.
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$EPHEMERAL_LOW" -gt 12000 ] || EPHEMERAL_LOW=32768
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
 }
@@ -224,23 +232,33 @@ run_once() {
   local unit=$1 mode=$2 dir=$3; shift 3
   local rport pport port rpid ppid rc=0 args
   mkdir -p "$dir"
-  rport=$(free_port)
+  local try
   # A fresh server for every run: a hung test may leave a script running or
   # clients paused, which would make every later test fail for that reason.
-  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$dir" --logfile "$dir/redis.log" --enable-debug-command yes \
-    --daemonize no >/dev/null 2>&1 &
-  rpid=$!; PIDS+=("$rpid")
-  wait_ping "$rport" "$rpid" || die "redis-server did not start (see $dir/redis.log)"
+  # Another process may take the chosen port before we bind it: retry.
+  for try in 1 2 3 4 5; do
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$dir" --logfile "$dir/redis.log" --enable-debug-command yes \
+      --daemonize no >/dev/null 2>&1 &
+    rpid=$!; PIDS+=("$rpid")
+    wait_ping "$rport" "$rpid" && break
+    stop_pid "$rpid"
+    [ "$try" = 5 ] && die "redis-server did not start (see $dir/redis.log)"
+  done
   port=$rport
   if [ "$mode" != direct ]; then
-    pport=$(free_port)
-    local pargs=(--listen "127.0.0.1:$pport" --upstream "127.0.0.1:$rport")
-    [ "$mode" = dedicated ] && pargs+=(--dedicated-per-client)
-    [ -n "$PROXY_CONFIG" ] && pargs+=(--config "$PROXY_CONFIG")
-    "$PROXY_BIN" "${pargs[@]}" >"$dir/proxy.log" 2>&1 &
-    ppid=$!; PIDS+=("$ppid")
-    wait_ping "$pport" "$ppid" || die "ackproxy did not start (see $dir/proxy.log)"
+    for try in 1 2 3 4 5; do
+      pport=$(free_port)
+      local pargs=(--listen "127.0.0.1:$pport" --upstream "127.0.0.1:$rport")
+      [ "$mode" = dedicated ] && pargs+=(--dedicated-per-client)
+      [ -n "$PROXY_CONFIG" ] && pargs+=(--config "$PROXY_CONFIG")
+      "$PROXY_BIN" "${pargs[@]}" >"$dir/proxy.log" 2>&1 &
+      ppid=$!; PIDS+=("$ppid")
+      wait_ping "$pport" "$ppid" && break
+      stop_pid "$ppid"
+      [ "$try" = 5 ] && die "ackproxy did not start (see $dir/proxy.log)"
+    done
     port=$pport
   fi
   # --durable: an unexpected error reply is an exception in the suite, which
@@ -311,7 +329,14 @@ run_unit() {
   while :; do
     n=$((n + 1))
     echo "redis-suite: $unit via $mode, run $n${skips[0]+ (skipping ${#skips[@]} hung)}" >&2
-    run_once "$unit" "$mode" "$base/run$n" "${skips[@]+"${skips[@]}"}"
+    local start
+    for start in 1 2 3; do
+      rm -rf "$base/run$n"
+      run_once "$unit" "$mode" "$base/run$n" "${skips[@]+"${skips[@]}"}"
+      # The suite's own control port can be taken between its check and its
+      # bind; that is no verdict on anything, so start again.
+      grep -q "^couldn't open socket" "$base/run$n/suite.log" || break
+    done
     parse_results "$base/run$n" > "$base/run$n/results"
     local rc; rc=$(cat "$base/run$n/rc")
     if grep -q '^\[TIMEOUT\]' "$base/run$n/suite.log" || [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -378,7 +403,16 @@ first_error_lines() { # base name
   for f in "$1"/last/errors/*.name; do
     [ -f "$f" ] || continue
     if [ "$(cat "$f")" = "$2" ]; then
-      sed -e '/^ *while executing/,$d' -e '/^$/d' "${f%.name}" | head -6 | sed 's/^/      /'
+      # The message, then from Tcl's stack only the statement of the test body
+      # that raised it: the frames inside the suite's client code say nothing.
+      awk '
+        /^    while executing$/ { stack = 1; next }
+        !stack && NF && shown < 5 { print; shown++; next }
+        stack && /^    \("uplevel" body line [0-9]+\)$/ && !done {
+          l = $0; sub(/^ *\("uplevel" body /, "", l); sub(/\)$/, "", l)
+          print "at " l ": " prev; done = 1 }
+        stack { prev = $0 }
+      ' "${f%.name}" | sed 's/^/      /'
       return
     fi
   done
