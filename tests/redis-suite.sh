@@ -459,6 +459,9 @@ status=0
           first_error_lines "$base" "$name"
         fi
       done < "$base/results"
+      # A run cut short (too many hangs, a crash) never reached these.
+      awk -F '\t' 'NR == FNR { seen[$2] = 1; next } $1 == "PASS" && !seen[$2] { print $2 }' \
+        "$base/results" "$d" | sed "s|^|DIFFERS $unit via $mode: NOTREACHED: |"
     done
   done
   [ "$status" = 0 ] && echo "No test passes directly and fails through the proxy."
