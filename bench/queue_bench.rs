@@ -235,7 +235,8 @@ async fn worker(
         let r = c.call(&pop_req).await;
         let (ack_req, want_ack) = match (mode, r) {
             (Mode::Proxy, R::Bulk(p)) => (cmd(&[b"ACK", queue.as_bytes(), &p]), 1),
-            (Mode::Scripts, R::Arr(items)) if items.len() >= 2 => match &items[1] {
+            // {status, source, value}: see lua/pop.lua.
+            (Mode::Scripts, R::Arr(items)) if items.len() >= 3 => match &items[2] {
                 R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
                 other => panic!("POP script value {other:?}"),
             },
