@@ -205,11 +205,12 @@ fn run(seed: u64) {
             }
             2 | 3 => {
                 let count = 1 + rng.below(BOUND * 10);
-                let form = rng.below(4);
+                let form = rng.below(6);
                 let ready = total(&m.ready);
                 let (args, got): (Vec<String>, Vec<String>) = match form {
-                    0 => {
-                        let a = vec!["RPOP".into(), "mq".into(), count.to_string()];
+                    0 | 4 => {
+                        let verb = if form == 0 { "RPOP" } else { "LPOP" };
+                        let a = vec![verb.into(), "mq".into(), count.to_string()];
                         let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
                         (a, bulks(&r))
                     }
@@ -220,15 +221,18 @@ fn run(seed: u64) {
                         count,
                     ),
                     _ => {
-                        let a: Vec<String> = ["BRPOP", "mq", "0.05"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .collect();
+                        let verb = if form == 3 { "BRPOP" } else { "BLPOP" };
+                        let a: Vec<String> =
+                            [verb, "mq", "0.05"].iter().map(|s| s.to_string()).collect();
                         let r = c.cmd(&a.iter().map(String::as_str).collect::<Vec<_>>());
                         (a, keyed_values(r))
                     }
                 };
-                let want = if form == 3 { 1 } else { count as i64 };
+                let want = if form == 3 || form == 5 {
+                    1
+                } else {
+                    count as i64
+                };
                 assert_eq!(
                     got.len() as i64,
                     want.min(ready),
@@ -240,12 +244,19 @@ fn run(seed: u64) {
                 format!("{args:?} -> {}", got.len())
             }
             4 => {
-                let r = c.cmd(&["RPOPLPUSH", "mq", "mdst"]);
-                let got = bulks(&r);
+                let forms: [&[&str]; 4] = [
+                    &["RPOPLPUSH", "mq", "mdst"],
+                    &["LMOVE", "mq", "mdst", "LEFT", "RIGHT"],
+                    &["BRPOPLPUSH", "mq", "mdst", "0.05"],
+                    &["BLMOVE", "mq", "mdst", "RIGHT", "LEFT", "0.05"],
+                ];
+                let args = forms[rng.below(4) as usize];
+                let got = bulks(&c.cmd(args));
+                assert_eq!(got.len() as i64, total(&m.ready).min(1), "{args:?}");
                 for p in &got {
                     m.popped(p);
                 }
-                format!("RPOPLPUSH -> {got:?}")
+                format!("{args:?} -> {got:?}")
             }
             5 | 6 => {
                 // ACK a few ids: leased ones, late ones and unknown ones.
