@@ -346,6 +346,125 @@ impl Config {
         Ok(())
     }
 
+    /// Every setting and rule, as `--check-config` prints it.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let on = |b: bool| if b { "yes" } else { "no" };
+        let _ = writeln!(s, "listen              {}", self.listen);
+        match &self.upstream {
+            Some(u) => {
+                let _ = writeln!(s, "upstream            {u}");
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "upstream            private redis-server (`{}`, persistence {}{})",
+                    self.embedded.redis_server,
+                    on(self.embedded.persistence),
+                    self.embedded
+                        .dir
+                        .as_ref()
+                        .map(|d| format!(", dir {}", d.display()))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "upstream login      {}",
+            match (&self.upstream_user, &self.upstream_password) {
+                (_, None) => "none".to_string(),
+                (Some(u), Some(_)) => format!("user {u}, password set"),
+                (None, Some(_)) => "password set (user default)".to_string(),
+            }
+        );
+        let _ = writeln!(
+            s,
+            "connections         {}",
+            if self.dedicated_per_client {
+                "one upstream connection per client".to_string()
+            } else {
+                format!(
+                    "{} shared, dedicated when stateful",
+                    self.shared_connections
+                )
+            }
+        );
+        let _ = writeln!(s, "threads             {}", self.threads.unwrap_or(1));
+        let _ = writeln!(
+            s,
+            "metrics             {}",
+            self.metrics.as_deref().unwrap_or("off")
+        );
+        let _ = writeln!(
+            s,
+            "log format          {}",
+            match self.log_format {
+                LogFormat::Human => "human",
+                LogFormat::Json => "json",
+            }
+        );
+        let _ = writeln!(s, "connect timeout     {} ms", self.connect_timeout_ms);
+        let l = &self.limits;
+        let _ = writeln!(
+            s,
+            "limits              bulk {} B, array {} args, inline {} B, {} clients, \
+             output buffer {} B{}, {} requests in flight per client, idle timeout {}",
+            l.max_bulk_len,
+            l.max_array_len,
+            l.max_inline_len,
+            l.maxclients,
+            l.client_output_buffer_limit,
+            if l.client_output_buffer_limit == 0 {
+                " (none)"
+            } else {
+                ""
+            },
+            l.max_inflight_per_client,
+            if l.idle_timeout_secs == 0 {
+                "never".to_string()
+            } else {
+                format!("{} s", l.idle_timeout_secs)
+            }
+        );
+        let _ = writeln!(
+            s,
+            "reaper              every {} ms, {} leases per call",
+            self.reaper.interval_ms, self.reaper.batch
+        );
+        if self.queues.is_empty() {
+            let _ = writeln!(s, "queue rules         none: every command passes through");
+        }
+        for q in &self.queues {
+            let _ = writeln!(
+                s,
+                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {}, \
+                 consumers pop from the {}, dead letters {}",
+                q.pattern,
+                q.lease_ms,
+                q.max_deliveries,
+                match &q.ack_id {
+                    AckId::Payload => "the whole payload".to_string(),
+                    AckId::JsonField(f) => format!("JSON field {f:?}"),
+                },
+                match q.redeliver {
+                    Redeliver::Next => "next (popped next)",
+                    Redeliver::Last => "last (behind the others)",
+                },
+                match q.pop_end {
+                    End::Left => "left",
+                    End::Right => "right",
+                },
+                q.dead_letter
+                    .as_deref()
+                    .map(|d| format!("in {d:?}"))
+                    .unwrap_or_else(|| "in the default list (`{queue}:dead`)".to_string())
+            );
+        }
+        s
+    }
+
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
     }

@@ -12,6 +12,25 @@ use tokio::process::{Child, Command};
 use crate::config::EmbeddedConfig;
 use crate::error::StartError;
 
+/// Where `redis-server` (or the configured binary) would be run from, if
+/// it can be: a path as given, or the first match on PATH.
+pub fn find_binary(bin: &str) -> Option<PathBuf> {
+    let is_exe = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if bin.contains('/') {
+        let p = PathBuf::from(bin);
+        return is_exe(&p).then_some(p);
+    }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(bin))
+        .find(|p| is_exe(p))
+}
+
 pub struct EmbeddedRedis {
     pub addr: String,
     child: Child,
@@ -40,6 +59,21 @@ impl EmbeddedRedis {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
+        // kill_on_drop covers a clean exit only; a proxy killed with
+        // SIGKILL would leave the server running, reparented to init.
+        // SAFETY: prctl and getppid are async-signal-safe, as pre_exec needs.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The proxy may have died between fork and prctl.
+                if libc::getppid() == 1 {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 StartError::RedisServerMissing(cfg.redis_server.clone())

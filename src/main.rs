@@ -12,33 +12,30 @@ fn main() {
         }
     };
     if cli.check_config {
-        println!("configuration OK");
-        println!("  listen: {}", config.listen);
-        match &config.upstream {
-            Some(u) => println!("  upstream: {u}"),
-            None => println!(
-                "  upstream: private redis-server ({})",
-                config.embedded.redis_server
-            ),
-        }
-        println!(
-            "  connections: {}",
-            if config.dedicated_per_client {
-                "one upstream connection per client".to_string()
-            } else {
-                format!(
-                    "{} shared, dedicated when stateful",
-                    config.shared_connections
+        print!("{}", config.summary());
+        if config.upstream.is_none()
+            && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
+        {
+            eprintln!(
+                "ackproxy: {}",
+                ackproxy::error::StartError::RedisServerMissing(
+                    config.embedded.redis_server.clone()
                 )
-            }
-        );
-        for q in &config.queues {
-            println!(
-                "  queue {:?}: lease {} ms, max deliveries {}, ack id {:?}",
-                q.pattern, q.lease_ms, q.max_deliveries, q.ack_id
             );
+            std::process::exit(2);
         }
+        if let Err(e) = std::net::TcpListener::bind(&config.listen) {
+            eprintln!("ackproxy: cannot listen on {}: {e}", config.listen);
+            std::process::exit(2);
+        }
+        println!("configuration OK");
         return;
+    }
+    if config.queues.is_empty() {
+        eprintln!(
+            "ackproxy: no [[queue]] rules: every command passes through unchanged \
+             (see config/ackproxy.toml for examples)"
+        );
     }
     init_logging(config.log_format);
     // One thread by default: it batches best (clients' requests gather into
@@ -62,8 +59,11 @@ fn main() {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    // Colour codes only where a person reads them, never in a log file.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),

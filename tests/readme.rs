@@ -1,0 +1,128 @@
+//! The README works as written: its quick start runs the proxy with the
+//! example configuration on a private redis-server, and every `redis-cli`
+//! example gives the output its comment states (the text after `# `, up to
+//! ` — `; output lines joined by spaces). The private redis-server dies with
+//! the proxy, however the proxy dies.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const README: &str = include_str!("../README.md");
+
+/// The proxy as the quick start runs it, on a free port.
+fn quick_start() -> (Child, u16) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(["--config", "config/ackproxy.toml"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ackproxy binary");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut c) = Client::try_connect(port) {
+            if c.cmd(&["PING"]) == Value::Simple("PONG".into()) {
+                return (child, port);
+            }
+        }
+        assert!(Instant::now() < deadline, "the quick start never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `(command, expected output)` for each example line of the README.
+fn examples() -> Vec<(String, String)> {
+    let quick = README
+        .lines()
+        .find(|l| l.contains("cargo run --release"))
+        .expect("a quick start line");
+    assert!(
+        quick.contains("--config config/ackproxy.toml"),
+        "the quick start must run the example configuration: {quick}"
+    );
+    README
+        .lines()
+        .filter(|l| l.starts_with("redis-cli -p 6380 "))
+        .map(|l| {
+            let (cmd, comment) = l.split_once("   # ").expect("an expected output");
+            let want = comment.split(" — ").next().unwrap().trim();
+            (cmd.trim().to_string(), want.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn readme_examples_work_as_written() {
+    let (mut proxy, port) = quick_start();
+    let examples = examples();
+    assert!(examples.len() >= 8, "{examples:?}");
+    for (cmd, want) in &examples {
+        let cmd_here = cmd.replace("-p 6380", &format!("-p {port}"));
+        let out = Command::new("sh").args(["-c", &cmd_here]).output().unwrap();
+        let got = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(&got, want, "{cmd}");
+    }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}
+
+fn children_named(pid: u32, name: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let comm = &stat[stat.find('(').unwrap() + 1..close];
+        let ppid: u32 = stat[close + 2..]
+            .split(' ')
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if ppid == pid && comm.starts_with(name) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Alive and not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let close = s.rfind(')').unwrap();
+        !s[close + 2..].starts_with('Z')
+    })
+}
+
+#[test]
+fn the_private_redis_server_dies_with_a_killed_proxy() {
+    let (mut proxy, _port) = quick_start();
+    let redis = children_named(proxy.id(), "redis-server");
+    assert_eq!(redis.len(), 1, "one private redis-server: {redis:?}");
+    let _ = proxy.kill(); // SIGKILL: no clean-up code runs
+    let _ = proxy.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running(redis[0]) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {} outlived the proxy",
+            redis[0]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
