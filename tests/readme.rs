@@ -13,18 +13,29 @@ use common::*;
 
 const README: &str = include_str!("../README.md");
 
+/// A child killed (SIGKILL) and reaped on drop.
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The proxy as the quick start runs it, on a free port.
-fn quick_start() -> (Child, u16) {
+fn quick_start() -> (Killed, u16) {
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_ackproxy"))
-        .args(["--config", "config/ackproxy.toml"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("ackproxy binary");
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args(["--config", "config/ackproxy.toml"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ackproxy binary"),
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(mut c) = Client::try_connect(port) {
@@ -60,7 +71,7 @@ fn examples() -> Vec<(String, String)> {
 
 #[test]
 fn readme_examples_work_as_written() {
-    let (mut proxy, port) = quick_start();
+    let (proxy, port) = quick_start();
     let examples = examples();
     assert!(examples.len() >= 8, "{examples:?}");
     for (cmd, want) in &examples {
@@ -72,8 +83,7 @@ fn readme_examples_work_as_written() {
             .join(" ");
         assert_eq!(&got, want, "{cmd}");
     }
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    drop(proxy);
 }
 
 fn children_named(pid: u32, name: &str) -> Vec<u32> {
@@ -111,11 +121,10 @@ fn running(pid: u32) -> bool {
 
 #[test]
 fn the_private_redis_server_dies_with_a_killed_proxy() {
-    let (mut proxy, _port) = quick_start();
-    let redis = children_named(proxy.id(), "redis-server");
+    let (proxy, _port) = quick_start();
+    let redis = children_named(proxy.0.id(), "redis-server");
     assert_eq!(redis.len(), 1, "one private redis-server: {redis:?}");
-    let _ = proxy.kill(); // SIGKILL: no clean-up code runs
-    let _ = proxy.wait();
+    drop(proxy); // SIGKILL: no clean-up code runs
     let deadline = Instant::now() + Duration::from_secs(5);
     while running(redis[0]) {
         assert!(
