@@ -49,6 +49,7 @@ pub async fn start(
             .with_http_listener(addr)
             .install()
             .map_err(|e| StartError::Config(format!("metrics endpoint: {e}")))?;
+        crate::telemetry::register(&config.queues);
     }
     let endpoint = Arc::new(Endpoint {
         addr: config.upstream.clone().expect("upstream set above"),

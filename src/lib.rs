@@ -14,5 +14,6 @@ pub mod queue;
 pub mod resp;
 pub mod server;
 pub mod session;
+pub mod telemetry;
 pub mod timeout;
 pub mod upstream;

@@ -178,6 +178,7 @@ impl Dispatcher {
 
     fn remove(&mut self, id: u64) -> Option<Parked> {
         let p = self.parked.remove(&id)?;
+        metrics::gauge!("ackproxy_parked_clients").set(self.parked.len() as f64);
         for s in &p.pop.sources {
             let key = s.key();
             if let Some(q) = self.by_key.get_mut(key) {
