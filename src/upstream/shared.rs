@@ -38,6 +38,18 @@ enum Target {
 }
 
 impl Pending {
+    /// Hands over the first `count` replies of a batch of several.
+    fn deliver_part(&mut self, bytes: Bytes, count: u32) {
+        if let Some(Target::Slot(seq)) = &self.target {
+            self.client.fill_part(*seq, bytes, count);
+            self.count -= count;
+        }
+    }
+
+    fn can_part(&self) -> bool {
+        matches!(self.target, Some(Target::Slot(_)))
+    }
+
     fn deliver(mut self, reply: Reply) {
         match self.target.take() {
             Some(Target::Slot(seq)) => self.client.fill(seq, reply),
@@ -106,6 +118,10 @@ impl SharedUpstream {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Complete replies of a batch still arriving are passed on once they add
+/// up to this, so a client that reads can have more than its output limit
+/// in flight, as with Redis.
+const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
 async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request>) {
@@ -242,6 +258,11 @@ async fn run(
                             done = 0;
                             replies = 0;
                             pending.deliver(Ok(bytes));
+                        } else if done >= PART && head.can_part() {
+                            let head = q.front_mut().unwrap();
+                            head.deliver_part(buf.split_to(done).freeze(), replies);
+                            done = 0;
+                            replies = 0;
                         }
                     }
                     Ok(None) => break,
