@@ -46,6 +46,14 @@ pub enum Kind {
     Plain,
     /// May block server-side: runs on a dedicated connection until its reply.
     Blocking,
+    /// A client's script or function call (EVAL*, FCALL*): it may run for
+    /// long, and on a shared connection nobody could kill it. Runs like
+    /// `Blocking`.
+    Script,
+    /// Served by Redis while a script runs (SCRIPT KILL, FUNCTION KILL,
+    /// SHUTDOWN) or meant to end a pause (CLIENT PAUSE/UNPAUSE): sent on a
+    /// connection where nothing of other clients is queued before it.
+    Urgent,
     Multi,
     /// EXEC or DISCARD: ends MULTI and WATCH.
     EndTransaction,
@@ -135,6 +143,9 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"NACK" => Kind::Nack,
         b"QUEUE" => Kind::Queue,
         b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"WAIT" | b"WAITAOF" => Kind::Blocking,
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => Kind::Script,
+        b"SHUTDOWN" => Kind::Urgent,
+        b"SCRIPT" | b"FUNCTION" if args.is(1, "KILL") => Kind::Urgent,
         b"XREAD" | b"XREADGROUP" => {
             if args
                 .iter()
@@ -179,6 +190,7 @@ fn classify_client(args: Args<'_>) -> Kind {
         }
         // These read or change the state of the connection itself, which on a
         // shared upstream connection would be somebody else's.
+        b"PAUSE" | b"UNPAUSE" => Kind::Urgent,
         b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
         | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
         _ => Kind::Plain,
@@ -237,6 +249,10 @@ mod tests {
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
         assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);
+        assert_eq!(kind(&["evalsha_ro", "x", "0"]), Kind::Script);
+        assert_eq!(kind(&["SCRIPT", "kill"]), Kind::Urgent);
+        assert_eq!(kind(&["SCRIPT", "FLUSH"]), Kind::Plain);
+        assert_eq!(kind(&["CLIENT", "unpause"]), Kind::Urgent);
     }
 
     #[test]

@@ -67,6 +67,27 @@ impl Context {
 /// grows past this is closed.
 const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
 
+/// Redis's smallest proto-max-bulk-len. A request holding a bulk this long
+/// may be one Redis refuses by closing the connection, so it never goes on a
+/// shared one.
+const OVERSIZED_BULK: usize = 1024 * 1024;
+
+fn oversized(ranges: &[std::ops::Range<usize>]) -> bool {
+    ranges.iter().any(|r| r.len() >= OVERSIZED_BULK)
+}
+
+fn oversized_args(args: Args<'_>) -> bool {
+    args.iter().any(|a| a.len() >= OVERSIZED_BULK)
+}
+
+/// Redis's refusal of a command in RESP2 subscribed mode.
+fn not_in_subscribed_context(name: &[u8]) -> Bytes {
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    Bytes::from(format!(
+        "-ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n"
+    ))
+}
+
 /// Why a session stops reading.
 enum Stop {
     /// The client closed its side or broke the connection.
@@ -196,7 +217,8 @@ impl Session {
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
                     let kind = classify(args);
-                    if !self.pinned && self.batchable(kind, args) {
+                    if !self.pinned && self.batchable(kind, args) && !oversized(self.scanner.args())
+                    {
                         pos += n;
                         batch += 1;
                         continue;
@@ -249,6 +271,7 @@ impl Session {
         frame: Bytes,
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
+        let args = Args::new(&frame, ranges);
         match kind {
             Kind::Quit => {
                 self.answer(Bytes::from_static(b"+OK\r\n")).await;
@@ -260,15 +283,21 @@ impl Session {
                 return None;
             }
             Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
-                if let Some(queues) = self.ctx.queues.clone() {
-                    let args = Args::new(&frame, ranges);
-                    let intercept = queues.intercept(
-                        kind,
-                        args,
-                        self.mode.protocol,
-                        self.pinned && self.mode.multi,
-                        self.pinned && self.mode.multi,
-                    );
+                if let Some(queues) = self.ctx.queues.clone().filter(|q| q.concerns(kind, args)) {
+                    let in_multi = self.pinned && self.mode.multi;
+                    if self.pinned && !in_multi {
+                        // Redis would run this after everything the client
+                        // sent before; that also settles the protocol and
+                        // the subscriptions it runs under.
+                        self.settle().await;
+                        if self.subscribed_resp2() {
+                            let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
+                            self.answer(reply).await;
+                            return None;
+                        }
+                    }
+                    let intercept =
+                        queues.intercept(kind, args, self.protocol(), in_multi, in_multi);
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
@@ -287,9 +316,8 @@ impl Session {
             }
             _ => {}
         }
-        if self.pinned || self.needs_dedicated(kind) {
-            self.send_dedicated(kind, Args::new(&frame, ranges), &frame, None)
-                .await;
+        if self.pinned || self.needs_dedicated(kind) || oversized(ranges) {
+            self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
             self.shared.send(frame, 1, &self.out, None);
@@ -335,11 +363,40 @@ impl Session {
     fn needs_dedicated(&self, kind: Kind) -> bool {
         match kind {
             Kind::Pop(form) => form.is_blocking(),
-            Kind::Blocking | Kind::Multi | Kind::Watch | Kind::Sticky | Kind::StickyUnpaired => {
-                true
-            }
+            Kind::Blocking
+            | Kind::Script
+            | Kind::Urgent
+            | Kind::Multi
+            | Kind::Watch
+            | Kind::Sticky
+            | Kind::StickyUnpaired => true,
             _ => false,
         }
+    }
+
+    /// Waits until everything sent on the dedicated connection has been
+    /// answered, also when its replies do not pair with requests.
+    async fn settle(&mut self) {
+        let unpaired = self.mode.unpaired;
+        if let Some(d) = &mut self.dedicated {
+            if unpaired {
+                d.drain_unpaired().await;
+            } else {
+                d.idle().await;
+            }
+        }
+    }
+
+    /// RESP version of the client's connection, as Redis confirmed it.
+    fn protocol(&self) -> u8 {
+        self.dedicated.as_ref().map_or(2, Dedicated::protocol)
+    }
+
+    /// In RESP2 a subscribed connection accepts only the pub/sub commands.
+    fn subscribed_resp2(&self) -> bool {
+        self.dedicated
+            .as_ref()
+            .is_some_and(|d| d.protocol() == 2 && d.subscriptions() > 0)
     }
 
     /// Sends a request the queue interceptor rewrote, on the connection the
@@ -347,8 +404,19 @@ impl Session {
     async fn rewritten(&mut self, kind: Kind, request: Bytes, transform: Box<dyn ReplyTransform>) {
         if self.pinned && self.mode.multi {
             // Queued inside MULTI: the rewritten reply is an element of EXEC's.
-            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform))
+            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
                 .await;
+        } else if matches!(kind, Kind::Pop(form) if form.is_blocking()) {
+            // A blocking form left to Redis (to report bad arguments) may
+            // block there after all: never on the shared connection.
+            self.send_dedicated(
+                kind,
+                Args::new(&[], &[]),
+                &request,
+                None,
+                Some(Expect::Transformed(transform)),
+            )
+            .await;
         } else {
             // Queues live in database 0, where the proxy's own connections
             // are; a client pinned for SELECT n, AUTH or HELLO still pops
@@ -423,26 +491,50 @@ impl Session {
     }
 
     /// Sends one request on the dedicated connection, updating the mode.
-    /// `queued` is the transform of a rewritten request queued in MULTI.
+    /// `queued` is the transform of a rewritten request queued in MULTI;
+    /// `expect` what to do with the reply of a request sent outside MULTI.
     async fn send_dedicated(
         &mut self,
         kind: Kind,
         args: Args<'_>,
         frame: &[u8],
         queued: Option<Box<dyn ReplyTransform>>,
+        expect: Option<Expect>,
     ) {
         if !self.switch_to_dedicated().await {
             return;
         }
         let unpaired_before = self.mode.unpaired;
         let exec = self.mode.apply(kind, args, queued);
-        let expect = if unpaired_before || self.mode.unpaired {
-            None
+        let protocol = if kind == Kind::Reset {
+            Some(2)
+        } else if args.is(0, "HELLO") {
+            args.get(1).and_then(|v| match v {
+                b"2" => Some(2),
+                b"3" => Some(3),
+                _ => None,
+            })
         } else {
-            Some(exec.unwrap_or(Expect::Raw))
+            None
         };
+        let paired = !(unpaired_before || self.mode.unpaired);
         let d = self.dedicated.as_mut().expect("dedicated connection");
-        d.set_bound(self.mode.any());
+        let expect = if !paired {
+            if kind == Kind::Reset {
+                d.set_protocol(2);
+            }
+            None
+        } else if let Some(p) = protocol {
+            Some(Expect::Protocol(p))
+        } else {
+            Some(exec.or(expect).unwrap_or(Expect::Raw))
+        };
+        // Where Redis closes the connection after this request (a protocol
+        // error on an oversized request, SHUTDOWN), it would have closed the
+        // client's own connection: the client goes too.
+        let closes = oversized_args(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
+        let bound = self.mode.any() || closes || (d.is_bound() && !d.is_idle());
+        d.set_bound(bound);
         metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);
         if let Err(e) = d.send(frame, expect).await {
             self.out.ready(Bytes::from(e.to_reply()), 1);
