@@ -382,7 +382,16 @@ fn same_replies(config: &str, prepare: &[&[&str]], setup: &[&[&str]], pipeline: 
                 bytes.extend_from_slice(&Client::encode(&a));
             }
             c.send_raw(&bytes);
+            let mut skip = 0;
             for cmd in pipeline {
+                if cmd.len() == 3 && cmd[..2] == ["CLIENT", "REPLY"] && cmd[2] == "SKIP" {
+                    // No reply for this command nor the next.
+                    skip = 2;
+                }
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
                 let r = c.read_raw();
                 replies.push(hello_neutral(cmd, r));
             }
@@ -472,5 +481,42 @@ fn a_failed_hello_leaves_the_protocol_alone() {
             &["RESET"],
             &["RPOP", "q"],
         ],
+    );
+}
+
+#[test]
+fn reset_ends_pub_sub_and_skipped_replies_for_good() {
+    let prepare: &[&[&str]] = &[&["RPUSH", "q", "m1", "m2", "m3"]];
+    let after: &[&[&str]] = &[
+        &["MULTI"],
+        &["RPOP", "q"],
+        &["EXEC"],
+        &["RPOP", "q"],
+        &["LLEN", "q"],
+    ];
+    let with_reset = |before: &[&'static [&'static str]]| {
+        let mut v: Vec<&[&str]> = before.to_vec();
+        v.push(&["RESET"]);
+        v.extend_from_slice(after);
+        v
+    };
+    // One at a time and pipelined.
+    same_replies(
+        QUEUE_CONFIG,
+        prepare,
+        &[&["SUBSCRIBE", "ch"]],
+        &with_reset(&[]),
+    );
+    same_replies(
+        QUEUE_CONFIG,
+        prepare,
+        &[],
+        &with_reset(&[&["SUBSCRIBE", "ch"]]),
+    );
+    same_replies(
+        QUEUE_CONFIG,
+        prepare,
+        &[],
+        &with_reset(&[&["CLIENT", "REPLY", "SKIP"], &["PING"]]),
     );
 }

@@ -520,9 +520,6 @@ impl Session {
         let paired = !(unpaired_before || self.mode.unpaired);
         let d = self.dedicated.as_mut().expect("dedicated connection");
         let expect = if !paired {
-            if kind == Kind::Reset {
-                d.set_protocol(2);
-            }
             None
         } else if let Some(p) = protocol {
             Some(Expect::Protocol(p))
@@ -538,6 +535,11 @@ impl Session {
         metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);
         if let Err(e) = d.send(frame, expect).await {
             self.out.ready(Bytes::from(e.to_reply()), 1);
+        }
+        if kind == Kind::Reset && unpaired_before {
+            // Replies pair with requests again once everything sent before
+            // RESET's reply (messages, skipped replies) has passed.
+            d.drain_unpaired().await;
         }
         self.maybe_unpin();
     }

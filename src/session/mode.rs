@@ -51,14 +51,9 @@ impl Mode {
                 self.sticky = true;
                 self.unpaired = true;
             }
-            Kind::Reset => {
-                // After pub/sub, messages sent before RESET took effect may
-                // still be on their way: stay on this connection.
-                let unpaired = self.unpaired;
-                *self = Mode::default();
-                self.sticky = unpaired;
-                self.unpaired = unpaired;
-            }
+            // The session drains a connection whose replies did not pair
+            // with requests before it relies on pairing again.
+            Kind::Reset => *self = Mode::default(),
             _ => {}
         }
         if self.multi

@@ -104,12 +104,6 @@ impl Dedicated {
         self.shared.protocol.load(Ordering::Acquire)
     }
 
-    /// Sets the protocol for a request whose reply is not awaited (RESET
-    /// on a connection whose replies do not pair with requests).
-    pub fn set_protocol(&self, protocol: u8) {
-        self.shared.protocol.store(protocol, Ordering::Release);
-    }
-
     /// Channels, patterns and shard channels the connection is subscribed
     /// to, as of the last confirmation that arrived.
     pub fn subscriptions(&self) -> i64 {
@@ -196,6 +190,10 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
             let is_push = buf[start] == b'>';
             if let Some(n) = subscription_count(&buf[start..start + len]) {
                 shared.subscriptions.store(n, Ordering::Release);
+            } else if &buf[start..start + len] == b"+RESET\r\n" {
+                // Only RESET answers so; it ends subscriptions silently.
+                shared.subscriptions.store(0, Ordering::Release);
+                shared.protocol.store(2, Ordering::Release);
             }
             let expect = if is_push {
                 None
