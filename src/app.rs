@@ -56,6 +56,8 @@ pub async fn start(
         password: config.upstream_password.clone(),
         connect_timeout: config.connect_timeout(),
     });
+    // Routing follows Redis's own command table when it can be read.
+    crate::command::table::load(&endpoint).await;
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen.clone(), e))?;

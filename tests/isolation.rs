@@ -520,3 +520,50 @@ fn reset_ends_pub_sub_and_skipped_replies_for_good() {
         &with_reset(&[&["CLIENT", "REPLY", "SKIP"], &["PING"]]),
     );
 }
+
+#[test]
+fn a_write_pause_holds_writes_but_not_reads_of_others() {
+    for mode in MODES {
+        let mut seen = Vec::new();
+        for through_proxy in [false, true] {
+            let redis = Redis::start();
+            let proxy = through_proxy.then(|| Proxy::start(redis.port, mode));
+            let port = proxy.as_ref().map_or(redis.port, |p| p.port);
+            let mut a = Client::connect(port);
+            let mut b = Client::connect(port);
+            let mut c = Client::connect(port);
+            a.cmd(&["SET", "k", "old"]);
+            assert_eq!(
+                a.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]),
+                Value::Simple("OK".into())
+            );
+            b.send(&["SET", "k", "new"]);
+            // B's write is held in Redis before C reads.
+            let mut admin = redis.client();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !matches!(admin.cmd(&["INFO", "clients"]), Value::Bulk(info)
+                if text(&info).contains("blocked_clients:1"))
+            {
+                assert!(Instant::now() < deadline, "B's write never reached Redis");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let t = Instant::now();
+            let during = text(&c.raw(&["GET", "k"]));
+            let read_took = t.elapsed();
+            let t = Instant::now();
+            let unpause = text(&a.raw(&["CLIENT", "UNPAUSE"]));
+            let unpause_took = t.elapsed();
+            let b_reply = text(&b.read_raw());
+            let after = text(&c.raw(&["GET", "k"]));
+            println!(
+                "proxy {through_proxy} {mode:?}: read during the pause {read_took:?}, unpause {unpause_took:?}"
+            );
+            assert!(
+                read_took < Duration::from_millis(1000),
+                "GET took {read_took:?} (proxy: {through_proxy}, {mode:?})"
+            );
+            seen.push(vec![during, unpause, b_reply, after]);
+        }
+        assert_eq!(seen[1], seen[0], "through the proxy ({mode:?}) vs directly");
+    }
+}

@@ -5,10 +5,11 @@
 
 pub mod mode;
 pub mod output;
+pub mod route;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::tcp::OwnedReadHalf;
@@ -24,6 +25,7 @@ use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use mode::Mode;
 use output::{ClientState, ReplyTransform};
+use route::{oversized, route, Facts, Pause, Route};
 
 /// What every session shares.
 pub struct Context {
@@ -33,6 +35,8 @@ pub struct Context {
     next_shared: AtomicUsize,
     pub queues: Option<Arc<Queues>>,
     pub shutdown: watch::Receiver<bool>,
+    /// The last `CLIENT PAUSE` made through the proxy, while it may last.
+    pause: Mutex<Option<Pause>>,
 }
 
 impl Context {
@@ -52,6 +56,34 @@ impl Context {
             next_shared: AtomicUsize::new(0),
             queues,
             shutdown,
+            pause: Mutex::new(None),
+        }
+    }
+
+    fn pause(&self) -> Option<Pause> {
+        let mut p = self.pause.lock().unwrap();
+        if p.is_some_and(|p| Instant::now() >= p.until) {
+            *p = None;
+        }
+        *p
+    }
+
+    /// Tracks CLIENT PAUSE and UNPAUSE as Redis will apply them: a new pause
+    /// keeps the later end and the stricter mode.
+    fn note_pause(&self, args: Args<'_>) {
+        let mut p = self.pause.lock().unwrap();
+        if args.is(1, "UNPAUSE") {
+            if args.len() == 2 {
+                *p = None;
+            }
+        } else if let Some(new) = route::parse_pause(args, Instant::now()) {
+            *p = Some(match *p {
+                Some(old) => Pause {
+                    until: old.until.max(new.until),
+                    all: old.all || new.all,
+                },
+                None => new,
+            });
         }
     }
 
@@ -66,19 +98,6 @@ impl Context {
 /// Like Redis's client-query-buffer-limit: a client whose unparsed input
 /// grows past this is closed.
 const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
-
-/// Redis's smallest proto-max-bulk-len. A request holding a bulk this long
-/// may be one Redis refuses by closing the connection, so it never goes on a
-/// shared one.
-const OVERSIZED_BULK: usize = 1024 * 1024;
-
-fn oversized(ranges: &[std::ops::Range<usize>]) -> bool {
-    ranges.iter().any(|r| r.len() >= OVERSIZED_BULK)
-}
-
-fn oversized_args(args: Args<'_>) -> bool {
-    args.iter().any(|a| a.len() >= OVERSIZED_BULK)
-}
 
 /// Redis's refusal of a command in RESP2 subscribed mode.
 fn not_in_subscribed_context(name: &[u8]) -> Bytes {
@@ -217,7 +236,8 @@ impl Session {
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
                     let kind = classify(args);
-                    if !self.pinned && self.batchable(kind, args) && !oversized(self.scanner.args())
+                    if route(kind, args, &self.facts()) == Route::Shared
+                        && self.batchable(kind, args)
                     {
                         pos += n;
                         batch += 1;
@@ -316,7 +336,10 @@ impl Session {
             }
             _ => {}
         }
-        if self.pinned || self.needs_dedicated(kind) || oversized(ranges) {
+        if kind == Kind::Urgent && args.is(0, "CLIENT") {
+            self.ctx.note_pause(args);
+        }
+        if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
@@ -360,17 +383,11 @@ impl Session {
         }
     }
 
-    fn needs_dedicated(&self, kind: Kind) -> bool {
-        match kind {
-            Kind::Pop(form) => form.is_blocking(),
-            Kind::Blocking
-            | Kind::Script
-            | Kind::Urgent
-            | Kind::Multi
-            | Kind::Watch
-            | Kind::Sticky
-            | Kind::StickyUnpaired => true,
-            _ => false,
+    fn facts(&self) -> Facts {
+        Facts {
+            pinned: self.pinned,
+            pause: self.ctx.pause(),
+            now: Instant::now(),
         }
     }
 
@@ -406,9 +423,12 @@ impl Session {
             // Queued inside MULTI: the rewritten reply is an element of EXEC's.
             self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
                 .await;
-        } else if matches!(kind, Kind::Pop(form) if form.is_blocking()) {
+        } else if matches!(kind, Kind::Pop(form) if form.is_blocking())
+            || self.ctx.pause().is_some()
+        {
             // A blocking form left to Redis (to report bad arguments) may
-            // block there after all: never on the shared connection.
+            // block there after all, and a pause holds the scripts queue
+            // operations become: never on the shared connection.
             self.send_dedicated(
                 kind,
                 Args::new(&[], &[]),
@@ -529,7 +549,7 @@ impl Session {
         // Where Redis closes the connection after this request (a protocol
         // error on an oversized request, SHUTDOWN), it would have closed the
         // client's own connection: the client goes too.
-        let closes = oversized_args(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
+        let closes = oversized(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
         let bound = self.mode.any() || closes || (d.is_bound() && !d.is_idle());
         d.set_bound(bound);
         metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);

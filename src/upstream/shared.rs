@@ -126,6 +126,7 @@ const WRITE_BATCH: usize = 256 * 1024;
 
 async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request>) {
     let mut backoff = Duration::from_millis(10);
+    let mut connected_before = false;
     loop {
         // Connect only when there is something to send: an idle proxy keeps
         // no connection open and a restarted Redis is found on first use.
@@ -135,6 +136,12 @@ async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request
         match endpoint.connect().await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
+                if connected_before || crate::command::table::current().is_none() {
+                    // Redis may have restarted as another version.
+                    let endpoint = endpoint.clone();
+                    tokio::spawn(async move { crate::command::table::load(&endpoint).await });
+                }
+                connected_before = true;
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
                 if let Err(e) = run(stream, first, &mut rx).await {
                     metrics::counter!("ackproxy_upstream_errors_total").increment(1);

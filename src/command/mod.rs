@@ -2,6 +2,8 @@
 //! session has to do with it. Nothing else in the proxy compares command
 //! names.
 
+pub mod table;
+
 use std::ops::Range;
 
 /// A framed request's arguments, borrowed from the read buffer.
@@ -171,7 +173,34 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"CLIENT" => classify_client(args),
         b"RESET" => Kind::Reset,
         b"QUIT" => Kind::Quit,
+        _ => from_table(args),
+    }
+}
+
+/// A command the hand-written table does not single out: Redis's own flags
+/// say whether it can block.
+fn from_table(args: Args<'_>) -> Kind {
+    let Some(t) = table::current() else {
+        return Kind::Plain;
+    };
+    match t.lookup(args.get(0).unwrap_or_default(), args.get(1)) {
+        Some(f) if f.blocking => Kind::Blocking,
         _ => Kind::Plain,
+    }
+}
+
+/// Whether Redis holds the command during `CLIENT PAUSE WRITE`: it may
+/// write or replicate. Without Redis's table, any command may.
+pub fn may_write(args: Args<'_>) -> bool {
+    let name = args.get(0).unwrap_or_default();
+    if table::may_replicate(name) {
+        return true;
+    }
+    match table::current() {
+        Some(t) => t
+            .lookup(name, args.get(1))
+            .is_some_and(|f| f.write || f.may_replicate),
+        None => true,
     }
 }
 
@@ -253,6 +282,18 @@ mod tests {
         assert_eq!(kind(&["SCRIPT", "kill"]), Kind::Urgent);
         assert_eq!(kind(&["SCRIPT", "FLUSH"]), Kind::Plain);
         assert_eq!(kind(&["CLIENT", "unpause"]), Kind::Urgent);
+    }
+
+    #[test]
+    fn redis_table_marks_commands_the_hand_table_does_not_know() {
+        assert_eq!(kind(&["XBLOCKPOP", "k", "0"]), Kind::Plain);
+        let reply = b"*1\r\n*10\r\n$9\r\nxblockpop\r\n:-3\r\n*2\r\n+write\r\n+blocking\r\n\
+            :1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+        table::install(table::Table::parse(reply).unwrap());
+        assert_eq!(kind(&["xblockpop", "k", "0"]), Kind::Blocking);
+        // Argument-dependent refinements still decide.
+        assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);
+        assert_eq!(kind(&["SELECT", "0"]), Kind::Plain);
     }
 
     #[test]
