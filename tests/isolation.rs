@@ -33,6 +33,8 @@ const MODES: [&[&str]; 2] = [&[], &["--dedicated-per-client"]];
 /// each reply and how long it took.
 struct Victim {
     stop: Arc<AtomicBool>,
+    /// Set once the victim got a `-BUSY` reply.
+    busy: Arc<AtomicBool>,
     done: Arc<AtomicUsize>,
     handle: JoinHandle<Vec<(Vec<u8>, Duration)>>,
 }
@@ -41,7 +43,8 @@ impl Victim {
     fn start(port: u16) -> Victim {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicUsize::new(0));
-        let (s, d) = (stop.clone(), done.clone());
+        let busy = Arc::new(AtomicBool::new(false));
+        let (s, d, b) = (stop.clone(), done.clone(), busy.clone());
         let handle = std::thread::spawn(move || {
             let mut c = Client::connect(port);
             c.set_read_timeout(Some(Duration::from_secs(3)));
@@ -51,6 +54,9 @@ impl Victim {
                 c.send(&["GET", "vk"]);
                 let reply = c.try_read_raw();
                 let stalled = reply.is_err();
+                if reply.as_ref().is_ok_and(|r| r.starts_with(b"-BUSY")) {
+                    b.store(true, Ordering::Release);
+                }
                 seen.push((
                     reply.unwrap_or_else(|_| b"<no reply>".to_vec()),
                     t.elapsed(),
@@ -62,7 +68,12 @@ impl Victim {
             }
             seen
         });
-        let v = Victim { stop, done, handle };
+        let v = Victim {
+            stop,
+            busy,
+            done,
+            handle,
+        };
         v.wait_for(5);
         v
     }
@@ -75,6 +86,18 @@ impl Victim {
             && !self.handle.is_finished()
             && Instant::now() < deadline
         {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits until the victim has been told Redis is busy.
+    fn wait_busy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.busy.load(Ordering::Acquire) {
+            assert!(
+                Instant::now() < deadline && !self.handle.is_finished(),
+                "the victim was never told Redis is busy"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -205,11 +228,12 @@ fn script_kill_reaches_a_script_that_loops() {
     compare(
         None,
         &busy_threshold,
-        &|port, _| {
+        &|port, victim| {
             let mut offender = Client::connect(port);
             offender.send(&["EVAL", "while true do end", "0"]);
             let mut k = killer(port);
             wait_busy(&mut k);
+            victim.wait_busy();
             let killed = text(&k.raw(&["SCRIPT", "KILL"]));
             let script = text(&offender.read_raw());
             let after = text(&offender.raw(&["GET", "vk"]));
@@ -233,11 +257,12 @@ fn function_kill_reaches_a_function_that_loops() {
     compare(
         None,
         &setup,
-        &|port, _| {
+        &|port, victim| {
             let mut offender = Client::connect(port);
             offender.send(&["FCALL", "spin", "0"]);
             let mut k = killer(port);
             wait_busy(&mut k);
+            victim.wait_busy();
             let killed = text(&k.raw(&["FUNCTION", "KILL"]));
             let function = text(&offender.read_raw());
             vec![killed, function]
@@ -288,7 +313,9 @@ fn an_invalid_blocking_pop_on_a_queue_blocks_only_its_client() {
             let mut other = Client::connect(port);
             vec![text(&other.raw(&["LLEN", "q"]))]
         },
-        Duration::from_millis(50),
+        // Well above a loopback round trip, even on a busy machine; the
+        // stall this guards against lasts as long as the pop blocks.
+        Duration::from_millis(250),
     );
 }
 
@@ -566,4 +593,34 @@ fn a_write_pause_holds_writes_but_not_reads_of_others() {
         }
         assert_eq!(seen[1], seen[0], "through the proxy ({mode:?}) vs directly");
     }
+}
+
+#[test]
+fn pops_after_script_flush_keep_their_place_in_a_pipeline() {
+    let prepare: &[&[&str]] = &[&["RPUSH", "q", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8"]];
+    let pipeline: &[&[&str]] = &[
+        &["RPOP", "q"],
+        &["LLEN", "q"],
+        &["RPOP", "q"],
+        &["LLEN", "q"],
+    ];
+    // Once to load the scripts, then flushed under the proxy's feet.
+    same_replies(
+        QUEUE_CONFIG,
+        prepare,
+        &[&["RPOP", "q"], &["SCRIPT", "FLUSH"]],
+        pipeline,
+    );
+    same_replies(
+        QUEUE_CONFIG,
+        prepare,
+        &[&["RPOP", "q"]],
+        &[
+            &["SCRIPT", "FLUSH"],
+            &["RPOP", "q"],
+            &["LLEN", "q"],
+            &["RPOP", "q"],
+            &["LLEN", "q"],
+        ],
+    );
 }

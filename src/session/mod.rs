@@ -22,7 +22,7 @@ use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
-use crate::upstream::Endpoint;
+use crate::upstream::{script_count, script_loads, Endpoint};
 use mode::Mode;
 use output::{ClientState, ReplyTransform};
 use route::{oversized, route, Facts, Pause, Route};
@@ -98,6 +98,10 @@ impl Context {
 /// Like Redis's client-query-buffer-limit: a client whose unparsed input
 /// grows past this is closed.
 const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
+
+fn is_script_flush(args: Args<'_>) -> bool {
+    args.is(0, "SCRIPT") && args.is(1, "FLUSH")
+}
 
 /// Redis's refusal of a command in RESP2 subscribed mode.
 fn not_in_subscribed_context(name: &[u8]) -> Bytes {
@@ -339,11 +343,24 @@ impl Session {
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
         }
+        let reload = self.ctx.endpoint.scripts && is_script_flush(args);
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
+            if reload && !self.mode.multi && !self.mode.unpaired {
+                if let Some(d) = &mut self.dedicated {
+                    d.send_dropped(script_loads(), script_count()).await;
+                }
+            }
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
             self.shared.send(frame, 1, &self.out, None);
+            if reload {
+                // Right behind the flush on the same connection, so pops that
+                // follow find their scripts rather than retrying later.
+                let loads = Bytes::from_static(script_loads());
+                self.shared
+                    .send_discarded(loads, script_count() as u32, &self.out);
+            }
         }
         None
     }
@@ -369,7 +386,7 @@ impl Session {
     /// is stateless and no queue rule concerns it.
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
-            Kind::Plain => true,
+            Kind::Plain => !(self.ctx.endpoint.scripts && is_script_flush(args)),
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,

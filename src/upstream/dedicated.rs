@@ -35,6 +35,8 @@ pub enum Expect {
     Sentinel(Vec<u8>, Vec<u8>),
     /// A request the queue interceptor rewrote: its reply is transformed.
     Transformed(Box<dyn ReplyTransform>),
+    /// A request of the proxy's own: its reply is dropped.
+    Drop,
     /// HELLO or RESET, forwarded as is: the connection speaks this protocol
     /// from now on only if Redis accepted it.
     Protocol(u8),
@@ -98,6 +100,19 @@ impl Dedicated {
             let _ = self.wr.shutdown().await;
         }
         Ok(())
+    }
+
+    /// `count` requests of the proxy's own whose replies are dropped.
+    pub async fn send_dropped(&mut self, bytes: &[u8], count: usize) {
+        {
+            let mut q = self.shared.expect.lock().unwrap();
+            for _ in 0..count {
+                q.push_back(Expect::Drop);
+            }
+        }
+        if self.wr.write_all(bytes).await.is_err() {
+            let _ = self.wr.shutdown().await;
+        }
     }
 
     pub fn protocol(&self) -> u8 {
@@ -224,7 +239,7 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
                     raw_len += len;
                     raw_count += 1;
                 }
-                Some(Expect::Sentinel(..)) => {
+                Some(Expect::Sentinel(..) | Expect::Drop) => {
                     if raw_len > 0 {
                         out.ready(buf.split_to(raw_len).freeze(), raw_count);
                         raw_len = 0;
@@ -268,7 +283,7 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
         Expect::Raw | Expect::Protocol(_) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
-        Expect::Sentinel(..) => Bytes::new(),
+        Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
         Expect::Transformed(mut t) => match t.apply(reply) {
             Transformed::Done(b) => b,
             Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),

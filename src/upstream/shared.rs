@@ -35,6 +35,8 @@ enum Target {
     Slot(u64),
     /// A request of the proxy's own, awaited by its sender.
     Call(oneshot::Sender<Reply>),
+    /// A request of the proxy's own whose reply nobody needs.
+    Discard,
 }
 
 impl Pending {
@@ -56,7 +58,7 @@ impl Pending {
             Some(Target::Call(tx)) => {
                 let _ = tx.send(reply);
             }
-            None => {}
+            Some(Target::Discard) | None => {}
         }
     }
 }
@@ -109,6 +111,12 @@ impl SharedUpstream {
         self.enqueue(bytes, count, Target::Slot(seq), client.clone());
     }
 
+    /// Requests of the proxy's own, right behind what the client sent
+    /// last; their replies are dropped.
+    pub fn send_discarded(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>) {
+        self.enqueue(bytes, count, Target::Discard, client.clone());
+    }
+
     /// One request of the proxy's own, awaited.
     pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
         let (tx, rx) = oneshot::channel();
@@ -143,7 +151,7 @@ async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request
                 }
                 connected_before = true;
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
-                if let Err(e) = run(stream, first, &mut rx).await {
+                if let Err(e) = run(stream, first, &mut rx, endpoint.scripts).await {
                     metrics::counter!("ackproxy_upstream_errors_total").increment(1);
                     tracing::warn!("shared upstream connection failed: {e}");
                 }
@@ -175,10 +183,25 @@ async fn run(
     stream: TcpStream,
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
+    scripts: bool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.into_split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
+    if scripts {
+        // Before anything else: pops sent as EVALSHA then find their script
+        // even on a Redis that restarted or flushed its scripts.
+        let own = ClientState::new(0, 1);
+        own.shared_sent();
+        inflight.lock().unwrap().push_back(Pending {
+            count: super::script_count() as u32,
+            target: Some(Target::Discard),
+            client: own,
+        });
+        wr.write_all(super::script_loads())
+            .await
+            .map_err(|_| UpstreamError::ConnectionLost)?;
+    }
     let mut first = Some(first);
 
     let writer = async {
