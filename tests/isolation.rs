@@ -624,3 +624,37 @@ fn pops_after_script_flush_keep_their_place_in_a_pipeline() {
         ],
     );
 }
+
+/// The id of the upstream connection that ran `CLIENT LIST` for `c`.
+fn upstream_id(c: &mut Client) -> String {
+    let Value::Bulk(list) = c.cmd(&["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST");
+    };
+    text(&list)
+        .lines()
+        .find(|l| l.contains("cmd=client|list"))
+        .and_then(|l| l.split(' ').next())
+        .expect("the connection running CLIENT LIST")
+        .to_string()
+}
+
+#[test]
+fn a_client_pulling_big_replies_leaves_the_shared_connection() {
+    let redis = Redis::start();
+    let proxy = Proxy::start(redis.port, &[]);
+    let mut puller = proxy.client();
+    let mut other = proxy.client();
+    let big = vec![b'x'; 2 * 1024 * 1024];
+    puller.cmd_bin(&[b"SET", b"big", &big]);
+    let shared = upstream_id(&mut puller);
+    assert_eq!(upstream_id(&mut other), shared, "one shared connection");
+    let Value::Bulk(got) = puller.cmd(&["GET", "big"]) else {
+        panic!("GET big");
+    };
+    assert_eq!(got.len(), big.len());
+    // Its next requests, which may well pull more, run on a connection of
+    // its own; the other client's stay shared.
+    assert_ne!(upstream_id(&mut puller), shared);
+    assert_eq!(puller.cmd(&["STRLEN", "big"]), Value::Int(big.len() as i64));
+    assert_eq!(upstream_id(&mut other), shared);
+}

@@ -31,7 +31,7 @@ use route::{oversized, route, Facts, Pause, Route};
 pub struct Context {
     pub config: Arc<Config>,
     pub endpoint: Arc<Endpoint>,
-    pub shared: Vec<SharedUpstream>,
+    shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
     pub queues: Option<Arc<Queues>>,
     pub shutdown: watch::Receiver<bool>,
@@ -52,7 +52,7 @@ impl Context {
         Context {
             config,
             endpoint,
-            shared,
+            shared: Mutex::new(shared),
             next_shared: AtomicUsize::new(0),
             queues,
             shutdown,
@@ -90,8 +90,24 @@ impl Context {
     /// A client keeps one shared connection for life, which keeps its
     /// requests in order.
     fn pick_shared(&self) -> SharedUpstream {
+        let shared = self.shared.lock().unwrap();
         let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
-        self.shared[i % self.shared.len()].clone()
+        shared[i % shared.len()].clone()
+    }
+
+    /// A shared connection not busy with big replies, opening one more if
+    /// all are (up to a few times the configured number).
+    fn uncongested_shared(&self) -> Option<SharedUpstream> {
+        let mut shared = self.shared.lock().unwrap();
+        if let Some(s) = shared.iter().find(|s| !s.is_congested()) {
+            return Some(s.clone());
+        }
+        if shared.len() >= 4 * self.config.shared_connections.max(1) {
+            return None;
+        }
+        let s = SharedUpstream::spawn(self.endpoint.clone());
+        shared.push(s.clone());
+        Some(s)
     }
 }
 
@@ -286,6 +302,7 @@ impl Session {
         }
         metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
         let bytes = self.buf.split_to(len).freeze();
+        self.avoid_congestion();
         self.shared.send(bytes, count, &self.out, None);
     }
 
@@ -353,6 +370,7 @@ impl Session {
             }
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
+            self.avoid_congestion();
             self.shared.send(frame, 1, &self.out, None);
             if reload {
                 // Right behind the flush on the same connection, so pops that
@@ -400,8 +418,20 @@ impl Session {
         }
     }
 
+    /// Moves the client off a shared connection busy with someone else's
+    /// big replies, once nothing of its own is in flight there (its
+    /// requests must run in order).
+    fn avoid_congestion(&mut self) {
+        if self.shared.is_congested() && self.out.shared_idle() {
+            if let Some(s) = self.ctx.uncongested_shared() {
+                self.shared = s;
+            }
+        }
+    }
+
     fn facts(&self) -> Facts {
         Facts {
+            big_replies: self.out.has_big_replies(),
             pinned: self.pinned,
             pause: self.ctx.pause(),
             now: Instant::now(),
@@ -464,6 +494,7 @@ impl Session {
                 }
             }
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
+            self.avoid_congestion();
             self.shared.send(request, 1, &self.out, Some(transform));
         }
     }

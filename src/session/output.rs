@@ -78,7 +78,13 @@ pub struct ClientState {
     shared_drained: Notify,
     closed: AtomicBool,
     close: Notify,
+    /// A reply of at least [`BIG_REPLY`] bytes reached this client on a
+    /// shared connection: its requests go to its dedicated connection.
+    big_replies: AtomicBool,
 }
+
+/// Replies this long hold a shared connection up for everyone behind them.
+pub const BIG_REPLY: usize = 1024 * 1024;
 
 impl ClientState {
     pub fn new(output_limit: usize, inflight_limit: usize) -> Arc<Self> {
@@ -97,6 +103,7 @@ impl ClientState {
             shared_drained: Notify::new(),
             closed: AtomicBool::new(false),
             close: Notify::new(),
+            big_replies: AtomicBool::new(false),
         })
     }
 
@@ -288,6 +295,19 @@ impl ClientState {
         if !self.is_closed() {
             n.await;
         }
+    }
+
+    pub fn mark_big_replies(&self) {
+        self.big_replies.store(true, Ordering::Relaxed);
+    }
+
+    pub fn has_big_replies(&self) -> bool {
+        self.big_replies.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing of this client's is in flight on a shared connection.
+    pub fn shared_idle(&self) -> bool {
+        self.shared_inflight.load(Ordering::Acquire) == 0
     }
 
     pub fn shared_sent(&self) {

@@ -38,6 +38,9 @@ impl Pause {
 
 pub struct Facts {
     pub pinned: bool,
+    /// The client has had a big reply on a shared connection: more are
+    /// likely, and would hold it up for others.
+    pub big_replies: bool,
     pub pause: Option<Pause>,
     pub now: Instant,
 }
@@ -66,7 +69,7 @@ pub fn route(kind: Kind, args: Args<'_>, f: &Facts) -> Route {
         Kind::Multi | Kind::Watch | Kind::Sticky | Kind::StickyUnpaired => Route::Pinned,
         Kind::Blocking | Kind::Script | Kind::Urgent => Route::Dedicated,
         Kind::Pop(form) if form.is_blocking() => Route::Dedicated,
-        _ if oversized(args) => Route::Dedicated,
+        _ if oversized(args) || f.big_replies => Route::Dedicated,
         _ if f.pause.is_some_and(|p| p.holds(args, f.now)) => Route::Dedicated,
         _ => Route::Shared,
     }
@@ -111,6 +114,7 @@ mod tests {
     fn facts(pause: Option<Pause>) -> Facts {
         Facts {
             pinned: false,
+            big_replies: false,
             pause,
             now: Instant::now(),
         }

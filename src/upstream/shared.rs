@@ -3,6 +3,7 @@
 //! and each reply is routed back to its client by position.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Endpoint;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
-use crate::session::output::{ClientState, Reply, ReplyTransform};
+use crate::session::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
 
 /// A batch of `count` complete requests from one client.
 pub struct Request {
@@ -76,13 +77,20 @@ impl Drop for Pending {
 #[derive(Clone)]
 pub struct SharedUpstream {
     tx: mpsc::UnboundedSender<Request>,
+    /// Big replies are arriving: requests sent now would wait behind them.
+    congested: Arc<AtomicBool>,
 }
 
 impl SharedUpstream {
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(manage(endpoint, rx));
-        SharedUpstream { tx }
+        let congested = Arc::new(AtomicBool::new(false));
+        tokio::spawn(manage(endpoint, rx, congested.clone()));
+        SharedUpstream { tx, congested }
+    }
+
+    pub fn is_congested(&self) -> bool {
+        self.congested.load(Ordering::Relaxed)
     }
 
     fn enqueue(&self, bytes: Bytes, count: u32, target: Target, client: Arc<ClientState>) {
@@ -132,7 +140,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
-async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request>) {
+async fn manage(
+    endpoint: Arc<Endpoint>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    congested: Arc<AtomicBool>,
+) {
     let mut backoff = Duration::from_millis(10);
     let mut connected_before = false;
     loop {
@@ -151,7 +163,9 @@ async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request
                 }
                 connected_before = true;
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
-                if let Err(e) = run(stream, first, &mut rx, endpoint.scripts).await {
+                let result = run(stream, first, &mut rx, endpoint.scripts, &congested).await;
+                congested.store(false, Ordering::Relaxed);
+                if let Err(e) = result {
                     metrics::counter!("ackproxy_upstream_errors_total").increment(1);
                     tracing::warn!("shared upstream connection failed: {e}");
                 }
@@ -184,6 +198,7 @@ async fn run(
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
     scripts: bool,
+    congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.into_split();
     // Filled before the bytes are written, so a reply always finds its entry.
@@ -257,6 +272,15 @@ async fn run(
             if n == 0 {
                 return Err::<(), _>(UpstreamError::ConnectionLost);
             }
+            if buf.len() >= BIG_REPLY {
+                // A big reply is coming in for the client at the head: its
+                // next requests go elsewhere, and so do other clients' while
+                // this connection is busy with it.
+                if let Some(head) = inflight.lock().unwrap().front() {
+                    head.client.mark_big_replies();
+                }
+                congested.store(true, Ordering::Relaxed);
+            }
             loop {
                 match scanner.scan(&buf[done..]) {
                     Ok(Some(len)) => {
@@ -297,6 +321,12 @@ async fn run(
                     }
                     Ok(None) => break,
                     Err(_) => return Err(UpstreamError::BadReply),
+                }
+            }
+            if congested.load(Ordering::Relaxed) {
+                let q = inflight.lock().unwrap();
+                if q.front().is_none_or(|h| !h.client.has_big_replies()) {
+                    congested.store(false, Ordering::Relaxed);
                 }
             }
         }
