@@ -185,6 +185,9 @@ fn from_table(args: Args<'_>) -> Kind {
     };
     match t.lookup(args.get(0).unwrap_or_default(), args.get(1)) {
         Some(f) if f.blocking => Kind::Blocking,
+        // Redis serves these while a script runs: they must not wait
+        // behind anything (FUNCTION STATS, ...).
+        Some(f) if f.allow_busy => Kind::Urgent,
         _ => Kind::Plain,
     }
 }
