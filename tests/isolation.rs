@@ -550,21 +550,29 @@ fn reset_ends_pub_sub_and_skipped_replies_for_good() {
 
 #[test]
 fn a_write_pause_holds_writes_but_not_reads_of_others() {
+    paused_write(&["SET", "k", "new"]);
+    // A pop on a queue writes too (it runs as a script).
+    paused_write(&["RPOP", "q"]);
+}
+
+fn paused_write(write: &[&str]) {
     for mode in MODES {
         let mut seen = Vec::new();
         for through_proxy in [false, true] {
             let redis = Redis::start();
-            let proxy = through_proxy.then(|| Proxy::start(redis.port, mode));
+            let proxy =
+                through_proxy.then(|| Proxy::start_with_config(redis.port, QUEUE_CONFIG, mode));
             let port = proxy.as_ref().map_or(redis.port, |p| p.port);
             let mut a = Client::connect(port);
             let mut b = Client::connect(port);
             let mut c = Client::connect(port);
             a.cmd(&["SET", "k", "old"]);
+            a.cmd(&["RPUSH", "q", "m1", "m2"]);
             assert_eq!(
                 a.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]),
                 Value::Simple("OK".into())
             );
-            b.send(&["SET", "k", "new"]);
+            b.send(write);
             // B's write is held in Redis before C reads.
             let mut admin = redis.client();
             let deadline = Instant::now() + Duration::from_secs(2);
@@ -575,13 +583,13 @@ fn a_write_pause_holds_writes_but_not_reads_of_others() {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let t = Instant::now();
-            let during = text(&c.raw(&["GET", "k"]));
+            let during = text(&c.raw(&["GET", "k"])) + &text(&c.raw(&["LLEN", "q"]));
             let read_took = t.elapsed();
             let t = Instant::now();
             let unpause = text(&a.raw(&["CLIENT", "UNPAUSE"]));
             let unpause_took = t.elapsed();
             let b_reply = text(&b.read_raw());
-            let after = text(&c.raw(&["GET", "k"]));
+            let after = text(&c.raw(&["GET", "k"])) + &text(&c.raw(&["LLEN", "q"]));
             println!(
                 "proxy {through_proxy} {mode:?}: read during the pause {read_took:?}, unpause {unpause_took:?}"
             );

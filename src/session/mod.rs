@@ -366,6 +366,7 @@ impl Session {
             if reload && !self.mode.multi && !self.mode.unpaired {
                 if let Some(d) = &mut self.dedicated {
                     d.send_dropped(script_loads(), script_count()).await;
+                    d.scripts_loaded = true;
                 }
             }
         } else {
@@ -471,11 +472,23 @@ impl Session {
             self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
                 .await;
         } else if matches!(kind, Kind::Pop(form) if form.is_blocking())
-            || self.ctx.pause().is_some()
+            || (self.ctx.pause().is_some() && !self.mode.any())
         {
             // A blocking form left to Redis (to report bad arguments) may
             // block there after all, and a pause holds the scripts queue
-            // operations become: never on the shared connection.
+            // operations become: never on the shared connection. (A client
+            // in a stateful mode cannot run them on its own connection,
+            // which may be in another database or protocol.)
+            if !self.switch_to_dedicated().await {
+                return;
+            }
+            if let Some(d) = &mut self.dedicated {
+                if !d.scripts_loaded {
+                    // A NOSCRIPT could not be retried from here.
+                    d.send_dropped(script_loads(), script_count()).await;
+                    d.scripts_loaded = true;
+                }
+            }
             self.send_dedicated(
                 kind,
                 Args::new(&[], &[]),

@@ -56,6 +56,8 @@ struct Shared {
 }
 
 pub struct Dedicated {
+    /// The proxy's scripts were loaded here, so its EVALSHAs find them.
+    pub scripts_loaded: bool,
     wr: OwnedWriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
@@ -77,7 +79,12 @@ impl Dedicated {
             subscriptions: AtomicI64::new(0),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
-        Ok(Dedicated { wr, shared, reader })
+        Ok(Dedicated {
+            scripts_loaded: false,
+            wr,
+            shared,
+            reader,
+        })
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
