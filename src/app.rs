@@ -56,7 +56,10 @@ pub async fn start(
         user: config.upstream_user.clone(),
         password: config.upstream_password.clone(),
         connect_timeout: config.connect_timeout(),
+        scripts: !config.queues.is_empty(),
     });
+    // Routing follows Redis's own command table when it can be read.
+    crate::command::table::load(&endpoint).await;
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen.clone(), e))?;

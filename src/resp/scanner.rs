@@ -21,7 +21,9 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_bulk_len: 512 * 1024 * 1024,
-            max_array_len: 1024 * 1024,
+            // Redis 7.0 takes up to INT_MAX arguments; its real bound is the
+            // 1 GB query buffer.
+            max_array_len: i32::MAX as usize,
             max_inline_len: 64 * 1024,
         }
     }
@@ -735,9 +737,22 @@ mod tests {
         ] {
             assert_eq!(err(bad), InvalidMultibulkLength, "{bad:?}");
         }
-        // Redis allows up to i32::MAX; the proxy's own limit is lower.
-        assert_eq!(req(b"*1048576\r\n").0, Scan::Incomplete);
-        assert_eq!(err(b"*1048577\r\n"), InvalidMultibulkLength);
+        // Like Redis, up to i32::MAX by default; a lower limit is opt-in.
+        assert_eq!(req(b"*1048577\r\n").0, Scan::Incomplete);
+        assert_eq!(req(b"*2147483647\r\n").0, Scan::Incomplete);
+        let mut strict = RequestScanner::new(Limits {
+            max_array_len: 1024 * 1024,
+            ..Limits::default()
+        });
+        assert_eq!(strict.scan(b"*1048576\r\n"), Scan::Incomplete);
+        let mut strict = RequestScanner::new(Limits {
+            max_array_len: 1024 * 1024,
+            ..Limits::default()
+        });
+        assert!(matches!(
+            strict.scan(b"*1048577\r\n"),
+            Scan::Error(InvalidMultibulkLength)
+        ));
         for bad in [
             &b"*1\r\n$\r\n"[..],
             b"*1\r\n$-0\r\n",

@@ -5,10 +5,11 @@
 
 pub mod mode;
 pub mod output;
+pub mod route;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::tcp::OwnedReadHalf;
@@ -21,18 +22,21 @@ use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
-use crate::upstream::Endpoint;
+use crate::upstream::{script_count, script_loads, Endpoint};
 use mode::Mode;
 use output::{ClientState, ReplyTransform};
+use route::{oversized, route, Facts, Pause, Route};
 
 /// What every session shares.
 pub struct Context {
     pub config: Arc<Config>,
     pub endpoint: Arc<Endpoint>,
-    pub shared: Vec<SharedUpstream>,
+    shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
     pub queues: Option<Arc<Queues>>,
     pub shutdown: watch::Receiver<bool>,
+    /// The last `CLIENT PAUSE` made through the proxy, while it may last.
+    pause: Mutex<Option<Pause>>,
 }
 
 impl Context {
@@ -48,24 +52,80 @@ impl Context {
         Context {
             config,
             endpoint,
-            shared,
+            shared: Mutex::new(shared),
             next_shared: AtomicUsize::new(0),
             queues,
             shutdown,
+            pause: Mutex::new(None),
+        }
+    }
+
+    fn pause(&self) -> Option<Pause> {
+        let mut p = self.pause.lock().unwrap();
+        if p.is_some_and(|p| Instant::now() >= p.until) {
+            *p = None;
+        }
+        *p
+    }
+
+    /// Tracks CLIENT PAUSE and UNPAUSE as Redis will apply them: a new pause
+    /// keeps the later end and the stricter mode.
+    fn note_pause(&self, args: Args<'_>) {
+        let mut p = self.pause.lock().unwrap();
+        if args.is(1, "UNPAUSE") {
+            if args.len() == 2 {
+                *p = None;
+            }
+        } else if let Some(new) = route::parse_pause(args, Instant::now()) {
+            *p = Some(match *p {
+                Some(old) => Pause {
+                    until: old.until.max(new.until),
+                    all: old.all || new.all,
+                },
+                None => new,
+            });
         }
     }
 
     /// A client keeps one shared connection for life, which keeps its
     /// requests in order.
     fn pick_shared(&self) -> SharedUpstream {
+        let shared = self.shared.lock().unwrap();
         let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
-        self.shared[i % self.shared.len()].clone()
+        shared[i % shared.len()].clone()
+    }
+
+    /// A shared connection not busy with big replies, opening one more if
+    /// all are (up to a few times the configured number).
+    fn uncongested_shared(&self) -> Option<SharedUpstream> {
+        let mut shared = self.shared.lock().unwrap();
+        if let Some(s) = shared.iter().find(|s| !s.is_congested()) {
+            return Some(s.clone());
+        }
+        if shared.len() >= 4 * self.config.shared_connections.max(1) {
+            return None;
+        }
+        let s = SharedUpstream::spawn(self.endpoint.clone());
+        shared.push(s.clone());
+        Some(s)
     }
 }
 
 /// Like Redis's client-query-buffer-limit: a client whose unparsed input
 /// grows past this is closed.
 const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
+
+fn is_script_flush(args: Args<'_>) -> bool {
+    args.is(0, "SCRIPT") && args.is(1, "FLUSH")
+}
+
+/// Redis's refusal of a command in RESP2 subscribed mode.
+fn not_in_subscribed_context(name: &[u8]) -> Bytes {
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    Bytes::from(format!(
+        "-ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n"
+    ))
+}
 
 /// Why a session stops reading.
 enum Stop {
@@ -196,7 +256,9 @@ impl Session {
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
                     let kind = classify(args);
-                    if !self.pinned && self.batchable(kind, args) {
+                    if route(kind, args, &self.facts()) == Route::Shared
+                        && self.batchable(kind, args)
+                    {
                         pos += n;
                         batch += 1;
                         continue;
@@ -240,6 +302,7 @@ impl Session {
         }
         metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
         let bytes = self.buf.split_to(len).freeze();
+        self.avoid_congestion();
         self.shared.send(bytes, count, &self.out, None);
     }
 
@@ -249,6 +312,7 @@ impl Session {
         frame: Bytes,
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
+        let args = Args::new(&frame, ranges);
         match kind {
             Kind::Quit => {
                 self.answer(Bytes::from_static(b"+OK\r\n")).await;
@@ -260,15 +324,21 @@ impl Session {
                 return None;
             }
             Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
-                if let Some(queues) = self.ctx.queues.clone() {
-                    let args = Args::new(&frame, ranges);
-                    let intercept = queues.intercept(
-                        kind,
-                        args,
-                        self.mode.protocol,
-                        self.pinned && self.mode.multi,
-                        self.pinned && self.mode.multi,
-                    );
+                if let Some(queues) = self.ctx.queues.clone().filter(|q| q.concerns(kind, args)) {
+                    let in_multi = self.pinned && self.mode.multi;
+                    if self.pinned && !in_multi {
+                        // Redis would run this after everything the client
+                        // sent before; that also settles the protocol and
+                        // the subscriptions it runs under.
+                        self.settle().await;
+                        if self.subscribed_resp2() {
+                            let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
+                            self.answer(reply).await;
+                            return None;
+                        }
+                    }
+                    let intercept =
+                        queues.intercept(kind, args, self.protocol(), in_multi, in_multi);
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
@@ -291,12 +361,29 @@ impl Session {
             }
             _ => {}
         }
-        if self.pinned || self.needs_dedicated(kind) {
-            self.send_dedicated(kind, Args::new(&frame, ranges), &frame, None)
-                .await;
+        if kind == Kind::Urgent && args.is(0, "CLIENT") {
+            self.ctx.note_pause(args);
+        }
+        let reload = self.ctx.endpoint.scripts && is_script_flush(args);
+        if route(kind, args, &self.facts()) != Route::Shared {
+            self.send_dedicated(kind, args, &frame, None, None).await;
+            if reload && !self.mode.multi && !self.mode.unpaired {
+                if let Some(d) = &mut self.dedicated {
+                    d.send_dropped(script_loads(), script_count()).await;
+                    d.scripts_loaded = true;
+                }
+            }
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
+            self.avoid_congestion();
             self.shared.send(frame, 1, &self.out, None);
+            if reload {
+                // Right behind the flush on the same connection, so pops that
+                // follow find their scripts rather than retrying later.
+                let loads = Bytes::from_static(script_loads());
+                self.shared
+                    .send_discarded(loads, script_count() as u32, &self.out);
+            }
         }
         None
     }
@@ -322,7 +409,7 @@ impl Session {
     /// is stateless and no queue rule concerns it.
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
-            Kind::Plain => true,
+            Kind::Plain => !(self.ctx.endpoint.scripts && is_script_flush(args)),
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
@@ -336,14 +423,49 @@ impl Session {
         }
     }
 
-    fn needs_dedicated(&self, kind: Kind) -> bool {
-        match kind {
-            Kind::Pop(form) => form.is_blocking(),
-            Kind::Blocking | Kind::Multi | Kind::Watch | Kind::Sticky | Kind::StickyUnpaired => {
-                true
+    /// Moves the client off a shared connection busy with someone else's
+    /// big replies, once nothing of its own is in flight there (its
+    /// requests must run in order).
+    fn avoid_congestion(&mut self) {
+        if self.shared.is_congested() && self.out.shared_idle() {
+            if let Some(s) = self.ctx.uncongested_shared() {
+                self.shared = s;
             }
-            _ => false,
         }
+    }
+
+    fn facts(&self) -> Facts {
+        Facts {
+            big_replies: self.out.has_big_replies(),
+            pinned: self.pinned,
+            pause: self.ctx.pause(),
+            now: Instant::now(),
+        }
+    }
+
+    /// Waits until everything sent on the dedicated connection has been
+    /// answered, also when its replies do not pair with requests.
+    async fn settle(&mut self) {
+        let unpaired = self.mode.unpaired;
+        if let Some(d) = &mut self.dedicated {
+            if unpaired {
+                d.drain_unpaired().await;
+            } else {
+                d.idle().await;
+            }
+        }
+    }
+
+    /// RESP version of the client's connection, as Redis confirmed it.
+    fn protocol(&self) -> u8 {
+        self.dedicated.as_ref().map_or(2, Dedicated::protocol)
+    }
+
+    /// In RESP2 a subscribed connection accepts only the pub/sub commands.
+    fn subscribed_resp2(&self) -> bool {
+        self.dedicated
+            .as_ref()
+            .is_some_and(|d| d.protocol() == 2 && d.subscriptions() > 0)
     }
 
     /// Sends a request the queue interceptor rewrote, on the connection the
@@ -351,8 +473,34 @@ impl Session {
     async fn rewritten(&mut self, kind: Kind, request: Bytes, transform: Box<dyn ReplyTransform>) {
         if self.pinned && self.mode.multi {
             // Queued inside MULTI: the rewritten reply is an element of EXEC's.
-            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform))
+            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
                 .await;
+        } else if matches!(kind, Kind::Pop(form) if form.is_blocking())
+            || (self.ctx.pause().is_some() && !self.mode.any())
+        {
+            // A blocking form left to Redis (to report bad arguments) may
+            // block there after all, and a pause holds the scripts queue
+            // operations become: never on the shared connection. (A client
+            // in a stateful mode cannot run them on its own connection,
+            // which may be in another database or protocol.)
+            if !self.switch_to_dedicated().await {
+                return;
+            }
+            if let Some(d) = &mut self.dedicated {
+                if !d.scripts_loaded {
+                    // A NOSCRIPT could not be retried from here.
+                    d.send_dropped(script_loads(), script_count()).await;
+                    d.scripts_loaded = true;
+                }
+            }
+            self.send_dedicated(
+                kind,
+                Args::new(&[], &[]),
+                &request,
+                None,
+                Some(Expect::Transformed(transform)),
+            )
+            .await;
         } else {
             // Queues live in database 0, where the proxy's own connections
             // are; a client pinned for SELECT n, AUTH or HELLO still pops
@@ -363,6 +511,7 @@ impl Session {
                 }
             }
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
+            self.avoid_congestion();
             self.shared.send(request, 1, &self.out, Some(transform));
         }
     }
@@ -446,29 +595,55 @@ impl Session {
     }
 
     /// Sends one request on the dedicated connection, updating the mode.
-    /// `queued` is the transform of a rewritten request queued in MULTI.
+    /// `queued` is the transform of a rewritten request queued in MULTI;
+    /// `expect` what to do with the reply of a request sent outside MULTI.
     async fn send_dedicated(
         &mut self,
         kind: Kind,
         args: Args<'_>,
         frame: &[u8],
         queued: Option<Box<dyn ReplyTransform>>,
+        expect: Option<Expect>,
     ) {
         if !self.switch_to_dedicated().await {
             return;
         }
         let unpaired_before = self.mode.unpaired;
         let exec = self.mode.apply(kind, args, queued);
-        let expect = if unpaired_before || self.mode.unpaired {
-            None
+        let protocol = if kind == Kind::Reset {
+            Some(2)
+        } else if args.is(0, "HELLO") {
+            args.get(1).and_then(|v| match v {
+                b"2" => Some(2),
+                b"3" => Some(3),
+                _ => None,
+            })
         } else {
-            Some(exec.unwrap_or(Expect::Raw))
+            None
         };
+        let paired = !(unpaired_before || self.mode.unpaired);
         let d = self.dedicated.as_mut().expect("dedicated connection");
-        d.set_bound(self.mode.any());
+        let expect = if !paired {
+            None
+        } else if let Some(p) = protocol {
+            Some(Expect::Protocol(p))
+        } else {
+            Some(exec.or(expect).unwrap_or(Expect::Raw))
+        };
+        // Where Redis closes the connection after this request (a protocol
+        // error on an oversized request, SHUTDOWN), it would have closed the
+        // client's own connection: the client goes too.
+        let closes = oversized(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
+        let bound = self.mode.any() || closes || (d.is_bound() && !d.is_idle());
+        d.set_bound(bound);
         metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);
         if let Err(e) = d.send(frame, expect).await {
             self.out.ready(Bytes::from(e.to_reply()), 1);
+        }
+        if kind == Kind::Reset && unpaired_before {
+            // Replies pair with requests again once everything sent before
+            // RESET's reply (messages, skipped replies) has passed.
+            d.drain_unpaired().await;
         }
         self.maybe_unpin();
     }

@@ -5,6 +5,7 @@ use crate::command::{Args, Kind};
 use crate::session::output::ReplyTransform;
 use crate::upstream::dedicated::Expect;
 
+#[derive(Default)]
 pub struct Mode {
     pub multi: bool,
     pub watch: bool,
@@ -12,24 +13,9 @@ pub struct Mode {
     pub sticky: bool,
     /// Replies no longer pair with requests (pub/sub, MONITOR, CLIENT REPLY).
     pub unpaired: bool,
-    /// RESP version the client speaks (HELLO).
-    pub protocol: u8,
     /// For each command queued in the open MULTI, the transform of its
     /// element in the EXEC reply, if it was rewritten.
     queued: Vec<Option<Box<dyn ReplyTransform>>>,
-}
-
-impl Default for Mode {
-    fn default() -> Self {
-        Mode {
-            multi: false,
-            watch: false,
-            sticky: false,
-            unpaired: false,
-            protocol: 2,
-            queued: Vec::new(),
-        }
-    }
 }
 
 impl Mode {
@@ -58,28 +44,16 @@ impl Mode {
             }
             Kind::Watch if !self.multi => self.watch = true,
             Kind::Unwatch if !self.multi => self.watch = false,
-            Kind::Sticky => {
-                self.sticky = true;
-                if args.is(0, "HELLO") {
-                    if args.is(1, "3") {
-                        self.protocol = 3;
-                    } else if args.is(1, "2") {
-                        self.protocol = 2;
-                    }
-                }
-            }
+            // The protocol changes only if Redis accepts the HELLO: the
+            // dedicated connection tracks that from the reply.
+            Kind::Sticky => self.sticky = true,
             Kind::StickyUnpaired => {
                 self.sticky = true;
                 self.unpaired = true;
             }
-            Kind::Reset => {
-                // After pub/sub, messages sent before RESET took effect may
-                // still be on their way: stay on this connection.
-                let unpaired = self.unpaired;
-                *self = Mode::default();
-                self.sticky = unpaired;
-                self.unpaired = unpaired;
-            }
+            // The session drains a connection whose replies did not pair
+            // with requests before it relies on pairing again.
+            Kind::Reset => *self = Mode::default(),
             _ => {}
         }
         if self.multi

@@ -33,10 +33,12 @@ pub enum Transformed {
 }
 
 enum Slot {
-    /// `count` replies not arrived yet.
+    /// `count` replies not arrived yet; `parts` holds complete replies of
+    /// the batch that arrived first, written before the rest arrives.
     Waiting {
         count: u32,
         transform: Option<Box<dyn ReplyTransform>>,
+        parts: VecDeque<(Bytes, u32)>,
     },
     Filled {
         reply: Reply,
@@ -76,7 +78,13 @@ pub struct ClientState {
     shared_drained: Notify,
     closed: AtomicBool,
     close: Notify,
+    /// A reply of at least [`BIG_REPLY`] bytes reached this client on a
+    /// shared connection: its requests go to its dedicated connection.
+    big_replies: AtomicBool,
 }
+
+/// Replies this long hold a shared connection up for everyone behind them.
+pub const BIG_REPLY: usize = 1024 * 1024;
 
 impl ClientState {
     pub fn new(output_limit: usize, inflight_limit: usize) -> Arc<Self> {
@@ -95,6 +103,7 @@ impl ClientState {
             shared_drained: Notify::new(),
             closed: AtomicBool::new(false),
             close: Notify::new(),
+            big_replies: AtomicBool::new(false),
         })
     }
 
@@ -102,7 +111,11 @@ impl ClientState {
     pub fn reserve(&self, count: u32, transform: Option<Box<dyn ReplyTransform>>) -> u64 {
         self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
         let mut q = self.queue.lock().unwrap();
-        q.slots.push_back(Slot::Waiting { count, transform });
+        q.slots.push_back(Slot::Waiting {
+            count,
+            transform,
+            parts: VecDeque::new(),
+        });
         q.head + q.slots.len() as u64 - 1
     }
 
@@ -112,7 +125,7 @@ impl ClientState {
             // Nobody will write it: let the memory go now.
             return;
         }
-        let accounted = reply.as_ref().map_or(0, Bytes::len);
+        let mut accounted = reply.as_ref().map_or(0, Bytes::len);
         self.account(accounted);
         let at_head = {
             let mut q = self.queue.lock().unwrap();
@@ -122,7 +135,34 @@ impl ClientState {
             let Some(slot) = q.slots.get_mut(i as usize) else {
                 return;
             };
-            if let Slot::Waiting { count, transform } = std::mem::replace(slot, Slot::Close) {
+            if let Slot::Waiting {
+                count,
+                transform,
+                parts,
+            } = std::mem::replace(slot, Slot::Close)
+            {
+                let (reply, count) = if parts.is_empty() {
+                    (reply, count)
+                } else {
+                    // The slot was not at the head yet: what arrived before
+                    // goes out with the rest.
+                    let mut all = BytesMut::new();
+                    let mut total = count;
+                    for (bytes, n) in parts {
+                        all.extend_from_slice(&bytes);
+                        accounted += bytes.len();
+                        total += n;
+                    }
+                    match reply {
+                        Ok(b) => all.extend_from_slice(&b),
+                        Err(e) => {
+                            for _ in 0..count {
+                                all.extend_from_slice(&e.to_reply());
+                            }
+                        }
+                    }
+                    (Ok(all.freeze()), total)
+                };
                 *slot = Slot::Filled {
                     reply,
                     count,
@@ -130,6 +170,34 @@ impl ClientState {
                     accounted,
                 };
             }
+            i == 0
+        };
+        if at_head {
+            self.head_filled.notify_one();
+        }
+    }
+
+    /// The first `count` replies of the batch in slot `seq` (one without a
+    /// transform), so that the client can read them while the rest is still
+    /// on its way: only what it has not read counts against its limit.
+    pub fn fill_part(&self, seq: u64, bytes: Bytes, count: u32) {
+        if self.is_closed() {
+            return;
+        }
+        self.account(bytes.len());
+        let at_head = {
+            let mut q = self.queue.lock().unwrap();
+            let Some(i) = seq.checked_sub(q.head) else {
+                return;
+            };
+            let Some(Slot::Waiting {
+                count: left, parts, ..
+            }) = q.slots.get_mut(i as usize)
+            else {
+                return;
+            };
+            *left -= count.min(*left);
+            parts.push_back((bytes, count));
             i == 0
         };
         if at_head {
@@ -170,12 +238,24 @@ impl ClientState {
         }
     }
 
-    /// Moves the filled slots at the head into `out`.
+    /// Moves the filled slots at the head into `out`, and the replies that
+    /// arrived so far of the first slot still waiting.
     fn take_filled(&self, out: &mut Vec<Slot>) {
         let mut q = self.queue.lock().unwrap();
         while q.slots.front().is_some_and(|s| !s.is_waiting()) {
             out.push(q.slots.pop_front().unwrap());
             q.head += 1;
+        }
+        if let Some(Slot::Waiting { parts, .. }) = q.slots.front_mut() {
+            for (bytes, count) in parts.drain(..) {
+                let accounted = bytes.len();
+                out.push(Slot::Filled {
+                    reply: Ok(bytes),
+                    count,
+                    transform: None,
+                    accounted,
+                });
+            }
         }
     }
 
@@ -215,6 +295,19 @@ impl ClientState {
         if !self.is_closed() {
             n.await;
         }
+    }
+
+    pub fn mark_big_replies(&self) {
+        self.big_replies.store(true, Ordering::Relaxed);
+    }
+
+    pub fn has_big_replies(&self) -> bool {
+        self.big_replies.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing of this client's is in flight on a shared connection.
+    pub fn shared_idle(&self) -> bool {
+        self.shared_inflight.load(Ordering::Acquire) == 0
     }
 
     pub fn shared_sent(&self) {
@@ -306,7 +399,12 @@ pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, share
                             resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
                         if bytes.len() >= COALESCE {
                             flush(&mut sock, &mut wbuf).await?;
-                            sock.write_all(&bytes).await?;
+                            // A client cut off for its output limit may never
+                            // read again: do not wait for it.
+                            tokio::select! {
+                                r = sock.write_all(&bytes) => r?,
+                                _ = state.closed() => return Ok(()),
+                            }
                         } else {
                             wbuf.extend_from_slice(&bytes);
                         }

@@ -8,7 +8,7 @@
 //! messages nobody asked for (pub/sub, MONITOR, RESP3 pushes) pass as they come.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -33,6 +33,13 @@ pub enum Expect {
     /// pair with requests (pub/sub, MONITOR): its reply, recognised by its
     /// exact bytes, is dropped, and everything before it has arrived.
     Sentinel(Vec<u8>, Vec<u8>),
+    /// A request the queue interceptor rewrote: its reply is transformed.
+    Transformed(Box<dyn ReplyTransform>),
+    /// A request of the proxy's own: its reply is dropped.
+    Drop,
+    /// HELLO or RESET, forwarded as is: the connection speaks this protocol
+    /// from now on only if Redis accepted it.
+    Protocol(u8),
 }
 
 struct Shared {
@@ -42,9 +49,15 @@ struct Shared {
     /// The client's connection state lives on this connection: losing it
     /// must close the client, as losing Redis would.
     bound: AtomicBool,
+    /// RESP version in force, as confirmed by Redis.
+    protocol: AtomicU8,
+    /// Channels and patterns subscribed, from Redis's confirmations.
+    subscriptions: AtomicI64,
 }
 
 pub struct Dedicated {
+    /// The proxy's scripts were loaded here, so its EVALSHAs find them.
+    pub scripts_loaded: bool,
     wr: OwnedWriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
@@ -62,13 +75,22 @@ impl Dedicated {
             idle: Notify::new(),
             dead: AtomicBool::new(false),
             bound: AtomicBool::new(false),
+            protocol: AtomicU8::new(2),
+            subscriptions: AtomicI64::new(0),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
-        Ok(Dedicated { wr, shared, reader })
+        Ok(Dedicated {
+            scripts_loaded: false,
+            wr,
+            shared,
+            reader,
+        })
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
-    /// pair with them one to one.
+    /// pair with them one to one. An error means nothing was sent; a write
+    /// that fails later is answered by the reader, which sees the connection
+    /// close (Redis may have replied before closing, as on a protocol error).
     pub async fn send(
         &mut self,
         bytes: &[u8],
@@ -80,10 +102,38 @@ impl Dedicated {
         if let Some(e) = expect {
             self.shared.expect.lock().unwrap().push_back(e);
         }
-        self.wr
-            .write_all(bytes)
-            .await
-            .map_err(|_| UpstreamError::ConnectionLost)
+        if self.wr.write_all(bytes).await.is_err() {
+            // Stop writing; the reader still gets what Redis sent.
+            let _ = self.wr.shutdown().await;
+        }
+        Ok(())
+    }
+
+    /// `count` requests of the proxy's own whose replies are dropped.
+    pub async fn send_dropped(&mut self, bytes: &[u8], count: usize) {
+        {
+            let mut q = self.shared.expect.lock().unwrap();
+            for _ in 0..count {
+                q.push_back(Expect::Drop);
+            }
+        }
+        if self.wr.write_all(bytes).await.is_err() {
+            let _ = self.wr.shutdown().await;
+        }
+    }
+
+    pub fn protocol(&self) -> u8 {
+        self.shared.protocol.load(Ordering::Acquire)
+    }
+
+    /// Channels, patterns and shard channels the connection is subscribed
+    /// to, as of the last confirmation that arrived.
+    pub fn subscriptions(&self) -> i64 {
+        self.shared.subscriptions.load(Ordering::Acquire)
+    }
+
+    pub fn is_bound(&self) -> bool {
+        self.shared.bound.load(Ordering::Acquire)
     }
 
     /// Waits until everything Redis sends before the reply to a request
@@ -160,6 +210,13 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
             };
             let start = raw_len;
             let is_push = buf[start] == b'>';
+            if let Some(n) = subscription_count(&buf[start..start + len]) {
+                shared.subscriptions.store(n, Ordering::Release);
+            } else if &buf[start..start + len] == b"+RESET\r\n" {
+                // Only RESET answers so; it ends subscriptions silently.
+                shared.subscriptions.store(0, Ordering::Release);
+                shared.protocol.store(2, Ordering::Release);
+            }
             let expect = if is_push {
                 None
             } else {
@@ -182,7 +239,14 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
                     raw_len += len;
                     raw_count += 1;
                 }
-                Some(Expect::Sentinel(..)) => {
+                Some(Expect::Protocol(p)) => {
+                    if buf[start] != b'-' {
+                        shared.protocol.store(p, Ordering::Release);
+                    }
+                    raw_len += len;
+                    raw_count += 1;
+                }
+                Some(Expect::Sentinel(..) | Expect::Drop) => {
                     if raw_len > 0 {
                         out.ready(buf.split_to(raw_len).freeze(), raw_count);
                         raw_len = 0;
@@ -210,21 +274,58 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
     };
     shared.dead.store(true, Ordering::Release);
     let pending: Vec<Expect> = shared.expect.lock().unwrap().drain(..).collect();
-    for _ in pending {
-        out.ready(Bytes::from(failure.to_reply()), 1);
-    }
     if shared.bound.load(Ordering::Acquire) {
+        // As if Redis had closed the client's own connection: what it sent
+        // before closing is delivered, and nothing else.
         out.finish();
+    } else {
+        for _ in pending {
+            out.ready(Bytes::from(failure.to_reply()), 1);
+        }
     }
     shared.idle.notify_waiters();
 }
 
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
-        Expect::Raw => reply,
+        Expect::Raw | Expect::Protocol(_) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
-        Expect::Sentinel(..) => Bytes::new(),
+        Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
+        Expect::Transformed(mut t) => match t.apply(reply) {
+            Transformed::Done(b) => b,
+            Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),
+        },
     }
+}
+
+/// The subscription count a (P|S)(UN)SUBSCRIBE confirmation reports.
+fn subscription_count(frame: &[u8]) -> Option<i64> {
+    if !(frame.starts_with(b"*3\r\n$") || frame.starts_with(b">3\r\n$")) || frame.len() > 4096 {
+        return None;
+    }
+    let kind_len_end = 4 + frame[4..].windows(2).position(|w| w == b"\r\n")?;
+    let kind_len: usize = std::str::from_utf8(&frame[5..kind_len_end])
+        .ok()?
+        .parse()
+        .ok()?;
+    let kind = frame.get(kind_len_end + 2..kind_len_end + 2 + kind_len)?;
+    const KINDS: &[&[u8]] = &[
+        b"subscribe",
+        b"psubscribe",
+        b"ssubscribe",
+        b"unsubscribe",
+        b"punsubscribe",
+        b"sunsubscribe",
+    ];
+    if !KINDS.iter().any(|k| k.eq_ignore_ascii_case(kind)) {
+        return None;
+    }
+    let body = frame.strip_suffix(b"\r\n")?;
+    let colon = body.iter().rposition(|&b| b == b':')?;
+    if body[..colon].last() != Some(&b'\n') {
+        return None;
+    }
+    crate::command::parse_i64(&body[colon + 1..])
 }
 
 /// Rewrites the elements of an EXEC reply that answer rewritten requests.

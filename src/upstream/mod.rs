@@ -18,6 +18,26 @@ pub struct Endpoint {
     pub user: Option<String>,
     pub password: Option<String>,
     pub connect_timeout: Duration,
+    /// Queue rules are configured: the proxy's scripts are loaded on every
+    /// shared connection it opens and after each SCRIPT FLUSH through it,
+    /// so that its EVALSHAs find them.
+    pub scripts: bool,
+}
+
+/// `SCRIPT LOAD` of every script of the proxy's, as one write.
+pub fn script_loads() -> &'static [u8] {
+    static LOADS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    LOADS.get_or_init(|| {
+        let mut out = Vec::new();
+        for s in crate::queue::scripts::ALL {
+            push_command(&mut out, &[b"SCRIPT", b"LOAD", s.body.as_bytes()]);
+        }
+        out
+    })
+}
+
+pub fn script_count() -> usize {
+    crate::queue::scripts::ALL.len()
 }
 
 impl Endpoint {

@@ -3,6 +3,7 @@
 //! and each reply is routed back to its client by position.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Endpoint;
 use crate::error::UpstreamError;
 use crate::resp::ReplyScanner;
-use crate::session::output::{ClientState, Reply, ReplyTransform};
+use crate::session::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
 
 /// A batch of `count` complete requests from one client.
 pub struct Request {
@@ -35,16 +36,30 @@ enum Target {
     Slot(u64),
     /// A request of the proxy's own, awaited by its sender.
     Call(oneshot::Sender<Reply>),
+    /// A request of the proxy's own whose reply nobody needs.
+    Discard,
 }
 
 impl Pending {
+    /// Hands over the first `count` replies of a batch of several.
+    fn deliver_part(&mut self, bytes: Bytes, count: u32) {
+        if let Some(Target::Slot(seq)) = &self.target {
+            self.client.fill_part(*seq, bytes, count);
+            self.count -= count;
+        }
+    }
+
+    fn can_part(&self) -> bool {
+        matches!(self.target, Some(Target::Slot(_)))
+    }
+
     fn deliver(mut self, reply: Reply) {
         match self.target.take() {
             Some(Target::Slot(seq)) => self.client.fill(seq, reply),
             Some(Target::Call(tx)) => {
                 let _ = tx.send(reply);
             }
-            None => {}
+            Some(Target::Discard) | None => {}
         }
     }
 }
@@ -62,13 +77,20 @@ impl Drop for Pending {
 #[derive(Clone)]
 pub struct SharedUpstream {
     tx: mpsc::UnboundedSender<Request>,
+    /// Big replies are arriving: requests sent now would wait behind them.
+    congested: Arc<AtomicBool>,
 }
 
 impl SharedUpstream {
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(manage(endpoint, rx));
-        SharedUpstream { tx }
+        let congested = Arc::new(AtomicBool::new(false));
+        tokio::spawn(manage(endpoint, rx, congested.clone()));
+        SharedUpstream { tx, congested }
+    }
+
+    pub fn is_congested(&self) -> bool {
+        self.congested.load(Ordering::Relaxed)
     }
 
     fn enqueue(&self, bytes: Bytes, count: u32, target: Target, client: Arc<ClientState>) {
@@ -97,6 +119,12 @@ impl SharedUpstream {
         self.enqueue(bytes, count, Target::Slot(seq), client.clone());
     }
 
+    /// Requests of the proxy's own, right behind what the client sent
+    /// last; their replies are dropped.
+    pub fn send_discarded(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>) {
+        self.enqueue(bytes, count, Target::Discard, client.clone());
+    }
+
     /// One request of the proxy's own, awaited.
     pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
         let (tx, rx) = oneshot::channel();
@@ -106,10 +134,19 @@ impl SharedUpstream {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Complete replies of a batch still arriving are passed on once they add
+/// up to this, so a client that reads can have more than its output limit
+/// in flight, as with Redis.
+const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
-async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request>) {
+async fn manage(
+    endpoint: Arc<Endpoint>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    congested: Arc<AtomicBool>,
+) {
     let mut backoff = Duration::from_millis(10);
+    let mut connected_before = false;
     loop {
         // Connect only when there is something to send: an idle proxy keeps
         // no connection open and a restarted Redis is found on first use.
@@ -119,8 +156,16 @@ async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request
         match endpoint.connect().await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
+                if connected_before || crate::command::table::current().is_none() {
+                    // Redis may have restarted as another version.
+                    let endpoint = endpoint.clone();
+                    tokio::spawn(async move { crate::command::table::load(&endpoint).await });
+                }
+                connected_before = true;
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
-                if let Err(e) = run(stream, first, &mut rx).await {
+                let result = run(stream, first, &mut rx, endpoint.scripts, &congested).await;
+                congested.store(false, Ordering::Relaxed);
+                if let Err(e) = result {
                     metrics::counter!("ackproxy_upstream_errors_total").increment(1);
                     tracing::warn!("shared upstream connection failed: {e}");
                 }
@@ -152,10 +197,26 @@ async fn run(
     stream: TcpStream,
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
+    scripts: bool,
+    congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.into_split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
+    if scripts {
+        // Before anything else: pops sent as EVALSHA then find their script
+        // even on a Redis that restarted or flushed its scripts.
+        let own = ClientState::new(0, 1);
+        own.shared_sent();
+        inflight.lock().unwrap().push_back(Pending {
+            count: super::script_count() as u32,
+            target: Some(Target::Discard),
+            client: own,
+        });
+        wr.write_all(super::script_loads())
+            .await
+            .map_err(|_| UpstreamError::ConnectionLost)?;
+    }
     let mut first = Some(first);
 
     let writer = async {
@@ -211,6 +272,15 @@ async fn run(
             if n == 0 {
                 return Err::<(), _>(UpstreamError::ConnectionLost);
             }
+            if buf.len() >= BIG_REPLY {
+                // A big reply is coming in for the client at the head: its
+                // next requests go elsewhere, and so do other clients' while
+                // this connection is busy with it.
+                if let Some(head) = inflight.lock().unwrap().front() {
+                    head.client.mark_big_replies();
+                }
+                congested.store(true, Ordering::Relaxed);
+            }
             loop {
                 match scanner.scan(&buf[done..]) {
                     Ok(Some(len)) => {
@@ -242,10 +312,21 @@ async fn run(
                             done = 0;
                             replies = 0;
                             pending.deliver(Ok(bytes));
+                        } else if done >= PART && head.can_part() {
+                            let head = q.front_mut().unwrap();
+                            head.deliver_part(buf.split_to(done).freeze(), replies);
+                            done = 0;
+                            replies = 0;
                         }
                     }
                     Ok(None) => break,
                     Err(_) => return Err(UpstreamError::BadReply),
+                }
+            }
+            if congested.load(Ordering::Relaxed) {
+                let q = inflight.lock().unwrap();
+                if q.front().is_none_or(|h| !h.client.has_big_replies()) {
+                    congested.store(false, Ordering::Relaxed);
                 }
             }
         }

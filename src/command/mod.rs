@@ -2,6 +2,8 @@
 //! session has to do with it. Nothing else in the proxy compares command
 //! names.
 
+pub mod table;
+
 use std::ops::Range;
 
 /// A framed request's arguments, borrowed from the read buffer.
@@ -46,6 +48,14 @@ pub enum Kind {
     Plain,
     /// May block server-side: runs on a dedicated connection until its reply.
     Blocking,
+    /// A client's script or function call (EVAL*, FCALL*): it may run for
+    /// long, and on a shared connection nobody could kill it. Runs like
+    /// `Blocking`.
+    Script,
+    /// Served by Redis while a script runs (SCRIPT KILL, FUNCTION KILL,
+    /// SHUTDOWN) or meant to end a pause (CLIENT PAUSE/UNPAUSE): sent on a
+    /// connection where nothing of other clients is queued before it.
+    Urgent,
     Multi,
     /// EXEC or DISCARD: ends MULTI and WATCH.
     EndTransaction,
@@ -135,6 +145,9 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"NACK" => Kind::Nack,
         b"QUEUE" => Kind::Queue,
         b"BZPOPMIN" | b"BZPOPMAX" | b"BZMPOP" | b"WAIT" | b"WAITAOF" => Kind::Blocking,
+        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"FCALL_RO" => Kind::Script,
+        b"SHUTDOWN" => Kind::Urgent,
+        b"SCRIPT" | b"FUNCTION" if args.is(1, "KILL") => Kind::Urgent,
         b"XREAD" | b"XREADGROUP" => {
             if args
                 .iter()
@@ -160,7 +173,37 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"CLIENT" => classify_client(args),
         b"RESET" => Kind::Reset,
         b"QUIT" => Kind::Quit,
+        _ => from_table(args),
+    }
+}
+
+/// A command the hand-written table does not single out: Redis's own flags
+/// say whether it can block.
+fn from_table(args: Args<'_>) -> Kind {
+    let Some(t) = table::current() else {
+        return Kind::Plain;
+    };
+    match t.lookup(args.get(0).unwrap_or_default(), args.get(1)) {
+        Some(f) if f.blocking => Kind::Blocking,
+        // Redis serves these while a script runs: they must not wait
+        // behind anything (FUNCTION STATS, ...).
+        Some(f) if f.allow_busy => Kind::Urgent,
         _ => Kind::Plain,
+    }
+}
+
+/// Whether Redis holds the command during `CLIENT PAUSE WRITE`: it may
+/// write or replicate. Without Redis's table, any command may.
+pub fn may_write(args: Args<'_>) -> bool {
+    let name = args.get(0).unwrap_or_default();
+    if table::may_replicate(name) {
+        return true;
+    }
+    match table::current() {
+        Some(t) => t
+            .lookup(name, args.get(1))
+            .is_some_and(|f| f.write || f.may_replicate),
+        None => true,
     }
 }
 
@@ -179,6 +222,7 @@ fn classify_client(args: Args<'_>) -> Kind {
         }
         // These read or change the state of the connection itself, which on a
         // shared upstream connection would be somebody else's.
+        b"PAUSE" | b"UNPAUSE" => Kind::Urgent,
         b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
         | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
         _ => Kind::Plain,
@@ -237,6 +281,22 @@ mod tests {
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
         assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);
+        assert_eq!(kind(&["evalsha_ro", "x", "0"]), Kind::Script);
+        assert_eq!(kind(&["SCRIPT", "kill"]), Kind::Urgent);
+        assert_eq!(kind(&["SCRIPT", "FLUSH"]), Kind::Plain);
+        assert_eq!(kind(&["CLIENT", "unpause"]), Kind::Urgent);
+    }
+
+    #[test]
+    fn redis_table_marks_commands_the_hand_table_does_not_know() {
+        assert_eq!(kind(&["XBLOCKPOP", "k", "0"]), Kind::Plain);
+        let reply = b"*1\r\n*10\r\n$9\r\nxblockpop\r\n:-3\r\n*2\r\n+write\r\n+blocking\r\n\
+            :1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+        table::install(table::Table::parse(reply).unwrap());
+        assert_eq!(kind(&["xblockpop", "k", "0"]), Kind::Blocking);
+        // Argument-dependent refinements still decide.
+        assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);
+        assert_eq!(kind(&["SELECT", "0"]), Kind::Plain);
     }
 
     #[test]

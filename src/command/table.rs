@@ -1,0 +1,243 @@
+//! Redis's own command table, read with `COMMAND` on a connection of the
+//! proxy's own at start-up and after the shared connection reconnects, so
+//! that routing follows the flags of the Redis actually behind the proxy
+//! (a command that can block never lands on a shared connection, even one
+//! the hand-written table does not know). Until it arrives, or if Redis
+//! refuses `COMMAND`, the hand-written classification stands alone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::resp::ReplyScanner;
+use crate::upstream::Endpoint;
+
+/// The command flags routing cares about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    pub write: bool,
+    pub blocking: bool,
+    /// Redis 7.0 does not report `may_replicate` in `COMMAND`; the commands
+    /// that have it are listed by hand in [`may_replicate`].
+    pub may_replicate: bool,
+    pub pubsub: bool,
+    pub admin: bool,
+    pub noscript: bool,
+    pub allow_busy: bool,
+    pub no_multi: bool,
+    pub loading: bool,
+    pub stale: bool,
+}
+
+/// Commands and subcommands (`name|sub`), lower-case.
+#[derive(Debug, Default)]
+pub struct Table {
+    commands: HashMap<Vec<u8>, Flags>,
+    /// Commands that have subcommands: look those up by `name|sub`.
+    containers: std::collections::HashSet<Vec<u8>>,
+}
+
+static CURRENT: RwLock<Option<Arc<Table>>> = RwLock::new(None);
+
+/// The table in use, if Redis's has arrived.
+pub fn current() -> Option<Arc<Table>> {
+    CURRENT.read().unwrap().clone()
+}
+
+pub fn install(table: Table) {
+    *CURRENT.write().unwrap() = Some(Arc::new(table));
+}
+
+/// Commands Redis 7.0 holds during `CLIENT PAUSE WRITE` without a `write`
+/// flag: they have `may_replicate`, which `COMMAND` does not show.
+pub fn may_replicate(name: &[u8]) -> bool {
+    const LIST: &[&[u8]] = &[
+        b"publish",
+        b"spublish",
+        b"pfcount",
+        b"eval",
+        b"evalsha",
+        b"eval_ro",
+        b"evalsha_ro",
+        b"fcall",
+        b"fcall_ro",
+        b"function",
+        b"script",
+    ];
+    LIST.iter().any(|c| c.eq_ignore_ascii_case(name))
+}
+
+impl Table {
+    /// Flags of the command `name` (with subcommand `sub` where it has
+    /// them); `None` for a command Redis does not know.
+    pub fn lookup(&self, name: &[u8], sub: Option<&[u8]>) -> Option<Flags> {
+        // Command names are short: no allocation on the request path.
+        let mut buf = [0u8; 64];
+        if name.len() > buf.len() {
+            return None;
+        }
+        for (o, b) in buf.iter_mut().zip(name) {
+            *o = b.to_ascii_lowercase();
+        }
+        let n = name.len();
+        if self.containers.contains(&buf[..n]) {
+            if let Some(sub) = sub.filter(|s| n + 1 + s.len() <= buf.len()) {
+                buf[n] = b'|';
+                for (o, b) in buf[n + 1..].iter_mut().zip(sub) {
+                    *o = b.to_ascii_lowercase();
+                }
+                if let Some(f) = self.commands.get(&buf[..n + 1 + sub.len()]) {
+                    return Some(*f);
+                }
+            }
+        }
+        self.commands.get(&buf[..n]).copied()
+    }
+
+    /// Builds the table from a `COMMAND` reply (RESP2).
+    pub fn parse(reply: &[u8]) -> Option<Table> {
+        let (value, _) = parse_value(reply)?;
+        let mut table = Table::default();
+        let Value::Array(entries) = value else {
+            return None;
+        };
+        for entry in &entries {
+            table.add(entry)?;
+        }
+        (!table.commands.is_empty()).then_some(table)
+    }
+
+    fn add(&mut self, entry: &Value) -> Option<()> {
+        let Value::Array(fields) = entry else {
+            return None;
+        };
+        let Value::Bytes(name) = fields.first()? else {
+            return None;
+        };
+        let mut flags = Flags::default();
+        if let Some(Value::Array(fs)) = fields.get(2) {
+            for f in fs {
+                if let Value::Bytes(f) = f {
+                    match &f[..] {
+                        b"write" => flags.write = true,
+                        b"blocking" => flags.blocking = true,
+                        b"may_replicate" | b"may-replicate" => flags.may_replicate = true,
+                        b"pubsub" => flags.pubsub = true,
+                        b"admin" => flags.admin = true,
+                        b"noscript" => flags.noscript = true,
+                        b"allow_busy" => flags.allow_busy = true,
+                        b"no_multi" => flags.no_multi = true,
+                        b"loading" => flags.loading = true,
+                        b"stale" => flags.stale = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let name = name.to_ascii_lowercase();
+        if may_replicate(name.split(|&b| b == b'|').next().unwrap_or_default()) {
+            flags.may_replicate = true;
+        }
+        if let Some(Value::Array(subs)) = fields.get(9) {
+            if !subs.is_empty() {
+                self.containers.insert(name.clone());
+            }
+            for sub in subs {
+                self.add(sub)?;
+            }
+        }
+        self.commands.insert(name, flags);
+        Some(())
+    }
+}
+
+enum Value {
+    Bytes(Vec<u8>),
+    Int,
+    Nil,
+    Array(Vec<Value>),
+}
+
+/// One RESP2 value from the start of `b` and its length.
+fn parse_value(b: &[u8]) -> Option<(Value, usize)> {
+    let end = b.windows(2).position(|w| w == b"\r\n")?;
+    let line = &b[1..end];
+    let after = end + 2;
+    match b.first()? {
+        b'+' | b'-' => Some((Value::Bytes(line.to_vec()), after)),
+        b':' => Some((Value::Int, after)),
+        b'$' => {
+            let n: i64 = std::str::from_utf8(line).ok()?.parse().ok()?;
+            if n < 0 {
+                return Some((Value::Nil, after));
+            }
+            let n = n as usize;
+            let data = b.get(after..after + n)?;
+            Some((Value::Bytes(data.to_vec()), after + n + 2))
+        }
+        b'*' => {
+            let n: i64 = std::str::from_utf8(line).ok()?.parse().ok()?;
+            let mut at = after;
+            let mut items = Vec::with_capacity(n.clamp(0, 1024) as usize);
+            for _ in 0..n.max(0) {
+                let (v, used) = parse_value(b.get(at..)?)?;
+                items.push(v);
+                at += used;
+            }
+            Some((Value::Array(items), at))
+        }
+        _ => None,
+    }
+}
+
+/// Reads Redis's command table on a connection of its own and installs it.
+pub async fn load(endpoint: &Endpoint) -> bool {
+    let fetch = async {
+        let mut stream = endpoint.connect().await.ok()?;
+        stream.write_all(b"*1\r\n$7\r\nCOMMAND\r\n").await.ok()?;
+        let mut buf = Vec::with_capacity(256 * 1024);
+        let mut scanner = ReplyScanner::new();
+        loop {
+            let mut chunk = [0u8; 64 * 1024];
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(len) = scanner.scan(&buf).ok()? {
+                return Table::parse(&buf[..len]);
+            }
+        }
+    };
+    match tokio::time::timeout(endpoint.connect_timeout * 4, fetch).await {
+        Ok(Some(table)) => {
+            install(table);
+            true
+        }
+        _ => {
+            tracing::warn!("could not read COMMAND from redis; using the built-in table");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commands_and_subcommands() {
+        let reply = b"*2\r\n\
+            *10\r\n$5\r\nblpop\r\n:-3\r\n*2\r\n+write\r\n+blocking\r\n:1\r\n:-2\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n\
+            *10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*1\r\n\
+            *10\r\n$12\r\nclient|pause\r\n:-3\r\n*2\r\n+admin\r\n+noscript\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+        let t = Table::parse(reply).expect("table");
+        let blpop = t.lookup(b"BLPOP", None).unwrap();
+        assert!(blpop.blocking && blpop.write);
+        let pause = t.lookup(b"client", Some(b"PAUSE")).unwrap();
+        assert!(pause.admin && !pause.blocking);
+        assert_eq!(t.lookup(b"client", Some(b"nosuch")), Some(Flags::default()));
+        assert_eq!(t.lookup(b"nosuch", None), None);
+    }
+}
