@@ -100,7 +100,7 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 }
 
 /// ACK queue id [id ...]
-pub fn ack(args: Args<'_>, rules: &Rules, in_multi: bool, full: bool) -> Intercept {
+pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("ack");
     }
@@ -109,7 +109,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, in_multi: bool, full: bool) -> Interce
         Err(e) => return e,
     };
     let ids = ids_of(args, 2);
-    if ids.len() <= IDS_PER_CALL || in_multi {
+    if ids.len() <= IDS_PER_CALL || one_call {
         let call = ack_call(&q, &ids);
         return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
     }
@@ -138,7 +138,7 @@ pub fn nack(
     args: Args<'_>,
     rules: &Rules,
     registry: &Arc<Registry>,
-    in_multi: bool,
+    one_call: bool,
     full: bool,
 ) -> Intercept {
     if args.len() < 3 {
@@ -150,7 +150,7 @@ pub fn nack(
     };
     let ids = ids_of(args, 2);
     let queue = q.rule.pattern.clone();
-    if in_multi {
+    if one_call {
         // Move leases are only marked due here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, &ids);

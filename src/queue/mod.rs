@@ -35,6 +35,20 @@ use pop::{Parsed, Pop};
 use rules::Rules;
 use waiters::Waiters;
 
+/// How the session can carry a queue operation out.
+#[derive(Clone, Copy)]
+pub struct How {
+    /// RESP version of the client's replies.
+    pub protocol: u8,
+    /// Queued in the client's MULTI: one call, part of EXEC's reply.
+    pub in_multi: bool,
+    /// Whole scripts instead of EVALSHA (a NOSCRIPT cannot be retried).
+    pub full: bool,
+    /// Several calls may carry it out ([`Intercept::Job`]); false where it
+    /// must be one request on the client's own connection (during a pause).
+    pub split: bool,
+}
+
 /// What the session does with a request that may concern a queue.
 pub enum Intercept {
     /// Not a queue operation: forward it unchanged.
@@ -126,22 +140,22 @@ impl Queues {
         }
     }
 
-    /// What to do instead of forwarding. `full` asks for whole scripts
-    /// instead of EVALSHA: inside MULTI a missing script cannot be retried.
-    pub fn intercept(
-        &self,
-        kind: Kind,
-        args: Args<'_>,
-        protocol: u8,
-        in_multi: bool,
-        full: bool,
-    ) -> Intercept {
+    /// What to do instead of forwarding.
+    pub fn intercept(&self, kind: Kind, args: Args<'_>, how: How) -> Intercept {
+        let How {
+            protocol,
+            in_multi,
+            full,
+            split,
+        } = how;
+        // Where a request cannot be split, it is one call, as in MULTI.
+        let one_call = in_multi || !split;
         match kind {
             Kind::Pop(form) => {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
-                self.pop(form, args, protocol, in_multi, full)
+                self.pop(form, args, protocol, (in_multi, one_call), full)
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
@@ -151,8 +165,8 @@ impl Queues {
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, in_multi, full),
-            Kind::Nack => commands::nack(args, &self.rules, &self.registry, in_multi, full),
+            Kind::Ack => commands::ack(args, &self.rules, one_call, full),
+            Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call, full),
             Kind::Queue => commands::queue(args, &self.rules, &self.registry, protocol, full),
             _ => Intercept::Pass,
         }
@@ -163,7 +177,7 @@ impl Queues {
         form: PopForm,
         args: Args<'_>,
         protocol: u8,
-        in_multi: bool,
+        (in_multi, one_call): (bool, bool),
         full: bool,
     ) -> Intercept {
         let pop = match pop::parse(form, args, &self.rules, protocol) {
@@ -186,7 +200,7 @@ impl Queues {
             }
         }
         let registry = self.registry.clone();
-        if in_multi {
+        if in_multi || (one_call && !form.is_blocking()) {
             let call = pop.single_call();
             return Intercept::Rewrite {
                 request: call.request(full),

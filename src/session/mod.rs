@@ -337,8 +337,16 @@ impl Session {
                             return None;
                         }
                     }
-                    let intercept =
-                        queues.intercept(kind, args, self.protocol(), in_multi, in_multi);
+                    // A pause would hold the calls of a job on the shared
+                    // connection: one call, on the client's own instead.
+                    let paused = self.ctx.pause().is_some() && !self.mode.any();
+                    let how = crate::queue::How {
+                        protocol: self.protocol(),
+                        in_multi,
+                        full: in_multi,
+                        split: !paused,
+                    };
+                    let intercept = queues.intercept(kind, args, how);
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
