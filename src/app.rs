@@ -56,10 +56,13 @@ pub async fn start(
         user: config.upstream_user.clone(),
         password: config.upstream_password.clone(),
         connect_timeout: config.connect_timeout(),
-        scripts: !config.queues.is_empty(),
+        scripts: (!config.queues.is_empty()).then(crate::queue::scripts::preload),
+        connected: Arc::new(tokio::sync::Notify::new()),
     });
-    // Routing follows Redis's own command table when it can be read.
+    // Routing follows Redis's own command table when it can be read, and
+    // reads it again whenever a shared connection opens.
     crate::command::table::load(&endpoint).await;
+    crate::command::table::keep_fresh(endpoint.clone());
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen.clone(), e))?;

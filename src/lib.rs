@@ -10,6 +10,7 @@ pub mod command;
 pub mod config;
 pub mod embedded;
 pub mod error;
+pub mod output;
 pub mod queue;
 pub mod resp;
 pub mod server;

@@ -229,18 +229,7 @@ fn classify_client(args: Args<'_>) -> Kind {
     }
 }
 
-/// An integer as Redis's `string2ll` reads it: no sign but `-`, no
-/// leading zeros, no spaces.
-pub fn parse_i64(s: &[u8]) -> Option<i64> {
-    let digits = s.strip_prefix(b"-").unwrap_or(s);
-    if digits.is_empty()
-        || !digits.iter().all(u8::is_ascii_digit)
-        || (digits[0] == b'0' && (digits.len() > 1 || s.len() > 1))
-    {
-        return None;
-    }
-    std::str::from_utf8(s).ok()?.parse().ok()
-}
+pub use crate::resp::parse_i64;
 
 #[cfg(test)]
 mod tests {

@@ -192,6 +192,16 @@ fn parse_value(b: &[u8]) -> Option<(Value, usize)> {
 }
 
 /// Reads Redis's command table on a connection of its own and installs it.
+/// Reads the table again each time the upstream tells of a new connection.
+pub fn keep_fresh(endpoint: std::sync::Arc<Endpoint>) {
+    tokio::spawn(async move {
+        loop {
+            endpoint.connected.notified().await;
+            load(&endpoint).await;
+        }
+    });
+}
+
 pub async fn load(endpoint: &Endpoint) -> bool {
     let fetch = async {
         let mut stream = endpoint.connect().await.ok()?;

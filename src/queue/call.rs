@@ -11,7 +11,7 @@ use super::rules::Queue;
 use super::scripts::Script;
 use super::value::{self, Value};
 use crate::error::UpstreamError;
-use crate::session::output::{ClientState, ReplyTransform, Transformed};
+use crate::output::{ClientState, ReplyTransform, Transformed};
 use crate::upstream::push_command;
 use crate::upstream::shared::SharedUpstream;
 

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, ScriptReply};
 use super::job::Job;
-use super::reaper::Registry;
+use super::registry::Registry;
 use super::rules::{Queue, Rules};
 use super::scripts;
 use super::value::Value;

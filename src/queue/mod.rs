@@ -12,6 +12,7 @@ pub mod job;
 pub mod keys;
 pub mod pop;
 pub mod reaper;
+pub mod registry;
 pub mod rules;
 pub mod scripts;
 pub mod value;
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::command::{Args, Kind, PopForm};
 use crate::config::Config;
-use crate::session::output::{ClientState, ReplyTransform};
+use crate::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
@@ -80,7 +81,7 @@ pub struct Queues {
     /// large and is cached apart, within its own bound).
     destinations: RwLock<ByteBoundedMap<Bytes>>,
     /// Queues with leases, for the reaper.
-    registry: Arc<reaper::Registry>,
+    registry: Arc<registry::Registry>,
     waiters: Waiters,
 }
 
@@ -98,7 +99,7 @@ impl Queues {
         // The proxy's own traffic (wake-ups, reaping) gets its own shared
         // connection so that it never queues behind clients' pipelines.
         let shared = SharedUpstream::spawn(endpoint.clone());
-        let registry = Arc::new(reaper::Registry::default());
+        let registry = Arc::new(registry::Registry::default());
         let waiters = Waiters::start(
             rules.clone(),
             endpoint,
@@ -246,7 +247,7 @@ impl Queues {
 
 /// Bookkeeping after a pop leased messages: the reaper learns the queue,
 /// and the messages are counted under their rule.
-fn after_pop(registry: &reaper::Registry, done: &pop::Popped) {
+fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
     registry.record(done);
     if let Some(q) = &done.queue {
         metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
@@ -258,7 +259,7 @@ fn after_pop(registry: &reaper::Registry, done: &pop::Popped) {
 struct Verbatim;
 
 impl ReplyTransform for Verbatim {
-    fn apply(&mut self, reply: Bytes) -> crate::session::output::Transformed {
-        crate::session::output::Transformed::Done(reply)
+    fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
+        crate::output::Transformed::Done(reply)
     }
 }

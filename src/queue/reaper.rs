@@ -9,8 +9,7 @@
 //! its next lease is due (Redis tells how far off that is), so an idle proxy
 //! sends nothing, however many queue keys were ever used.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +18,7 @@ use tokio::time::Instant;
 
 use super::call::{Call, Caller};
 use super::keys;
-use super::pop::Popped;
+use super::registry::{Registry, MAX_WAIT};
 use super::rules::{Queue, Rules};
 use super::scripts;
 use super::value::Value;
@@ -29,87 +28,6 @@ use super::waiters::Waiters;
 /// know of.
 const DISCOVER_EVERY: Duration = Duration::from_secs(10);
 const SCAN_ROUNDS: usize = 20;
-/// A queue with leases is looked at again at least this often, whatever its
-/// next deadline: a lease shortened by `QUEUE EXTEND` on another proxy is
-/// then reaped at most this late.
-const MAX_WAIT: Duration = Duration::from_secs(2);
-/// Bytes of queue names the registry holds at most (names plus overhead);
-/// past it, queues are found again by the next scan.
-const REGISTRY_BYTES: usize = 16 << 20;
-const ENTRY_OVERHEAD: usize = 64;
-
-/// The queues that have leases, each with when to reap it next.
-#[derive(Default)]
-pub struct Registry {
-    inner: Mutex<Entries>,
-}
-
-#[derive(Default)]
-struct Entries {
-    due: HashMap<Bytes, Instant>,
-    bytes: usize,
-}
-
-impl Registry {
-    /// A queue may have leases due from `at` on.
-    pub fn note(&self, name: &Bytes, at: Instant) {
-        let mut e = self.inner.lock().unwrap();
-        if let Some(due) = e.due.get_mut(name) {
-            *due = (*due).min(at);
-            return;
-        }
-        let cost = name.len() + ENTRY_OVERHEAD;
-        if e.bytes + cost > REGISTRY_BYTES {
-            return;
-        }
-        e.bytes += cost;
-        e.due.insert(name.clone(), at);
-    }
-
-    /// After a pop: the queue it leased from has a lease due in `lease_ms`.
-    pub fn record(&self, popped: &Popped) {
-        if let (Some(q), true) = (&popped.queue, popped.count > 0) {
-            let wait = Duration::from_millis(q.rule.lease_ms).min(MAX_WAIT);
-            self.note(&q.name, Instant::now() + wait);
-        }
-    }
-
-    /// A queue whose leases may be due now (EXTEND, NACK).
-    pub fn touch(&self, name: &Bytes) {
-        self.note(name, Instant::now());
-    }
-
-    fn forget(&self, name: &Bytes) {
-        let mut e = self.inner.lock().unwrap();
-        if e.due.remove(name).is_some() {
-            e.bytes -= name.len() + ENTRY_OVERHEAD;
-        }
-    }
-
-    fn reschedule(&self, name: &Bytes, at: Instant) {
-        if let Some(due) = self.inner.lock().unwrap().due.get_mut(name) {
-            *due = at;
-        }
-    }
-
-    /// Queues due now.
-    fn due(&self, now: Instant) -> Vec<Bytes> {
-        let e = self.inner.lock().unwrap();
-        e.due
-            .iter()
-            .filter(|(_, &at)| at <= now)
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().unwrap().due.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 pub struct Reaper {
     pub rules: Arc<Rules>,

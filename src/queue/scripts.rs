@@ -47,6 +47,23 @@ pub const ALL: &[&Script] = &[
     &LEASES,
 ];
 
+/// `SCRIPT LOAD` of every script, as one write, for the upstream
+/// connections to send when they open.
+pub fn preload() -> crate::upstream::Scripts {
+    static LOADS: OnceLock<Vec<u8>> = OnceLock::new();
+    let loads = LOADS.get_or_init(|| {
+        let mut out = Vec::new();
+        for s in ALL {
+            crate::upstream::push_command(&mut out, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
+        }
+        out
+    });
+    crate::upstream::Scripts {
+        loads,
+        count: ALL.len(),
+    }
+}
+
 const COMMON: &str = include_str!("../../lua/common.lua");
 
 /// `group(base)` and `rule(at)`, written from the Rust tables.

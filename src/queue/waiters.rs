@@ -15,11 +15,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::Caller;
 use super::pop::{Pop, Source};
-use super::reaper::Registry;
+use super::registry::Registry;
 use super::rules::Rules;
 use super::value;
+use crate::output::ClientState;
 use crate::resp::ReplyScanner;
-use crate::session::output::ClientState;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::{encode_command, Endpoint};
 

@@ -15,3 +15,16 @@ pub fn grow(buf: &mut bytes::BytesMut, min: usize) {
         buf.reserve(min.max(buf.len()));
     }
 }
+
+/// An integer as Redis's `string2ll` reads it: no sign but `-`, no
+/// leading zeros, no spaces.
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    if digits.is_empty()
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || s.len() > 1))
+    {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}

@@ -152,7 +152,7 @@ fn search(buf: &[u8], from: &mut usize, target: u8) -> Option<usize> {
 
 /// An integer as Redis's `string2ll` reads it.
 fn parse_len(s: &[u8]) -> Option<i64> {
-    crate::command::parse_i64(s)
+    super::parse_i64(s)
 }
 
 impl RequestScanner {

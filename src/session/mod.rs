@@ -4,7 +4,6 @@
 //! while its writer task returns the replies in request order.
 
 pub mod mode;
-pub mod output;
 pub mod route;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,13 +17,13 @@ use tokio::sync::watch;
 
 use crate::command::{classify, Args, Kind};
 use crate::config::Config;
+use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
-use crate::upstream::{script_count, script_loads, Endpoint};
+use crate::upstream::Endpoint;
 use mode::Mode;
-use output::{ClientState, ReplyTransform};
 use route::{oversized, route, Facts, Pause, Route};
 
 /// What every session shares.
@@ -144,7 +143,12 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
         limits.client_output_buffer_limit,
         limits.max_inflight_per_client,
     );
-    let writer = tokio::spawn(output::run_writer(wr, out.clone(), shared.clone()));
+    let resend_on = shared.clone();
+    let resend: output::Resend = Box::new(move |req, client| {
+        let up = resend_on.clone();
+        Box::pin(async move { up.call(req, client).await })
+    });
+    let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
     let mut session = Session {
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
@@ -372,12 +376,16 @@ impl Session {
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
         }
-        let reload = self.ctx.endpoint.scripts && is_script_flush(args);
+        let reload = self.ctx.endpoint.scripts.is_some() && is_script_flush(args);
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
             if reload && !self.mode.multi && !self.mode.unpaired {
                 if let Some(d) = &mut self.dedicated {
-                    d.send_dropped(script_loads(), script_count()).await;
+                    d.send_dropped(
+                        self.ctx.endpoint.script_loads(),
+                        self.ctx.endpoint.script_count(),
+                    )
+                    .await;
                     d.scripts_loaded = true;
                 }
             }
@@ -388,9 +396,12 @@ impl Session {
             if reload {
                 // Right behind the flush on the same connection, so pops that
                 // follow find their scripts rather than retrying later.
-                let loads = Bytes::from_static(script_loads());
-                self.shared
-                    .send_discarded(loads, script_count() as u32, &self.out);
+                let loads = Bytes::from_static(self.ctx.endpoint.script_loads());
+                self.shared.send_discarded(
+                    loads,
+                    self.ctx.endpoint.script_count() as u32,
+                    &self.out,
+                );
             }
         }
         None
@@ -417,7 +428,7 @@ impl Session {
     /// is stateless and no queue rule concerns it.
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
-            Kind::Plain => !(self.ctx.endpoint.scripts && is_script_flush(args)),
+            Kind::Plain => !(self.ctx.endpoint.scripts.is_some() && is_script_flush(args)),
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
@@ -497,7 +508,11 @@ impl Session {
             if let Some(d) = &mut self.dedicated {
                 if !d.scripts_loaded {
                     // A NOSCRIPT could not be retried from here.
-                    d.send_dropped(script_loads(), script_count()).await;
+                    d.send_dropped(
+                        self.ctx.endpoint.script_loads(),
+                        self.ctx.endpoint.script_count(),
+                    )
+                    .await;
                     d.scripts_loaded = true;
                 }
             }

@@ -2,7 +2,7 @@
 //! modes it is in, and so whether it must stay on its dedicated connection.
 
 use crate::command::{Args, Kind};
-use crate::session::output::ReplyTransform;
+use crate::output::ReplyTransform;
 use crate::upstream::dedicated::Expect;
 
 #[derive(Default)]

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use super::Endpoint;
 use crate::error::UpstreamError;
+use crate::output::{ClientState, ReplyTransform, Transformed};
 use crate::resp::ReplyScanner;
-use crate::session::output::{ClientState, ReplyTransform, Transformed};
 
 /// What the next reply that answers a request is for.
 pub enum Expect {
@@ -325,7 +325,7 @@ fn subscription_count(frame: &[u8]) -> Option<i64> {
     if body[..colon].last() != Some(&b'\n') {
         return None;
     }
-    crate::command::parse_i64(&body[colon + 1..])
+    crate::resp::parse_i64(&body[colon + 1..])
 }
 
 /// Rewrites the elements of an EXEC reply that answer rewritten requests.

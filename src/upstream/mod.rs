@@ -4,10 +4,12 @@
 pub mod dedicated;
 pub mod shared;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
 
@@ -18,29 +20,33 @@ pub struct Endpoint {
     pub user: Option<String>,
     pub password: Option<String>,
     pub connect_timeout: Duration,
-    /// Queue rules are configured: the proxy's scripts are loaded on every
-    /// shared connection it opens and after each SCRIPT FLUSH through it,
-    /// so that its EVALSHAs find them.
-    pub scripts: bool,
+    /// With queue rules, the proxy's scripts: loaded on every shared
+    /// connection it opens and after each SCRIPT FLUSH through it, so that
+    /// its EVALSHAs find them.
+    pub scripts: Option<Scripts>,
+    /// Told each time a shared connection is opened: Redis may have
+    /// restarted (as another version, with other commands).
+    pub connected: Arc<Notify>,
 }
 
 /// `SCRIPT LOAD` of every script of the proxy's, as one write.
-pub fn script_loads() -> &'static [u8] {
-    static LOADS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    LOADS.get_or_init(|| {
-        let mut out = Vec::new();
-        for s in crate::queue::scripts::ALL {
-            push_command(&mut out, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
-        }
-        out
-    })
-}
-
-pub fn script_count() -> usize {
-    crate::queue::scripts::ALL.len()
+#[derive(Debug, Clone, Copy)]
+pub struct Scripts {
+    pub loads: &'static [u8],
+    /// Replies the loads get.
+    pub count: usize,
 }
 
 impl Endpoint {
+    /// The script loads, or nothing without queue rules.
+    pub fn script_loads(&self) -> &'static [u8] {
+        self.scripts.map_or(&[], |s| s.loads)
+    }
+
+    pub fn script_count(&self) -> usize {
+        self.scripts.map_or(0, |s| s.count)
+    }
+
     /// Opens and authenticates a connection.
     pub async fn connect(&self) -> Result<TcpStream, UpstreamError> {
         let unavailable = |e: String| UpstreamError::Unavailable(format!("{}: {e}", self.addr));

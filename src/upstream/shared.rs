@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Endpoint;
 use crate::error::UpstreamError;
+use crate::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
 use crate::resp::ReplyScanner;
-use crate::session::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
 
 /// A batch of `count` complete requests from one client.
 pub struct Request {
@@ -146,7 +146,6 @@ async fn manage(
     congested: Arc<AtomicBool>,
 ) {
     let mut backoff = Duration::from_millis(10);
-    let mut connected_before = false;
     loop {
         // Connect only when there is something to send: an idle proxy keeps
         // no connection open and a restarted Redis is found on first use.
@@ -156,12 +155,7 @@ async fn manage(
         match endpoint.connect().await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
-                if connected_before || crate::command::table::current().is_none() {
-                    // Redis may have restarted as another version.
-                    let endpoint = endpoint.clone();
-                    tokio::spawn(async move { crate::command::table::load(&endpoint).await });
-                }
-                connected_before = true;
+                endpoint.connected.notify_one();
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
                 let result = run(stream, first, &mut rx, endpoint.scripts, &congested).await;
                 congested.store(false, Ordering::Relaxed);
@@ -197,23 +191,23 @@ async fn run(
     stream: TcpStream,
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
-    scripts: bool,
+    scripts: Option<super::Scripts>,
     congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.into_split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
-    if scripts {
+    if let Some(scripts) = scripts {
         // Before anything else: pops sent as EVALSHA then find their script
         // even on a Redis that restarted or flushed its scripts.
         let own = ClientState::new(0, 1);
         own.shared_sent();
         inflight.lock().unwrap().push_back(Pending {
-            count: super::script_count() as u32,
+            count: scripts.count as u32,
             target: Some(Target::Discard),
             client: own,
         });
-        wr.write_all(super::script_loads())
+        wr.write_all(scripts.loads)
             .await
             .map_err(|_| UpstreamError::ConnectionLost)?;
     }

@@ -1,4 +1,4 @@
-//! The client's reply stream. Replies come from several places (the shared
+//! The ordered reply stream of one client. Replies come from several places (the shared
 //! upstream, a dedicated connection, the proxy itself) and must reach the
 //! client in request order. Each request takes a slot in one ordered queue
 //! when it is sent; whoever gets its reply fills the slot; the writer task
@@ -6,6 +6,8 @@
 //! filled slot from the head on in one go.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +17,6 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
-use crate::upstream::shared::SharedUpstream;
 
 pub type Reply = Result<Bytes, UpstreamError>;
 
@@ -374,7 +375,14 @@ impl ClientState {
 const COALESCE: usize = 16 * 1024;
 
 /// Runs until the client is closed: writes replies in order.
-pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, shared: SharedUpstream) {
+/// How the writer re-sends a request whose transform asks for it (a script
+/// Redis lost): through the client's shared upstream, which the reply
+/// stream knows only as this.
+pub type Resend = Box<
+    dyn Fn(Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync,
+>;
+
+pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, resend: Resend) {
     let mut wbuf = BytesMut::new();
     let mut filled = Vec::new();
     let result: std::io::Result<()> = async {
@@ -396,7 +404,7 @@ pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, share
                         accounted,
                     } => {
                         let bytes =
-                            resolve(reply, count, transform.as_deref_mut(), &shared, &state).await;
+                            resolve(reply, count, transform.as_deref_mut(), &resend, &state).await;
                         if bytes.len() >= COALESCE {
                             flush(&mut sock, &mut wbuf).await?;
                             // A client cut off for its output limit may never
@@ -435,7 +443,7 @@ async fn resolve(
     mut reply: Reply,
     count: u32,
     mut transform: Option<&mut (dyn ReplyTransform + 'static)>,
-    shared: &SharedUpstream,
+    resend: &Resend,
     state: &Arc<ClientState>,
 ) -> Bytes {
     // At most one retry: a script sent in full cannot be missing again.
@@ -457,7 +465,7 @@ async fn resolve(
         match t.apply(bytes) {
             Transformed::Done(b) => return b,
             Transformed::Retry(req) if attempt == 0 => {
-                reply = shared.call(req, state.clone()).await;
+                reply = resend(req, state.clone()).await;
             }
             Transformed::Retry(_) => break,
         }
