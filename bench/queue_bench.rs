@@ -13,9 +13,10 @@
 //! (default 1) the load generator's threads. The table is printed
 //! and appended to `bench/RESULTS.md` under "Queue".
 
+mod common;
+
 use std::io::Write as _;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use ackproxy::queue::pop::{self, Parsed};
 use ackproxy::queue::rules::Rules;
 use ackproxy::queue::scripts;
 use ackproxy::upstream::encode_command;
+use common::{free_port, wait_port, Proc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -41,30 +43,6 @@ pop_end = "right"
 "#;
 
 // ------------------------------------------------------------- processes
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// utime + stime of a process, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {
@@ -212,7 +190,7 @@ fn pop_call(rules: &Rules, queue: &str) -> Call {
         rules,
         2,
     ) {
-        Parsed::Pop(p) => p.call(),
+        Parsed::Pop(p) => p.single_call(),
         Parsed::Invalid => panic!("RPOP {queue} did not parse"),
     }
 }
@@ -222,11 +200,7 @@ fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
     let q = rules
         .resolve(queue.as_bytes())
         .expect("bench queue is configured");
-    let mut call = Call::new(&scripts::ACK);
-    for k in q.key_group() {
-        call = call.key(bytes::Bytes::copy_from_slice(k));
-    }
-    call.arg(bytes::Bytes::copy_from_slice(id))
+    ackproxy::queue::commands::ack_call(&q, &[bytes::Bytes::copy_from_slice(id)])
         .evalsha()
         .to_vec()
 }
@@ -261,7 +235,8 @@ async fn worker(
         let r = c.call(&pop_req).await;
         let (ack_req, want_ack) = match (mode, r) {
             (Mode::Proxy, R::Bulk(p)) => (cmd(&[b"ACK", queue.as_bytes(), &p]), 1),
-            (Mode::Scripts, R::Arr(items)) if items.len() >= 2 => match &items[1] {
+            // {status, source, value}: see lua/pop.lua.
+            (Mode::Scripts, R::Arr(items)) if items.len() >= 3 => match &items[2] {
                 R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
                 other => panic!("POP script value {other:?}"),
             },
@@ -465,7 +440,7 @@ fn main() {
     let rules = Arc::new(Rules::new(&config.queues));
     // Load the scripts for the direct mode (the proxy loads its own).
     for s in [&scripts::POP, &scripts::ACK] {
-        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body.as_bytes()]);
+        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
     }
 
     // Enough for ~150k pairs/s over the measured time plus warm-up.

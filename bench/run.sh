@@ -7,6 +7,9 @@
 #   bash bench/run.sh --smoke    a few thousand requests, 500 idle clients:
 #                                checks that every tool runs, asserts no ratio
 #   bash bench/run.sh -n 200000 --idle 10000 --rounds 2
+#   bash bench/run.sh --baseline /path/to/older/ackproxy
+#                                also measures that binary, interleaved,
+#                                for a before/after comparison in one run
 #
 # Every process it starts is stopped on exit. Output: bench/out/.
 set -euo pipefail
@@ -18,13 +21,15 @@ idle=10000
 hold=5
 rounds=2
 smoke=0
+baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; n=5000; idle=500; hold=2; rounds=1 ;;
     -n) n="$2"; shift ;;
     --idle) idle="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
-    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r]" >&2; exit 2 ;;
+    --baseline) baseline="$2"; shift ;;
+    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -120,6 +125,15 @@ proxy_pid=$!
 pids+=("$proxy_pid")
 wait_ping "$proxy_port" "$proxy_pid" ackproxy
 
+if [ -n "$baseline" ]; then
+  base_port=$(free_port)
+  RUST_LOG=warn "$baseline" --listen "127.0.0.1:$base_port" \
+    --upstream "127.0.0.1:$redis_port" >"$out/baseline.log" 2>&1 &
+  base_pid=$!
+  pids+=("$base_pid")
+  wait_ping "$base_port" "$base_pid" baseline
+fi
+
 declare -A rps p50 p99
 csv="$out/benchmark.csv"
 echo "target,test,pipeline,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$csv"
@@ -157,6 +171,7 @@ for pipe in 1 16; do
       measure direct "$redis_port" "$t" "$pipe"
       measure twemproxy "$twem_port" "$t" "$pipe"
       measure ackproxy "$proxy_port" "$t" "$pipe"
+      if [ -n "$baseline" ]; then measure baseline "$base_port" "$t" "$pipe"; fi
     done
   done
 done
@@ -180,6 +195,19 @@ report="$out/report.txt"
         "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$a]}" "${rps[$w]}")"
     done
   done
+  if [ -n "$baseline" ]; then
+    echo
+    echo "before/after: baseline = $baseline"
+    printf '%-6s %-4s | %10s %13s | %10s %13s | %7s\n' test pipe baseline p50/p99 ackproxy p50/p99 after/before
+    for pipe in 1 16; do
+      for t in "${tests[@]}"; do
+        b="baseline/$t/P$pipe"; a="ackproxy/$t/P$pipe"
+        printf '%-6s P%-3s | %10s %13s | %10s %13s | %7s\n' "${t^^}" "$pipe" \
+          "${rps[$b]}" "${p50[$b]}/${p99[$b]}" "${rps[$a]}" "${p50[$a]}/${p99[$a]}" \
+          "$(ratio "${rps[$a]}" "${rps[$b]}")"
+      done
+    done
+  fi
 } >"$report"
 cat "$report"
 

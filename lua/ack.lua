@@ -1,36 +1,34 @@
 -- ack.lua: ACK queue id [id ...]
 --
--- KEYS: the queue group (7 keys, see common.lua).
--- ARGV: ack ids.
+-- KEYS: the queue group (GROUP_SIZE keys).
+-- ARGV: the queue's rule (RULE_SIZE values), then the late-ACK scan budget
+--       (list elements looked at, over all ids), then ack ids (the caller
+--       sends a bounded number per call).
 -- Per id: releases one lease with that id; if none is leased but a copy went
 -- back to the list after its lease expired and was not popped again, that
--- copy is cancelled (a late ACK: the next pop skips it).
+-- copy is taken out of the list (or, when it is not near the end it went
+-- in at, cancelled: the next pop skips it). That is a late ACK.
 -- Returns {released, late}. Unknown ids count nothing.
 
 local k = group(1)
+local r = rule(1)
+local budget = tonumber(ARGV[RULE_SIZE + 1])
 local released, late = 0, 0
-for i = 1, #ARGV do
-  local key = id_key(ARGV[i])
-  local token = key
-  local raw = redis.call('HGET', k.msgs, token)
-  if not raw then
-    token = redis.call('ZRANGEBYLEX', k.ids, '[' .. key .. ':', '(' .. key .. ';', 'LIMIT', 0, 1)[1]
-    if token then raw = redis.call('HGET', k.msgs, token) end
+for i = RULE_SIZE + 2, #ARGV do
+  local ik = id_key(ARGV[i])
+  local token = tokens_of(k, ik, 1)[1]
+  local payload, dest
+  if token then
+    local _
+    payload, _, _, dest = record(k, token)
   end
-  if raw then
-    local payload, _, _, dest = cmsgpack.unpack(raw)
+  if payload then
     drop(k, token, payload, dest)
     released = released + 1
   else
-    if token then redis.call('ZREM', k.ids, token) end
-    local retry = redis.call('HGET', k.retry, key)
-    if retry then
-      local pending, seen, cancelled = cmsgpack.unpack(retry)
-      if pending > cancelled then
-        redis.call('HSET', k.retry, key, cmsgpack.pack(pending, seen, cancelled + 1))
-        late = late + 1
-      end
-    end
+    local n, looked = late_ack(k, r, ik, budget)
+    late = late + n
+    budget = budget - looked
   end
 end
 return { released, late }

@@ -1,51 +1,108 @@
--- common.lua: functions shared by every ackproxy script. It is prepended to
--- each script at build time, so each script stays one atomic EVAL.
+-- common.lua: functions shared by every ackproxy script. It follows the
+-- generated calling-convention prelude (group(i), rule(i), GROUP_SIZE,
+-- RULE_SIZE: see src/queue/scripts.rs) and precedes each script's own text,
+-- so each script stays one atomic EVAL.
 --
--- A queue's keys always arrive as a group of 7 consecutive KEYS:
---   queue (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
---   retry (hash), dead (list)
--- and a queue's rule as 5 consecutive ARGV:
---   lease_ms, max_deliveries, ack field ('' = whole payload),
---   redeliver ('next' | 'last'), pop end ('L' | 'R')
+-- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
+-- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
+-- retry (hash), dead (list). A queue's rule arrives as RULE_SIZE consecutive
+-- ARGV, read with rule(i): lease, max, field ('' = whole payload),
+-- redeliver ('next' | 'last'), pop_end ('L' | 'R').
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
--- index. Only a second message with the same id in flight at the same time
--- gets a longer token, 'i'..sha1(ack_id)..':'..ms..':'..n, which is indexed.
+-- index. A second message with the same id in flight gets the token
+-- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
+-- flight), which is indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end, started_ms)
 -- ids:  score 0, members: the longer tokens, and for move leases
 --       'd'..sha1(dest.."\0"..payload)..'|'..token.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
---        copies cancelled by a late ACK).
+--        copies cancelled by a late ACK, the last payload requeued);
+--        '#cancelled' -> cancelled copies still in the list, all ids together.
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function group(base)
-  return {
-    q = KEYS[base], leases = KEYS[base + 1], mleases = KEYS[base + 2],
-    msgs = KEYS[base + 3], ids = KEYS[base + 4], retry = KEYS[base + 5],
-    dead = KEYS[base + 6],
-  }
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local CANCELLED = '#cancelled'
+
+-- JSON scanning, for the text of a number exactly as written: cjson turns
+-- 1234567890123456789 into a double, and two ids 1 apart would collide.
+local function skip_ws(s, i) return string.find(s, '[^ \t\r\n]', i) or (#s + 1) end
+
+-- The index after the JSON string that starts at i.
+local function string_end(s, i)
+  local j = i + 1
+  while true do
+    local q = string.find(s, '["\\]', j)
+    if not q then return nil end
+    if string.byte(s, q) == 34 then return q + 1 end
+    j = q + 2
+  end
 end
 
-local function rule(at)
-  return {
-    lease = tonumber(ARGV[at]), max = tonumber(ARGV[at + 1]), field = ARGV[at + 2],
-    redeliver = ARGV[at + 3], pop_end = ARGV[at + 4],
-  }
+-- The index after the JSON value that starts at i.
+local function value_end(s, i)
+  local c = string.sub(s, i, i)
+  if c == '"' then return string_end(s, i) end
+  if c == '{' or c == '[' then
+    local depth, j = 0, i
+    while true do
+      j = string.find(s, '[%[%]{}"]', j)
+      if not j then return nil end
+      local d = string.sub(s, j, j)
+      if d == '"' then
+        j = string_end(s, j)
+        if not j then return nil end
+      else
+        depth = depth + ((d == '{' or d == '[') and 1 or -1)
+        j = j + 1
+        if depth == 0 then return j end
+      end
+    end
+  end
+  local _, e = string.find(s, '^[-+%w%.]+', i)
+  return e and e + 1
+end
+
+-- The text of field's value at the top level of the JSON object s (already
+-- accepted by cjson). The last occurrence wins, as in cjson's table.
+local function raw_field(s, field)
+  local i = skip_ws(s, 1)
+  if string.sub(s, i, i) ~= '{' then return nil end
+  i = skip_ws(s, i + 1)
+  local found
+  while string.sub(s, i, i) == '"' do
+    local kend = string_end(s, i)
+    if not kend then return found end
+    local key = string.sub(s, i + 1, kend - 2)
+    if string.find(key, '\\', 1, true) then
+      local ok, k = pcall(cjson.decode, string.sub(s, i, kend - 1))
+      key = ok and k or nil
+    end
+    i = skip_ws(s, skip_ws(s, kend) + 1)
+    local vend = value_end(s, i)
+    if not vend then return found end
+    if key == field then found = string.sub(s, i, vend - 1) end
+    i = skip_ws(s, vend)
+    if string.sub(s, i, i) ~= ',' then break end
+    i = skip_ws(s, i + 1)
+  end
+  return found
 end
 
 -- The ack id of a payload. A payload that is not a JSON object, or lacks
--- the field, is its own id: it is still leased, never refused.
+-- the field, is its own id: it is still leased, never refused. A string
+-- field is its decoded value; a number is its text as written.
 local function ack_id(payload, field)
   if field == '' then return payload end
   local ok, obj = pcall(cjson.decode, payload)
   if ok and type(obj) == 'table' then
     local v = obj[field]
     if type(v) == 'string' then return v end
-    if type(v) == 'number' then return tostring(v) end
+    if type(v) == 'number' then return raw_field(payload, field) or tostring(v) end
   end
   return payload
 end
@@ -81,12 +138,13 @@ local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
   local token = id_key(id)
   local rec = cmsgpack.pack(payload, id, deliveries, dest, dest_end, now)
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
-    -- Another message with this id is in flight: a token of its own.
-    local base = token .. ':' .. now .. ':'
-    for n = 1, 1000 do
-      token = base .. n
-      if redis.call('HSETNX', k.msgs, token, rec) == 1 then break end
-    end
+    -- Another message with this id is in flight: a token of its own, one
+    -- past the highest in flight, so any number of duplicates fit.
+    local last = redis.call('ZREVRANGEBYLEX', k.ids, '(' .. token .. ';', '[' .. token .. ':', 'LIMIT', 0, 1)[1]
+    local seq = 1
+    if last then seq = (tonumber(string.sub(last, ID_KEY_LEN + 2)) or 0) + 1 end
+    token = token .. ':' .. string.format('%012d', seq)
+    redis.call('HSET', k.msgs, token, rec)
     redis.call('ZADD', k.ids, 0, token)
   end
   redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
@@ -108,6 +166,11 @@ local function drop(k, token, payload, dest)
   if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
 end
 
+-- Whether a redelivered copy goes in at the right end of the list.
+local function requeue_right(r)
+  return (r.pop_end == 'R') == (r.redeliver == 'next')
+end
+
 -- Ends a lease without an ACK: the message goes back to the list (and a
 -- retry entry keeps its delivery count), or past max deliveries its raw
 -- payload goes to the dead-letter list. Returns requeued, deadlettered.
@@ -123,16 +186,18 @@ local function expire(k, r, token)
     redis.call('RPUSH', k.dead, payload)
     return 0, 1
   end
-  local at_pop_end = (r.redeliver == 'next')
-  local right = (r.pop_end == 'R') == at_pop_end
-  redis.call(right and 'RPUSH' or 'LPUSH', k.q, payload)
+  redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
   local rk = id_key(id)
   local pending, seen, cancelled = 0, 0, 0
   local raw = redis.call('HGET', k.retry, rk)
   if raw then pending, seen, cancelled = cmsgpack.unpack(raw) end
   if deliveries > seen then seen = deliveries end
-  redis.call('HSET', k.retry, rk, cmsgpack.pack(pending + 1, seen, cancelled))
+  redis.call('HSET', k.retry, rk, cmsgpack.pack(pending + 1, seen, cancelled, payload))
   return 1, 0
+end
+
+local function add_cancelled(k, n)
+  if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
 end
 
 -- Bookkeeping for a payload just popped from a queue. Returns the delivery
@@ -141,25 +206,65 @@ local function popped(k, r, payload)
   local rk = id_key(ack_id(payload, r.field))
   local raw = redis.call('HGET', k.retry, rk)
   if not raw then return 1 end
-  local pending, seen, cancelled = cmsgpack.unpack(raw)
+  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
   pending = pending - 1
   local deliveries = seen + 1
   if cancelled > 0 then
     cancelled = cancelled - 1
     deliveries = nil
+    add_cancelled(k, -1)
   end
   if pending <= 0 then
     redis.call('HDEL', k.retry, rk)
   else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled))
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
   end
   return deliveries
+end
+
+-- Takes one copy of payload out of the list, looking at no more than maxlen
+-- elements from the end redelivered copies enter at. Returns whether it did.
+local function remove_copy(k, r, payload, maxlen)
+  if maxlen < 1 or redis.call('TYPE', k.q)['ok'] ~= 'list' then return false end
+  local right = requeue_right(r)
+  local pos = redis.call('LPOS', k.q, payload, 'RANK', right and -1 or 1, 'MAXLEN', maxlen)
+  if not pos then return false end
+  -- LSET by a negative index walks from the tail, where the copy is.
+  if right then pos = pos - redis.call('LLEN', k.q) end
+  local mark = '\0ackproxy:removed:' .. redis.sha1hex(payload)
+  redis.call('LSET', k.q, pos, mark)
+  redis.call('LREM', k.q, right and -1 or 1, mark)
+  return true
+end
+
+-- A late ACK for id key rk: the copy back in the list is removed when it is
+-- found within maxlen elements, else marked so that the next pop skips it.
+-- Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
+-- have looked at.
+local function late_ack(k, r, rk, maxlen)
+  local raw = redis.call('HGET', k.retry, rk)
+  if not raw then return 0, 0 end
+  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
+  if pending <= cancelled then return 0, 0 end
+  if last and remove_copy(k, r, last, maxlen) then
+    pending = pending - 1
+    if pending <= 0 then
+      redis.call('HDEL', k.retry, rk)
+    else
+      redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
+    end
+  else
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled + 1, last))
+    add_cancelled(k, 1)
+  end
+  return 1, maxlen
 end
 
 -- Ends up to n expired plain leases, oldest first. With redeliver 'next'
 -- each one is pushed at the pop end, so they are pushed newest first to be
 -- popped again in their original order. Returns requeued, deadlettered.
 local function requeue_expired(k, r, now, n)
+  if n < 1 then return 0, 0 end
   local expired = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now, 'LIMIT', 0, n)
   local requeued, dead = 0, 0
   local from, to, step = 1, #expired, 1

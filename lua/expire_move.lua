@@ -1,7 +1,7 @@
--- expire_move.lua: end one expired move lease.
+-- expire_move.lua: end one expired (or nacked) move lease.
 --
--- KEYS: the queue group (7 keys), then the lease's destination list.
--- ARGV: the queue's 5 rule values, then the lease token.
+-- KEYS: the queue group (GROUP_SIZE keys), then the lease's destination list.
+-- ARGV: the queue's rule (RULE_SIZE values), then the lease token.
 -- If the token is still a move lease past its deadline, one stale copy of
 -- the payload is removed from the destination, then the message goes back
 -- to the list (or to the dead-letter list). Otherwise nothing happens, so
@@ -10,8 +10,8 @@
 
 local k = group(1)
 local r = rule(1)
-local dest = KEYS[8]
-local token = ARGV[6]
+local dest = KEYS[GROUP_SIZE + 1]
+local token = ARGV[RULE_SIZE + 1]
 local deadline = redis.call('ZSCORE', k.mleases, token)
 if not deadline or tonumber(deadline) > now_ms() then return { 0, 0 } end
 local payload, _, _, _, dest_end = record(k, token)

@@ -1,7 +1,7 @@
 -- extend.lua: QUEUE EXTEND queue id ms
 --
--- KEYS: the queue group (7 keys).
--- ARGV[1] ack id, ARGV[2] milliseconds.
+-- KEYS: the queue group (GROUP_SIZE keys).
+-- ARGV[1] ack id, ARGV[2] milliseconds (the caller checks the range).
 -- Every lease with that id (at most 100) now ends ms from now (Redis time).
 -- Returns the number of leases renewed.
 

@@ -1,9 +1,10 @@
 -- info.lua: QUEUE INFO queue
 --
--- KEYS: the queue group (7 keys).
+-- KEYS: the queue group (GROUP_SIZE keys).
 -- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none),
--- distinct ids with copies back in the list after an expiry}. The age looks
--- at the 10 leases due first of each kind, so the work stays bounded.
+-- distinct ids with copies back in the list after an expiry}. Ready does not
+-- count copies a late ACK cancelled. The age looks at the 10 leases due
+-- first of each kind, so the work stays bounded.
 
 local k = group(1)
 local function len(key)
@@ -19,5 +20,6 @@ for _, z in ipairs({ k.leases, k.mleases }) do
     if payload and now - started > oldest then oldest = now - started end
   end
 end
-local requeued = redis.call('HLEN', k.retry)
-return { len(k.q), redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases), len(k.dead), oldest, requeued }
+local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
+local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
+return { len(k.q) - cancelled, redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases), len(k.dead), oldest, requeued }

@@ -1,6 +1,6 @@
 -- leases.lua: QUEUE LEASES queue [COUNT n]
 --
--- KEYS: the queue group (7 keys).
+-- KEYS: the queue group (GROUP_SIZE keys).
 -- ARGV[1] n (at most 1000).
 -- Returns up to n leases, soonest deadline first, each as
 -- {ack_id, payload, deliveries, ms_until_deadline, destination or ''}.

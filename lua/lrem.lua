@@ -2,7 +2,7 @@
 -- messages from a queue's move pops: each removed copy acknowledges one
 -- lease of that payload for that destination.
 --
--- KEYS[1] the destination, KEYS[2..8] the queue group.
+-- KEYS[1] the destination, then the queue group (GROUP_SIZE keys).
 -- ARGV[1] count (as LREM), ARGV[2] payload.
 -- Returns {removed (exactly LREM's reply), released}. At most 1000 leases
 -- are released per call.

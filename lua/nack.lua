@@ -1,25 +1,32 @@
 -- nack.lua: NACK queue id [id ...]
 --
--- KEYS: the queue group (7 keys).
--- ARGV: the queue's 5 rule values, then ack ids.
+-- KEYS: the queue group (GROUP_SIZE keys).
+-- ARGV: the queue's rule (RULE_SIZE values), then ack ids (the caller sends
+--       a bounded number per call).
 -- Per id: one lease with that id ends now, as if it had expired: its
 -- message goes back to the list (or, past max deliveries, to the dead-letter
--- list). A move lease is instead marked expired so that the reaper, which
--- can name its destination, removes the stale copy first.
--- Returns the number of leases ended.
+-- list). A move lease is only marked due: its destination is a key this
+-- script was not given, so the caller ends it at once with expire_move.lua.
+-- Returns {ended, token1, dest1, token2, dest2, ...}: the count of leases
+-- ended or marked, and the marked move leases.
 
 local k = group(1)
 local r = rule(1)
 local n = 0
-for i = 6, #ARGV do
+local out = { 0 }
+for i = RULE_SIZE + 1, #ARGV do
   local token = tokens_of(k, id_key(ARGV[i]), 1)[1]
   if token then
     if redis.call('ZSCORE', k.mleases, token) then
+      local payload, _, _, dest = record(k, token)
       redis.call('ZADD', k.mleases, 0, token)
+      out[#out + 1] = token
+      out[#out + 1] = dest or ''
     else
       expire(k, r, token)
     end
     n = n + 1
   end
 end
-return n
+out[1] = n
+return out

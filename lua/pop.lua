@@ -1,7 +1,7 @@
 -- pop.lua: pop and lease, atomically, for every pop form.
 --
--- KEYS: for each candidate source, in the client's order: a queue group of 7
---       keys (see common.lua) or 1 plain key; then, for move forms, the
+-- KEYS: for each candidate source, in the client's order: a queue group
+--       (GROUP_SIZE keys) or 1 plain key; then, for move forms, the
 --       destination list.
 -- ARGV[1] number of sources G
 -- ARGV[2] end to pop: 'L' | 'R'
@@ -9,51 +9,61 @@
 --         (0 allowed: only says whether the source exists)
 -- ARGV[4] move: '' | 'L' | 'R' (push each popped value onto the destination
 --         at that end)
--- ARGV[5] at most this many expired leases of a queue source are returned to
---         it before popping
--- then per source: 'q' followed by its 5 rule values, or 'p'.
+-- ARGV[5] at most this many expired leases, over all queue sources, are
+--         returned to their queues before popping
+-- ARGV[6] at most this many copies cancelled by a late ACK are skipped
+-- then per source: 'q' followed by its rule (RULE_SIZE values), or 'p'.
 --
--- Returns false when no source has anything; otherwise {g, v1, ..., vn}
--- where g is the 1-based source that was popped (just {g} when count is 0
--- and source g exists). A source holding a non-list, or a destination that
--- is not a list, gives Redis's WRONGTYPE error and nothing is popped.
--- Work per call: the requeue bound, count pops, and at most 100 copies
--- skipped because a late ACK cancelled them.
+-- Returns false when no source has anything. Otherwise {status, g, v1..vn}:
+-- g is the 1-based source popped from (just {0, g} when count is 0 and
+-- source g exists); status 0 means the pop is complete (fewer than count
+-- values: source g has no more), status 1 means the skip bound stopped it
+-- early: call again from source g to go on.
+-- A source holding a non-list, or a destination that is not a list, gives
+-- Redis's WRONGTYPE error and nothing is popped.
+-- Work per call: ARGV[5] requeues, count pops and ARGV[6] skips, whatever
+-- the queue holds; the caller bounds count and the number of sources.
 
 local G = tonumber(ARGV[1])
 local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
 local count = tonumber(ARGV[3])
 local push = ARGV[4]
-local bound = tonumber(ARGV[5])
+local requeue_budget = tonumber(ARGV[5])
+local skip_budget = tonumber(ARGV[6])
 local dest = ''
 if push ~= '' then
   dest = KEYS[#KEYS]
   local t = redis.call('TYPE', dest)['ok']
-  if t ~= 'list' and t ~= 'none' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-  end
+  if t ~= 'list' and t ~= 'none' then return redis.error_reply(WRONGTYPE) end
 end
 local push_cmd = push == 'L' and 'LPUSH' or 'RPUSH'
 local now = now_ms()
-local ki, ai = 1, 6
+
+local function exists(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'list' then return true end
+  if t ~= 'none' then return nil, redis.error_reply(WRONGTYPE) end
+  return false
+end
+
+-- Sources' ARGV start after the 6 fixed ones above.
+local ki, ai = 1, 7
 for g = 1, G do
   local kind = ARGV[ai]
   ai = ai + 1
   if kind == 'q' then
     local k = group(ki)
     local r = rule(ai)
-    ki, ai = ki + 7, ai + 5
-    requeue_expired(k, r, now, bound)
+    ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
+    local back = requeue_expired(k, r, now, requeue_budget)
+    requeue_budget = requeue_budget - back
     if count == 0 then
-      local t = redis.call('TYPE', k.q)['ok']
-      if t == 'list' then return { g } end
-      if t ~= 'none' then
-        return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-      end
+      local found, err = exists(k.q)
+      if err then return err end
+      if found then return { 0, g } end
     else
-      local out = { g }
-      local skipped = 0
-      while #out - 1 < count do
+      local out = { 0, g }
+      while #out - 2 < count do
         local v = redis.pcall(pop_cmd, k.q)
         if type(v) == 'table' then return v end
         if not v then break end
@@ -63,27 +73,28 @@ for g = 1, G do
           new_lease(k, r, v, deliveries, dest, push, now)
           out[#out + 1] = v
         else
-          skipped = skipped + 1
-          if skipped >= 100 then break end
+          skip_budget = skip_budget - 1
+          if skip_budget <= 0 then
+            out[1] = 1
+            return out
+          end
         end
       end
       -- A list that held only cancelled copies counts as empty.
-      if #out > 1 then return out end
+      if #out > 2 then return out end
     end
   else
     local key = KEYS[ki]
     ki = ki + 1
     if count == 0 then
-      local t = redis.call('TYPE', key)['ok']
-      if t == 'list' then return { g } end
-      if t ~= 'none' then
-        return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-      end
+      local found, err = exists(key)
+      if err then return err end
+      if found then return { 0, g } end
     else
       local vs = redis.pcall(pop_cmd, key, count)
       if type(vs) == 'table' and vs['err'] then return vs end
       if vs then
-        local out = { g }
+        local out = { 0, g }
         for _, v in ipairs(vs) do
           if dest ~= '' then redis.call(push_cmd, dest, v) end
           out[#out + 1] = v

@@ -14,4 +14,5 @@ pub mod queue;
 pub mod resp;
 pub mod server;
 pub mod session;
+pub mod timeout;
 pub mod upstream;

@@ -1,30 +1,25 @@
-//! Calling the embedded scripts: EVALSHA normally, the whole script where a
-//! missing one cannot be retried (inside MULTI) or after Redis said NOSCRIPT.
+//! Calling the queue scripts. A [`Call`] is built from the calling
+//! convention (a queue's key group, its rule arguments) and sent as EVALSHA,
+//! or as the whole script where a missing one cannot be retried (inside
+//! MULTI) or after Redis said NOSCRIPT.
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::rules::Queue;
 use super::scripts::Script;
 use super::value::{self, Value};
-use crate::session::output::{ReplyTransform, Transformed};
+use crate::error::UpstreamError;
+use crate::session::output::{ClientState, ReplyTransform, Transformed};
 use crate::upstream::push_command;
+use crate::upstream::shared::SharedUpstream;
 
 /// One script invocation, kept so it can be re-sent in full.
 pub struct Call {
     pub script: &'static Script,
     pub keys: Vec<Bytes>,
     pub argv: Vec<Bytes>,
-}
-
-fn sha_of(script: &'static Script) -> &'static str {
-    static SHAS: OnceLock<std::sync::Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
-    let mut map = SHAS.get_or_init(Default::default).lock().unwrap();
-    map.entry(script.name).or_insert_with(|| {
-        let hex = sha1_smol::Sha1::from(script.body).digest().to_string();
-        Box::leak(hex.into_boxed_str())
-    })
 }
 
 impl Call {
@@ -46,6 +41,18 @@ impl Call {
         self
     }
 
+    /// Appends the queue's key group to KEYS (Lua: `group(i)`).
+    pub fn queue(mut self, q: &Queue) -> Self {
+        self.keys.extend(q.key_group().iter().cloned());
+        self
+    }
+
+    /// Appends the queue's rule to ARGV (Lua: `rule(i)`).
+    pub fn rule(mut self, q: &Queue) -> Self {
+        self.argv.extend(q.rule_args().iter().cloned());
+        self
+    }
+
     fn encode(&self, verb: &[u8], script: &[u8]) -> Bytes {
         let numkeys = self.keys.len().to_string();
         let mut args: Vec<&[u8]> = Vec::with_capacity(3 + self.keys.len() + self.argv.len());
@@ -60,11 +67,11 @@ impl Call {
     }
 
     pub fn evalsha(&self) -> Bytes {
-        self.encode(b"EVALSHA", sha_of(self.script).as_bytes())
+        self.encode(b"EVALSHA", self.script.sha().as_bytes())
     }
 
     pub fn eval(&self) -> Bytes {
-        self.encode(b"EVAL", self.script.body.as_bytes())
+        self.encode(b"EVAL", self.script.body().as_bytes())
     }
 
     /// The request to send: EVALSHA, or the whole script when `full`.
@@ -75,6 +82,37 @@ impl Call {
             self.evalsha()
         }
     }
+}
+
+/// Why a script call gave no value.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// Redis answered with an error (WRONGTYPE, OOM, ...): the client gets it
+    /// as it is, as it would from the command it sent.
+    Redis(Bytes),
+    /// No reply from Redis; see [`UpstreamError`] for whether it ran.
+    Upstream(UpstreamError),
+    /// A reply our scripts never give.
+    Unexpected,
+}
+
+impl CallError {
+    pub fn to_reply(&self) -> Bytes {
+        match self {
+            CallError::Redis(b) => b.clone(),
+            CallError::Upstream(e) => Bytes::from(e.to_reply()),
+            CallError::Unexpected => {
+                Bytes::from_static(b"-ERR ackproxy: unexpected script reply\r\n")
+            }
+        }
+    }
+}
+
+fn decode(reply: Bytes) -> Result<Value, CallError> {
+    if reply.first() == Some(&b'-') {
+        return Err(CallError::Redis(reply));
+    }
+    value::decode(&reply).ok_or(CallError::Unexpected)
 }
 
 /// Turns a script's reply into the client's reply; errors the script
@@ -106,33 +144,29 @@ where
                 return Transformed::Retry(call.eval());
             }
         }
-        if reply.first() == Some(&b'-') {
-            return Transformed::Done(reply);
-        }
-        match value::decode(&reply) {
-            Some(v) => Transformed::Done((self.build)(v)),
-            None => Transformed::Done(Bytes::from_static(
-                b"-ERR ackproxy: unexpected script reply\r\n",
-            )),
+        match decode(reply) {
+            Ok(v) => Transformed::Done((self.build)(v)),
+            Err(e) => Transformed::Done(e.to_reply()),
         }
     }
 }
 
-/// Runs a call on the shared upstream and returns its decoded reply,
-/// re-sending the whole script if Redis lost it.
-pub async fn run(
-    shared: &crate::upstream::shared::SharedUpstream,
-    client: &std::sync::Arc<crate::session::output::ClientState>,
-    call: &Call,
-) -> Result<Value, Bytes> {
-    let mut reply = shared.call(call.evalsha(), client.clone()).await;
-    if matches!(&reply, Ok(b) if b.starts_with(b"-NOSCRIPT")) {
-        reply = shared.call(call.eval(), client.clone()).await;
-    }
-    match reply {
-        Ok(b) if b.first() == Some(&b'-') => Err(b),
-        Ok(b) => value::decode(&b)
-            .ok_or_else(|| Bytes::from_static(b"-ERR ackproxy: unexpected script reply\r\n")),
-        Err(e) => Err(Bytes::from(e.to_reply())),
+/// Where a multi-step queue operation sends its calls, in order: the shared
+/// connection of the client it runs for (or the proxy's own).
+#[derive(Clone)]
+pub struct Caller {
+    pub shared: SharedUpstream,
+    pub client: Arc<ClientState>,
+}
+
+impl Caller {
+    /// Runs a call and decodes its reply, re-sending the whole script if
+    /// Redis lost it.
+    pub async fn run(&self, call: &Call) -> Result<Value, CallError> {
+        let mut reply = self.shared.call(call.evalsha(), self.client.clone()).await;
+        if matches!(&reply, Ok(b) if b.starts_with(b"-NOSCRIPT")) {
+            reply = self.shared.call(call.eval(), self.client.clone()).await;
+        }
+        decode(reply.map_err(CallError::Upstream)?)
     }
 }

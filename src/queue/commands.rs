@@ -6,8 +6,10 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, ScriptReply};
+use super::job::Job;
+use super::reaper::Registry;
 use super::rules::{Queue, Rules};
-use super::scripts::{self, Script};
+use super::scripts;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
@@ -42,14 +44,6 @@ fn not_a_queue(key: &[u8]) -> Intercept {
     Intercept::Reply(reply::error(&format!("no queue rule matches key '{name}'")))
 }
 
-fn queue_call(script: &'static Script, q: &Queue) -> Call {
-    let mut call = Call::new(script);
-    for k in q.key_group() {
-        call = call.key(k.clone());
-    }
-    call
-}
-
 fn rewrite<F>(call: Call, full: bool, build: F) -> Intercept
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
@@ -71,8 +65,42 @@ fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Intercept> {
     rules.resolve(key).ok_or_else(|| not_a_queue(key))
 }
 
+/// Ids acknowledged or nacked per script call: about 10 µs each.
+pub const IDS_PER_CALL: usize = 50;
+/// List elements one ACK call may look at to take late-acked copies out of
+/// the list (LPOS ... MAXLEN), over all its ids.
+const LATE_SCAN_PER_CALL: &str = "2000";
+/// The longest lease QUEUE EXTEND grants: 30 days. A lease that never ends
+/// would keep its message from everyone for good.
+pub const MAX_EXTEND_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
+pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
+    let mut call = Call::new(&scripts::ACK)
+        .queue(q)
+        .rule(q)
+        .arg(LATE_SCAN_PER_CALL);
+    for id in ids {
+        call = call.arg(id.clone());
+    }
+    call
+}
+
+fn count_acks(q: &Queue, v: &Value) -> i64 {
+    let released = v.array().first().map(Value::int).unwrap_or(0);
+    let late = v.array().get(1).map(Value::int).unwrap_or(0);
+    let queue = q.rule.pattern.clone();
+    metrics::counter!("ackproxy_acks_total", "rule" => queue.clone()).increment(released as u64);
+    metrics::counter!("ackproxy_late_acks_total", "rule" => queue).increment(late as u64);
+    released + late
+}
+
+fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
+    args.iter().skip(from).map(Bytes::copy_from_slice).collect()
+}
+
 /// ACK queue id [id ...]
-pub fn ack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
+pub fn ack(args: Args<'_>, rules: &Rules, in_multi: bool, full: bool) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("ack");
     }
@@ -80,24 +108,39 @@ pub fn ack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let mut call = queue_call(&scripts::ACK, &q);
-    for id in args.iter().skip(2) {
-        call = call.arg(Bytes::copy_from_slice(id));
+    let ids = ids_of(args, 2);
+    if ids.len() <= IDS_PER_CALL || in_multi {
+        let call = ack_call(&q, &ids);
+        return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
     }
-    let name = q.name.clone();
-    rewrite(call, full, move |v| {
-        let released = v.array().first().map(Value::int).unwrap_or(0);
-        let late = v.array().get(1).map(Value::int).unwrap_or(0);
-        let queue = String::from_utf8_lossy(&name).into_owned();
-        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone())
-            .increment(released as u64);
-        metrics::counter!("ackproxy_late_acks_total", "queue" => queue).increment(late as u64);
-        int_reply(released + late)
-    })
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        for chunk in ids.chunks(IDS_PER_CALL) {
+            match caller.run(&ack_call(&q, chunk)).await {
+                Ok(v) => total += count_acks(&q, &v),
+                Err(e) => return e.to_reply(),
+            }
+        }
+        int_reply(total)
+    }))
+}
+
+fn nack_call(q: &Queue, ids: &[Bytes]) -> Call {
+    let mut call = Call::new(&scripts::NACK).queue(q).rule(q);
+    for id in ids {
+        call = call.arg(id.clone());
+    }
+    call
 }
 
 /// NACK queue id [id ...]
-pub fn nack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
+pub fn nack(
+    args: Args<'_>,
+    rules: &Rules,
+    registry: &Arc<Registry>,
+    in_multi: bool,
+    full: bool,
+) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("nack");
     }
@@ -105,23 +148,49 @@ pub fn nack(args: Args<'_>, rules: &Rules, full: bool) -> Intercept {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let mut call = queue_call(&scripts::NACK, &q);
-    for a in &q.spec {
-        call = call.arg(a.clone());
+    let ids = ids_of(args, 2);
+    let queue = q.rule.pattern.clone();
+    if in_multi {
+        // Move leases are only marked due here; the reaper ends them.
+        registry.touch(&q.name);
+        let call = nack_call(&q, &ids);
+        return rewrite(call, full, move |v| {
+            let n = v.array().first().map(Value::int).unwrap_or(0);
+            metrics::counter!("ackproxy_nacks_total", "rule" => queue.clone()).increment(n as u64);
+            int_reply(n)
+        });
     }
-    for id in args.iter().skip(2) {
-        call = call.arg(Bytes::copy_from_slice(id));
-    }
-    let queue = String::from_utf8_lossy(&q.name).into_owned();
-    rewrite(call, full, move |v| {
-        let n = v.int();
-        metrics::counter!("ackproxy_nacks_total", "queue" => queue.clone()).increment(n as u64);
-        int_reply(n)
-    })
+    let registry = registry.clone();
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        for chunk in ids.chunks(IDS_PER_CALL) {
+            let v = match caller.run(&nack_call(&q, chunk)).await {
+                Ok(v) => v,
+                Err(e) => return e.to_reply(),
+            };
+            let items = v.array();
+            total += items.first().map(Value::int).unwrap_or(0);
+            // Move leases: their stale copy leaves the destination and the
+            // message is back in the queue before the client hears back.
+            for pair in items.get(1..).unwrap_or_default().chunks(2) {
+                let [token, dest] = pair else { break };
+                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
+            }
+        }
+        registry.touch(&q.name);
+        metrics::counter!("ackproxy_nacks_total", "rule" => queue).increment(total as u64);
+        int_reply(total)
+    }))
 }
 
 /// QUEUE subcommand ...
-pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Intercept {
+pub fn queue(
+    args: Args<'_>,
+    rules: &Rules,
+    registry: &Arc<Registry>,
+    protocol: u8,
+    full: bool,
+) -> Intercept {
     let Some(sub_raw) = args.get(1) else {
         return wrong_arity("queue");
     };
@@ -140,10 +209,19 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
                 Ok(q) => q,
                 Err(e) => return e,
             };
-            let Some(ms) = args.get(4).and_then(parse_i64).filter(|&ms| ms > 0) else {
-                return Intercept::Reply(reply::error("value is out of range, must be positive"));
+            let Some(ms) = args
+                .get(4)
+                .and_then(parse_i64)
+                .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
+            else {
+                return Intercept::Reply(reply::error(&format!(
+                    "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
+                )));
             };
-            let call = queue_call(&scripts::EXTEND, &q)
+            // A shorter lease may now be due before the reaper expected.
+            registry.touch(&q.name);
+            let call = Call::new(&scripts::EXTEND)
+                .queue(&q)
                 .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
                 .arg(ms.to_string());
             rewrite(call, full, |v| int_reply(v.int()))
@@ -153,9 +231,9 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
                 Ok(q) => q,
                 Err(e) => return e,
             };
-            let call = queue_call(&scripts::INFO, &q);
+            let call = Call::new(&scripts::INFO).queue(&q);
             let rule = q.rule.clone();
-            let dead = Bytes::copy_from_slice(&q.keys.dead);
+            let dead = Bytes::copy_from_slice(q.keys.dead());
             rewrite(call, full, move |v| {
                 let a = v.array();
                 let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
@@ -197,7 +275,7 @@ pub fn queue(args: Args<'_>, rules: &Rules, protocol: u8, full: bool) -> Interce
                     }
                 }
             }
-            let call = queue_call(&scripts::LEASES, &q).arg(count.to_string());
+            let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
             rewrite(call, full, move |v| {
                 let leases = v.array();
                 let mut out = BytesMut::new();
@@ -252,17 +330,15 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
     if args.len() != 4 || parse_i64(count).is_none() {
         return Intercept::Pass;
     }
-    let mut call = Call::new(&scripts::LREM).key(Bytes::copy_from_slice(dest));
-    for k in q.key_group() {
-        call = call.key(k.clone());
-    }
-    let call = call
+    let call = Call::new(&scripts::LREM)
+        .key(Bytes::copy_from_slice(dest))
+        .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    let queue = String::from_utf8_lossy(&q.name).into_owned();
+    let queue = q.rule.pattern.clone();
     rewrite(call, full, move |v| {
         let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "queue" => queue.clone())
+        metrics::counter!("ackproxy_acks_total", "rule" => queue.clone())
             .increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })

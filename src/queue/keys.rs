@@ -15,7 +15,7 @@
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
 //! | `…:msgs` | hash | token (`i`+sha1(ack id), longer for duplicates) → msgpack record |
 //! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token |
-//! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies |
+//! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
 //! | dead letter | list | raw payloads past max deliveries |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
@@ -24,28 +24,46 @@
 //! share `{jobs}:dead`; configure one explicitly if both exist.) A
 //! configured name may use `$queue` for the queue's name.
 
-/// Keys a script takes per queue, in this order.
-pub const QUEUE_GROUP: usize = 7;
+/// What one key of a queue's group is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    /// The client's own list.
+    Queue,
+    /// `ackq:{TAG}:Q:<suffix>`.
+    Aux(&'static str),
+    /// The dead-letter list (configurable name).
+    Dead,
+}
+
+/// The calling convention of every queue script, defined once: the keys of
+/// a queue, in the order a script receives them as a group of consecutive
+/// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
+/// `scripts.rs`). Adding a key is one line here.
+pub const GROUP: [(&str, Role); 7] = [
+    ("q", Role::Queue),
+    ("leases", Role::Aux("leases")),
+    ("mleases", Role::Aux("mleases")),
+    ("msgs", Role::Aux("msgs")),
+    ("ids", Role::Aux("ids")),
+    ("retry", Role::Aux("retry")),
+    ("dead", Role::Dead),
+];
+
+/// Keys a script takes per queue.
+pub const QUEUE_GROUP: usize = GROUP.len();
+
+/// Aux key suffixes whose keys hold leases: the reaper finds queues by them.
+pub const LEASE_SUFFIXES: [&str; 2] = ["leases", "mleases"];
 
 pub struct QueueKeys {
-    pub queue: Vec<u8>,
-    pub leases: Vec<u8>,
-    pub mleases: Vec<u8>,
-    pub msgs: Vec<u8>,
-    pub ids: Vec<u8>,
-    pub retry: Vec<u8>,
-    pub dead: Vec<u8>,
+    /// In [`GROUP`] order.
+    names: [Vec<u8>; QUEUE_GROUP],
 }
 
 impl QueueKeys {
     pub fn new(queue: &[u8], dead_letter: Option<&str>) -> QueueKeys {
         let tag = slot_tag(queue);
-        let mut base = b"ackq:{".to_vec();
-        base.extend_from_slice(&tag);
-        base.extend_from_slice(b"}:");
-        base.extend_from_slice(queue);
-        base.push(b':');
-        let aux = |suffix: &str| [&base[..], suffix.as_bytes()].concat();
+        let base = aux_base(&tag, queue);
         let dead = match dead_letter {
             Some(template) => replace_queue(template.as_bytes(), queue),
             None if hash_tag(queue).is_some() => [queue, b":dead"].concat(),
@@ -53,27 +71,57 @@ impl QueueKeys {
             None => [b"{", &tag[..], b"}:", queue, b":dead"].concat(),
         };
         QueueKeys {
-            queue: queue.to_vec(),
-            leases: aux("leases"),
-            mleases: aux("mleases"),
-            msgs: aux("msgs"),
-            ids: aux("ids"),
-            retry: aux("retry"),
-            dead,
+            names: GROUP.map(|(_, role)| match role {
+                Role::Queue => queue.to_vec(),
+                Role::Aux(suffix) => [&base[..], suffix.as_bytes()].concat(),
+                Role::Dead => dead.clone(),
+            }),
         }
     }
 
     pub fn all(&self) -> [&[u8]; QUEUE_GROUP] {
-        [
-            &self.queue,
-            &self.leases,
-            &self.mleases,
-            &self.msgs,
-            &self.ids,
-            &self.retry,
-            &self.dead,
-        ]
+        std::array::from_fn(|i| &self.names[i][..])
     }
+
+    /// The key playing `name` in the group.
+    pub fn get(&self, name: &str) -> &[u8] {
+        let i = GROUP
+            .iter()
+            .position(|(n, _)| *n == name)
+            .expect("a key of the group");
+        &self.names[i]
+    }
+
+    pub fn queue(&self) -> &[u8] {
+        self.get("q")
+    }
+
+    pub fn dead(&self) -> &[u8] {
+        self.get("dead")
+    }
+}
+
+/// `ackq:{TAG}:Q:`, the prefix of every aux key of queue Q.
+fn aux_base(tag: &[u8], queue: &[u8]) -> Vec<u8> {
+    [b"ackq:{", tag, b"}:", queue, b":"].concat()
+}
+
+/// The glob that matches the lease keys of every queue (for `SCAN`).
+pub fn lease_key_scan_pattern() -> &'static str {
+    "ackq:*leases"
+}
+
+/// The queue an aux key belongs to, for the lease keys: `ackq:{TAG}:Q:leases`
+/// (or another lease suffix). TAG never contains `}`, so the first `}:`
+/// ends it.
+pub fn queue_of_lease_key(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(b"ackq:{")?;
+    let close = rest.windows(2).position(|w| w == b"}:")?;
+    let rest = &rest[close + 2..];
+    LEASE_SUFFIXES.iter().find_map(|s| {
+        rest.strip_suffix(s.as_bytes())
+            .and_then(|r| r.strip_suffix(b":"))
+    })
 }
 
 fn replace_queue(template: &[u8], queue: &[u8]) -> Vec<u8> {
@@ -170,13 +218,25 @@ mod tests {
     #[test]
     fn names_are_readable_and_distinct() {
         let k = QueueKeys::new(b"jobs", None);
-        assert_eq!(k.leases, b"ackq:{jobs}:jobs:leases");
-        assert_eq!(k.dead, b"{jobs}:dead");
+        assert_eq!(k.get("leases"), b"ackq:{jobs}:jobs:leases");
+        assert_eq!(k.dead(), b"{jobs}:dead");
         let t = QueueKeys::new(b"{jobs}", None);
-        assert_eq!(t.leases, b"ackq:{jobs}:{jobs}:leases");
-        assert_ne!(k.leases, t.leases);
-        assert_eq!(t.dead, b"{jobs}:dead");
+        assert_eq!(t.get("leases"), b"ackq:{jobs}:{jobs}:leases");
+        assert_ne!(k.get("leases"), t.get("leases"));
+        assert_eq!(t.dead(), b"{jobs}:dead");
         let c = QueueKeys::new(b"jobs", Some("dlq:$queue"));
-        assert_eq!(c.dead, b"dlq:jobs");
+        assert_eq!(c.dead(), b"dlq:jobs");
+    }
+
+    #[test]
+    fn lease_keys_name_their_queue() {
+        for name in [&b"jobs"[..], b"{u1}q", b"x}y", b"a:leases"] {
+            let k = QueueKeys::new(name, None);
+            for s in LEASE_SUFFIXES {
+                assert_eq!(queue_of_lease_key(k.get(s)), Some(name));
+            }
+        }
+        assert_eq!(queue_of_lease_key(b"other"), None);
+        assert_eq!(queue_of_lease_key(b"ackq:{jobs}:jobs:msgs"), None);
     }
 }

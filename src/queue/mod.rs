@@ -5,8 +5,10 @@
 //! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
+pub mod bounded;
 pub mod call;
 pub mod commands;
+pub mod job;
 pub mod keys;
 pub mod pop;
 pub mod reaper;
@@ -15,8 +17,7 @@ pub mod scripts;
 pub mod value;
 pub mod waiters;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,9 +28,11 @@ use crate::config::Config;
 use crate::session::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
-use call::ScriptReply;
+use bounded::ByteBoundedMap;
+use call::{Caller, ScriptReply};
+use job::Job;
 use pop::{Parsed, Pop};
-use rules::{Queue, Rules};
+use rules::Rules;
 use waiters::Waiters;
 
 /// What the session does with a request that may concern a queue.
@@ -45,18 +48,25 @@ pub enum Intercept {
     },
     /// A blocking pop on a queue key, outside MULTI.
     Block(Pop),
+    /// Several bounded script calls, awaited before the client's next
+    /// request is handled.
+    Job(job::Job),
 }
 
-/// Move destinations remembered at most; past it the map starts over.
-const DESTINATIONS_KEPT: usize = 100_000;
+/// Bytes of move-destination names remembered at most; past it the oldest
+/// are forgotten. Forgetting one only means an LREM there no longer
+/// acknowledges: the lease then expires and the stale copy is removed, so
+/// at-least-once still holds.
+const DESTINATIONS_BYTES: usize = 8 << 20;
 
 pub struct Queues {
     rules: Arc<Rules>,
-    /// Lists that received messages from a queue's move pops: an LREM on
-    /// them may acknowledge a lease.
-    destinations: RwLock<HashMap<Bytes, Arc<Queue>>>,
-    /// Queues this proxy has seen, for the reaper.
-    known: Arc<Mutex<HashSet<Bytes>>>,
+    /// An LREM on these lists may acknowledge a lease.
+    /// Destination → the queue's name (not the resolved queue, which can be
+    /// large and is cached apart, within its own bound).
+    destinations: RwLock<ByteBoundedMap<Bytes>>,
+    /// Queues with leases, for the reaper.
+    registry: Arc<reaper::Registry>,
     waiters: Waiters,
 }
 
@@ -74,12 +84,21 @@ impl Queues {
         // The proxy's own traffic (wake-ups, reaping) gets its own shared
         // connection so that it never queues behind clients' pipelines.
         let shared = SharedUpstream::spawn(endpoint.clone());
-        let waiters = Waiters::start(rules.clone(), endpoint, shared.clone(), stop.clone());
-        let known = Arc::new(Mutex::new(HashSet::new()));
+        let registry = Arc::new(reaper::Registry::default());
+        let waiters = Waiters::start(
+            rules.clone(),
+            endpoint,
+            shared.clone(),
+            registry.clone(),
+            stop.clone(),
+        );
         let reaper = reaper::Reaper {
             rules: rules.clone(),
-            known: known.clone(),
-            shared,
+            registry: registry.clone(),
+            caller: Caller {
+                shared,
+                client: ClientState::new(0, usize::MAX),
+            },
             waiters: waiters.clone(),
             interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
             batch: config.reaper.batch.max(1),
@@ -87,8 +106,8 @@ impl Queues {
         tokio::spawn(reaper.run(stop));
         Some(Queues {
             rules,
-            destinations: RwLock::new(HashMap::new()),
-            known,
+            destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
+            registry,
             waiters,
         })
     }
@@ -126,15 +145,15 @@ impl Queues {
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
-                let q = self.destinations.read().unwrap().get(dest).cloned();
-                match q {
+                let name = self.destinations.read().unwrap().get(dest).cloned();
+                match name.and_then(|n| self.rules.resolve(&n)) {
                     Some(q) => commands::lrem(args, &q, full),
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, full),
-            Kind::Nack => commands::nack(args, &self.rules, full),
-            Kind::Queue => commands::queue(args, &self.rules, protocol, full),
+            Kind::Ack => commands::ack(args, &self.rules, in_multi, full),
+            Kind::Nack => commands::nack(args, &self.rules, &self.registry, in_multi, full),
+            Kind::Queue => commands::queue(args, &self.rules, &self.registry, protocol, full),
             _ => Intercept::Pass,
         }
     }
@@ -156,37 +175,40 @@ impl Queues {
                 }
             }
         };
-        {
-            let mut known = self.known.lock().unwrap();
-            for q in pop.queues() {
-                if !known.contains(&q.name) {
-                    known.insert(q.name.clone());
-                }
-            }
-        }
         if let (Some((dest, _)), Some(q)) = (&pop.dest, pop.queues().next()) {
-            let mut d = self.destinations.write().unwrap();
-            if !d.contains_key(dest) {
-                if d.len() >= DESTINATIONS_KEPT {
-                    d.clear();
-                }
-                d.insert(dest.clone(), q.clone());
+            let known = self.destinations.read().unwrap().contains_key(dest);
+            if !known {
+                self.destinations.write().unwrap().insert(
+                    dest.clone(),
+                    q.name.clone(),
+                    q.name.len(),
+                );
             }
         }
-        for q in pop.queues() {
-            metrics::counter!("ackproxy_pops_total", "queue" => String::from_utf8_lossy(&q.name).into_owned())
-                .increment(1);
+        let registry = self.registry.clone();
+        if in_multi {
+            let call = pop.single_call();
+            return Intercept::Rewrite {
+                request: call.request(full),
+                transform: ScriptReply::boxed(call, move |v| {
+                    let done = pop.popped(&v);
+                    after_pop(&registry, &done);
+                    done.reply.unwrap_or_else(|| pop.multi_empty_reply())
+                }),
+            };
         }
-        if form.is_blocking() && !in_multi {
+        if form.is_blocking() {
             return Intercept::Block(pop);
         }
-        let call = pop.call();
-        Intercept::Rewrite {
-            request: call.request(full),
-            transform: ScriptReply::boxed(call, move |v| {
-                pop.reply(&v).unwrap_or_else(|| pop.multi_empty_reply())
-            }),
-        }
+        Intercept::Job(Job::new(move |caller| async move {
+            match pop.run(&caller).await {
+                Ok(done) => {
+                    after_pop(&registry, &done);
+                    done.reply.unwrap_or_else(|| pop.multi_empty_reply())
+                }
+                Err(e) => e.to_reply(),
+            }
+        }))
     }
 
     /// Waits until the pop gets a message or its timeout passes.
@@ -194,8 +216,8 @@ impl Queues {
         let timeout = pop.timeout;
         let timeout_reply = pop.timeout_reply();
         let rx = self.waiters.park(pop);
-        if timeout > 0.0 {
-            match tokio::time::timeout(Duration::from_secs_f64(timeout), rx).await {
+        if let crate::timeout::Timeout::Millis(ms) = timeout {
+            match tokio::time::timeout(Duration::from_millis(ms), rx).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
                 Err(_) => timeout_reply,
@@ -205,6 +227,16 @@ impl Queues {
                 Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n")
             })
         }
+    }
+}
+
+/// Bookkeeping after a pop leased messages: the reaper learns the queue,
+/// and the messages are counted under their rule.
+fn after_pop(registry: &reaper::Registry, done: &pop::Popped) {
+    registry.record(done);
+    if let Some(q) = &done.queue {
+        metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
+            .increment(done.count as u64);
     }
 }
 

@@ -6,15 +6,24 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::call::Call;
+use super::call::{Call, CallError, Caller};
 use super::rules::{Queue, Rules};
 use super::scripts;
 use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
 use crate::resp::reply;
+use crate::timeout::{parse_timeout_secs, Timeout};
 
-/// Expired leases a pop returns to its queue before popping, at most.
-const REQUEUE_PER_POP: &str = "10";
+/// Bounds on one pop script call, whatever the client asked for: a pop with
+/// a larger COUNT, or more source keys, is carried out as several calls.
+/// Elements popped and leased per call: about 15 µs each with 1 KB payloads, so a call stays near 1 ms.
+pub const POP_BATCH: u64 = 50;
+/// Source keys looked at per call.
+pub const SOURCES_PER_CALL: usize = 16;
+/// Expired leases returned to their queues per call, before popping.
+const REQUEUE_PER_CALL: &str = "16";
+/// Copies cancelled by a late ACK skipped per call.
+const SKIP_PER_CALL: &str = "100";
 
 pub enum Source {
     Queue(Arc<Queue>),
@@ -39,8 +48,8 @@ pub struct Pop {
     pub count: Option<u64>,
     /// Destination and the end it is pushed at, for the move forms.
     pub dest: Option<(Bytes, bool)>,
-    /// Seconds; 0 waits forever. Blocking forms only.
-    pub timeout: f64,
+    /// Blocking forms only.
+    pub timeout: Timeout,
     pub protocol: u8,
 }
 
@@ -80,10 +89,10 @@ fn direction(a: Option<&[u8]>) -> Option<bool> {
     }
 }
 
-fn timeout(a: Option<&[u8]>) -> Option<f64> {
-    let t: f64 = std::str::from_utf8(a?).ok()?.parse().ok()?;
-    // Redis refuses timeouts past LLONG_MAX milliseconds.
-    (t.is_finite() && t >= 0.0 && t <= (i64::MAX / 1000) as f64).then_some(t)
+/// The timeout as Redis reads it; `None` where Redis refuses it (Redis then
+/// says why, see [`neutralised`]).
+fn timeout(a: Option<&[u8]>) -> Option<Timeout> {
+    parse_timeout_secs(a?).ok()
 }
 
 pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Parsed {
@@ -102,7 +111,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
         left: false,
         count: None,
         dest: None,
-        timeout: 0.0,
+        timeout: Timeout::Forever,
         protocol,
     };
     let ok = match form {
@@ -210,31 +219,73 @@ pub fn neutralised(args: Args<'_>, rules: &Rules) -> Bytes {
     Bytes::from(crate::upstream::encode_command(&parts))
 }
 
+/// What a pop did.
+pub struct Popped {
+    /// The client's reply; `None` when nothing was popped and the form
+    /// blocks.
+    pub reply: Option<Bytes>,
+    /// The queue the elements were leased from, if any.
+    pub queue: Option<Arc<Queue>>,
+    pub count: usize,
+}
+
+/// What one pop script call found.
+enum Found {
+    /// Nothing in any source of the call.
+    Nothing,
+    /// Source `g` (0-based in the call) exists; `more` when the call stopped
+    /// at its skip bound and source `g` may still hold messages.
+    Popped {
+        g: usize,
+        values: Vec<Bytes>,
+        more: bool,
+    },
+}
+
+fn found(v: &Value) -> Result<Found, CallError> {
+    let items = v.array();
+    if items.is_empty() {
+        return Ok(Found::Nothing);
+    }
+    let (Some(status), Some(g)) = (items.first(), items.get(1)) else {
+        return Err(CallError::Unexpected);
+    };
+    let g = g.int();
+    if g < 1 {
+        return Err(CallError::Unexpected);
+    }
+    Ok(Found::Popped {
+        g: g as usize - 1,
+        values: items[2..]
+            .iter()
+            .map(|v| Bytes::copy_from_slice(v.bytes()))
+            .collect(),
+        more: status.int() == 1,
+    })
+}
+
 impl Pop {
-    /// The pop-and-lease script call (never blocks).
-    pub fn call(&self) -> Call {
+    /// The pop-and-lease script call over `sources[from..to]`, popping up
+    /// to `count` (never blocks).
+    fn call_for(&self, from: usize, to: usize, count: u64) -> Call {
         let end: &'static [u8] = if self.left { b"L" } else { b"R" };
         let push: Bytes = match &self.dest {
             None => Bytes::new(),
             Some((_, true)) => Bytes::from_static(b"L"),
             Some((_, false)) => Bytes::from_static(b"R"),
         };
+        let sources = &self.sources[from..to];
         let mut call = Call::new(&scripts::POP)
-            .arg(self.sources.len().to_string())
+            .arg(sources.len().to_string())
             .arg(Bytes::from_static(end))
-            .arg(self.count.unwrap_or(1).to_string())
+            .arg(count.to_string())
             .arg(push)
-            .arg(REQUEUE_PER_POP);
-        for s in &self.sources {
+            .arg(REQUEUE_PER_CALL)
+            .arg(SKIP_PER_CALL);
+        for s in sources {
             match s {
                 Source::Queue(q) => {
-                    for k in q.key_group() {
-                        call = call.key(k.clone());
-                    }
-                    call = call.arg(Bytes::from_static(b"q"));
-                    for a in &q.spec {
-                        call = call.arg(a.clone());
-                    }
+                    call = call.queue(q).arg(Bytes::from_static(b"q")).rule(q);
                 }
                 Source::Plain(k) => {
                     call = call.key(k.clone()).arg(Bytes::from_static(b"p"));
@@ -247,14 +298,105 @@ impl Pop {
         call
     }
 
-    /// The client's reply for the script's answer; `None` when nothing was
-    /// popped (a blocking form then waits).
+    /// The whole pop as one call, for inside MULTI, where it cannot be
+    /// split: its work is bounded by what the queues hold, as Redis's own
+    /// pop with that COUNT would be.
+    pub fn single_call(&self) -> Call {
+        self.call_for(0, self.sources.len(), self.count.unwrap_or(1))
+    }
+
+    /// The client's reply for a [`Pop::single_call`]'s answer; `None` when
+    /// nothing was popped (a blocking form then waits).
     pub fn reply(&self, v: &Value) -> Option<Bytes> {
-        let items = v.array();
+        match found(v) {
+            Ok(Found::Popped { g, values, .. }) => self.build(Some(g), &values),
+            _ => self.build(None, &[]),
+        }
+    }
+
+    /// Carries the pop out as bounded script calls: each pops at most
+    /// [`POP_BATCH`] elements from at most [`SOURCES_PER_CALL`] sources.
+    /// Once a source gave elements, the following calls pop from it alone,
+    /// so the reply is the one Redis would send; what the client gives up
+    /// for counts above the bound is that other clients may pop between two
+    /// calls. Returns `None` when nothing was popped (a blocking form then
+    /// waits).
+    pub async fn run(&self, caller: &Caller) -> Result<Popped, CallError> {
+        let want = self.count.unwrap_or(1);
+        let n = self.sources.len();
+        let mut from = 0;
+        let mut source: Option<usize> = None;
+        let mut got: Vec<Bytes> = Vec::new();
+        loop {
+            let (lo, hi) = match source {
+                Some(g) if !got.is_empty() => (g, g + 1),
+                _ => (from, (from + SOURCES_PER_CALL).min(n)),
+            };
+            if lo >= hi {
+                break;
+            }
+            let ask = (want - got.len() as u64).min(POP_BATCH);
+            let v = caller.run(&self.call_for(lo, hi, ask)).await?;
+            match found(&v)? {
+                Found::Nothing => {
+                    if !got.is_empty() {
+                        break;
+                    }
+                    source = None;
+                    from = hi;
+                }
+                Found::Popped { g, values, more } => {
+                    let g = lo + g;
+                    let k = values.len() as u64;
+                    source = Some(g);
+                    got.extend(values);
+                    if want == 0 || got.len() as u64 >= want {
+                        break;
+                    }
+                    if more {
+                        // Stopped at the skip bound: look at source g again
+                        // (and, if it has nothing real, at the ones after).
+                        from = g;
+                        continue;
+                    }
+                    if k < ask {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(Popped {
+            reply: self.build(source, &got),
+            queue: match source.and_then(|g| self.sources.get(g)) {
+                Some(Source::Queue(q)) if !got.is_empty() => Some(q.clone()),
+                _ => None,
+            },
+            count: got.len(),
+        })
+    }
+
+    /// What a [`Pop::single_call`] popped, for bookkeeping.
+    pub fn popped(&self, v: &Value) -> Popped {
+        let (queue, count) = match found(v) {
+            Ok(Found::Popped { g, values, .. }) => match self.sources.get(g) {
+                Some(Source::Queue(q)) if !values.is_empty() => (Some(q.clone()), values.len()),
+                _ => (None, values.len()),
+            },
+            _ => (None, 0),
+        };
+        Popped {
+            reply: self.reply(v),
+            queue,
+            count,
+        }
+    }
+
+    /// The client's reply: `source` is the index of the source that exists
+    /// (and gave `values`), `None` when no source had anything.
+    fn build(&self, source: Option<usize>, values: &[Bytes]) -> Option<Bytes> {
         let mut out = BytesMut::new();
         let p = self.protocol;
-        if items.is_empty() {
-            // Nothing popped and no source exists.
+        let Some(g) = source else {
             match self.form {
                 PopForm::Pop { .. } if self.count.is_none() => reply::null_bulk(&mut out, p),
                 PopForm::Pop { .. } | PopForm::LMPop => reply::null_array(&mut out, p),
@@ -262,25 +404,23 @@ impl Pop {
                 _ => return None,
             }
             return Some(out.freeze());
-        }
-        let g = items[0].int().max(1) as usize;
+        };
         let key = self
             .sources
-            .get(g - 1)
+            .get(g)
             .map(Source::key)
             .cloned()
             .unwrap_or_default();
-        let values = &items[1..];
         match self.form {
             PopForm::Pop { .. } => match self.count {
                 None => match values.first() {
-                    Some(v) => reply::bulk(&mut out, v.bytes()),
+                    Some(v) => reply::bulk(&mut out, v),
                     None => reply::null_bulk(&mut out, p),
                 },
                 Some(_) => {
                     reply::array(&mut out, values.len());
                     for v in values {
-                        reply::bulk(&mut out, v.bytes());
+                        reply::bulk(&mut out, v);
                     }
                 }
             },
@@ -288,11 +428,11 @@ impl Pop {
                 let v = values.first()?;
                 reply::array(&mut out, 2);
                 reply::bulk(&mut out, &key);
-                reply::bulk(&mut out, v.bytes());
+                reply::bulk(&mut out, v);
             }
             PopForm::RPopLPush | PopForm::BRPopLPush | PopForm::LMove | PopForm::BLMove => {
                 let v = values.first()?;
-                reply::bulk(&mut out, v.bytes());
+                reply::bulk(&mut out, v);
             }
             PopForm::LMPop | PopForm::BLMPop => {
                 if values.is_empty() {
@@ -302,7 +442,7 @@ impl Pop {
                 reply::bulk(&mut out, &key);
                 reply::array(&mut out, values.len());
                 for v in values {
-                    reply::bulk(&mut out, v.bytes());
+                    reply::bulk(&mut out, v);
                 }
             }
         }

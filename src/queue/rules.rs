@@ -7,53 +7,97 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::keys::QueueKeys;
+use super::bounded::ByteBoundedMap;
+use super::keys::{QueueKeys, QUEUE_GROUP};
 use crate::config::{AckId, End, QueueRule, Redeliver};
+
+/// How the Lua side reads a rule argument.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LuaType {
+    Number,
+    Text,
+}
+
+/// The other half of the calling convention (the keys are `keys::GROUP`):
+/// a queue's rule as consecutive ARGV, each with the name the Lua side gives
+/// it (`rule(i).<name>`) and how it is encoded. Adding a rule argument is
+/// one line here.
+#[allow(clippy::type_complexity)]
+pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 5] = [
+    ("lease", LuaType::Number, |r| {
+        Bytes::from(r.lease_ms.to_string())
+    }),
+    ("max", LuaType::Number, |r| {
+        Bytes::from(r.max_deliveries.to_string())
+    }),
+    // '' = the whole payload is the ack id.
+    ("field", LuaType::Text, |r| match &r.ack_id {
+        AckId::Payload => Bytes::new(),
+        AckId::JsonField(f) => Bytes::from(f.clone()),
+    }),
+    ("redeliver", LuaType::Text, |r| {
+        Bytes::from_static(match r.redeliver {
+            Redeliver::Next => b"next",
+            Redeliver::Last => b"last",
+        })
+    }),
+    ("pop_end", LuaType::Text, |r| {
+        Bytes::from_static(match r.pop_end {
+            End::Left => b"L",
+            End::Right => b"R",
+        })
+    }),
+];
+
+/// Rule arguments a script takes per queue.
+pub const RULE_ARGS: usize = RULE.len();
 
 /// A queue key and everything the scripts need to know about it.
 pub struct Queue {
     pub name: Bytes,
     pub keys: QueueKeys,
     /// `keys` in the order every script takes them, cheap to clone.
-    group: [Bytes; 7],
+    group: [Bytes; QUEUE_GROUP],
     pub rule: QueueRule,
-    /// The rule as script arguments: lease_ms, max_deliveries, ack field
-    /// ("" = whole payload), redeliver ("next"|"last"), pop end ("L"|"R").
-    pub spec: [Bytes; 5],
+    /// The rule as script arguments, in [`RULE`] order.
+    args: [Bytes; RULE_ARGS],
 }
 
 impl Queue {
     fn new(name: &[u8], rule: &QueueRule) -> Queue {
         let keys = QueueKeys::new(name, rule.dead_letter.as_deref());
-        let spec = [
-            Bytes::from(rule.lease_ms.to_string()),
-            Bytes::from(rule.max_deliveries.to_string()),
-            match &rule.ack_id {
-                AckId::Payload => Bytes::new(),
-                AckId::JsonField(f) => Bytes::from(f.clone()),
-            },
-            Bytes::from_static(match rule.redeliver {
-                Redeliver::Next => b"next",
-                Redeliver::Last => b"last",
-            }),
-            Bytes::from_static(match rule.pop_end {
-                End::Left => b"L",
-                End::Right => b"R",
-            }),
-        ];
         let group = keys.all().map(Bytes::copy_from_slice);
         Queue {
             name: Bytes::copy_from_slice(name),
             keys,
             group,
             rule: rule.clone(),
-            spec,
+            args: RULE.map(|(_, _, f)| f(rule)),
         }
     }
 
     /// The queue's keys in the order every script takes them.
-    pub fn key_group(&self) -> &[Bytes; 7] {
+    pub fn key_group(&self) -> &[Bytes; QUEUE_GROUP] {
         &self.group
+    }
+
+    /// The queue's rule in the order every script takes it.
+    pub fn rule_args(&self) -> &[Bytes; RULE_ARGS] {
+        &self.args
+    }
+
+    /// Bytes this queue holds besides its name: every key is stored twice
+    /// (`keys` and `group`), so a long name costs about fourteen times over.
+    fn footprint(&self) -> usize {
+        let keys: usize = self.keys.all().iter().map(|k| k.len()).sum();
+        let args: usize = self.args.iter().map(Bytes::len).sum();
+        let rule = self.rule.pattern.len()
+            + self.rule.dead_letter.as_ref().map_or(0, String::len)
+            + match &self.rule.ack_id {
+                AckId::Payload => 0,
+                AckId::JsonField(f) => f.len(),
+            };
+        std::mem::size_of::<Queue>() + 2 * keys + args + rule
     }
 }
 
@@ -61,11 +105,16 @@ pub struct Rules {
     rules: Vec<QueueRule>,
     exact: HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
-    resolved: RwLock<HashMap<Bytes, Arc<Queue>>>,
+    resolved: RwLock<ByteBoundedMap<Arc<Queue>>>,
 }
 
-/// Resolved queues kept at most; past it the cache starts over.
-const RESOLVED_CACHE: usize = 100_000;
+/// Bytes of resolved queues kept. Clients choose the key names, and a queue
+/// holds about fourteen copies of its name, so a count limit let a few
+/// hundred ACKs on 64 KB names grow the proxy by hundreds of MB. 8 MiB still
+/// holds over six thousand queues with short names (about 1.3 KB each), more
+/// than a deployment uses at once, while a 64 KB name is kept only a handful
+/// of times.
+const RESOLVED_CACHE_BYTES: usize = 8 << 20;
 
 impl Rules {
     pub fn new(rules: &[QueueRule]) -> Rules {
@@ -82,7 +131,7 @@ impl Rules {
             rules: rules.to_vec(),
             exact,
             globs,
-            resolved: RwLock::new(HashMap::new()),
+            resolved: RwLock::new(ByteBoundedMap::new(RESOLVED_CACHE_BYTES)),
         }
     }
 
@@ -106,11 +155,12 @@ impl Rules {
         }
         let rule = &self.rules[self.rule_for(key)?];
         let q = Arc::new(Queue::new(key, rule));
-        let mut cache = self.resolved.write().unwrap();
-        if cache.len() >= RESOLVED_CACHE {
-            cache.clear();
-        }
-        cache.insert(q.name.clone(), q.clone());
+        // The key shares its buffer with `q.name`, so the name is charged once.
+        let size = q.footprint();
+        self.resolved
+            .write()
+            .unwrap()
+            .insert(q.name.clone(), q.clone(), size);
         Some(q)
     }
 
@@ -129,89 +179,315 @@ fn is_glob(p: &[u8]) -> bool {
     p.iter().any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
 }
 
-/// Redis's `stringmatchlen`, case-sensitive.
+/// Redis's `stringmatchlen`, case-sensitive, in O(len(pattern) * len(s)):
+/// Redis's own recursion (like a naive one) is quadratic or worse in the key
+/// length for patterns with several `*`, and the proxy matches keys of up to
+/// hundreds of KB on its single thread.
 pub fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    glob_match_steps(pattern, s).0
+}
+
+/// The match and the number of steps it took, so tests can bound the cost
+/// without timing it.
+fn glob_match_steps(pattern: &[u8], s: &[u8]) -> (bool, u64) {
+    // Redis compares only while both pattern and string are left, so an
+    // empty string matches nothing but the empty pattern, not even `*`.
+    if s.is_empty() {
+        return (pattern.is_empty(), 0);
+    }
+    let mut steps = 0u64;
     let (mut p, mut i) = (0usize, 0usize);
-    while p < pattern.len() {
-        match pattern[p] {
-            b'*' => {
-                while p + 1 < pattern.len() && pattern[p + 1] == b'*' {
-                    p += 1;
-                }
-                if p + 1 == pattern.len() {
-                    return true;
-                }
-                return (i..=s.len()).any(|j| glob_match(&pattern[p + 1..], &s[j..]));
-            }
-            b'?' => {
-                if i >= s.len() {
-                    return false;
-                }
-                i += 1;
-            }
-            b'[' => {
-                if i >= s.len() {
-                    return false;
-                }
+    // The latest `*`: where the pattern after it starts, and where in `s`
+    // that rest is being tried. Backtracking only to the latest star is
+    // enough: a later star can absorb whatever an earlier one would have.
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        steps += 1;
+        if i == s.len() {
+            while pattern.get(p) == Some(&b'*') {
                 p += 1;
-                let not = pattern.get(p) == Some(&b'^');
-                if not {
-                    p += 1;
-                }
-                let mut matched = false;
-                loop {
-                    if p >= pattern.len() {
-                        p -= 1;
-                        break;
-                    }
-                    if pattern[p] == b'\\' && p + 1 < pattern.len() {
-                        p += 1;
-                        if pattern[p] == s[i] {
-                            matched = true;
-                        }
-                    } else if pattern[p] == b']' {
-                        break;
-                    } else if p + 2 < pattern.len() && pattern[p + 1] == b'-' {
-                        let (mut lo, mut hi) = (pattern[p], pattern[p + 2]);
-                        if lo > hi {
-                            std::mem::swap(&mut lo, &mut hi);
-                        }
-                        p += 2;
-                        if s[i] >= lo && s[i] <= hi {
-                            matched = true;
-                        }
-                    } else if pattern[p] == s[i] {
-                        matched = true;
-                    }
-                    p += 1;
-                }
-                if matched == not {
-                    return false;
-                }
-                i += 1;
+                steps += 1;
             }
-            b'\\' if p + 1 < pattern.len() => {
+            // Every token but `*` consumes exactly one byte, so running out of
+            // string here means the rest after the star cannot fit from any
+            // later start either.
+            return (p == pattern.len(), steps);
+        }
+        if pattern.get(p) == Some(&b'*') {
+            while pattern.get(p + 1) == Some(&b'*') {
                 p += 1;
-                if i >= s.len() || pattern[p] != s[i] {
-                    return false;
-                }
-                i += 1;
+                steps += 1;
             }
-            c => {
-                if i >= s.len() || c != s[i] {
-                    return false;
-                }
+            if p + 1 == pattern.len() {
+                return (true, steps);
+            }
+            p += 1;
+            star = Some((p, i));
+            continue;
+        }
+        if p < pattern.len() {
+            if let Some(next) = match_token(pattern, p, s[i], &mut steps) {
+                p = next;
                 i += 1;
+                continue;
             }
         }
-        p += 1;
+        match star {
+            Some((rest, from)) => {
+                star = Some((rest, from + 1));
+                p = rest;
+                i = from + 1;
+            }
+            None => return (false, steps),
+        }
     }
-    i == s.len()
+}
+
+/// Whether the single-byte token (not `*`) at `pattern[p]` matches `c`, and
+/// if so where the next token starts.
+fn match_token(pattern: &[u8], p: usize, c: u8, steps: &mut u64) -> Option<usize> {
+    match pattern[p] {
+        b'?' => Some(p + 1),
+        b'[' => {
+            let mut q = p + 1;
+            let not = pattern.get(q) == Some(&b'^');
+            if not {
+                q += 1;
+            }
+            let mut matched = false;
+            loop {
+                *steps += 1;
+                if q >= pattern.len() {
+                    // Unterminated: the class runs to the end of the pattern.
+                    q -= 1;
+                    break;
+                }
+                if pattern[q] == b'\\' && q + 1 < pattern.len() {
+                    q += 1;
+                    matched |= pattern[q] == c;
+                } else if pattern[q] == b']' {
+                    break;
+                } else if q + 2 < pattern.len() && pattern[q + 1] == b'-' {
+                    matched |= in_range(pattern[q], pattern[q + 2], c);
+                    q += 2;
+                } else {
+                    matched |= pattern[q] == c;
+                }
+                q += 1;
+            }
+            (matched != not).then_some(q + 1)
+        }
+        b'\\' if p + 1 < pattern.len() => (pattern[p + 1] == c).then_some(p + 2),
+        b => (b == c).then_some(p + 1),
+    }
+}
+
+/// Redis compares range bounds as C `char`, which is signed on the x86-64
+/// builds it is deployed on: `[a-\xff]` is the range -1..=97 and does not
+/// contain `b`.
+fn in_range(a: u8, b: u8, c: u8) -> bool {
+    let (a, b, c) = (a as i8, b as i8, c as i8);
+    a.min(b) <= c && c <= a.max(b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The straightforward recursive matcher the proxy used before, kept as
+    /// the reference for the iterative one; it counts its steps so the
+    /// blow-up it suffers from can be shown without timing.
+    fn reference(pattern: &[u8], s: &[u8], steps: &mut u64) -> bool {
+        if s.is_empty() {
+            return pattern.is_empty();
+        }
+        reference_rest(pattern, s, steps)
+    }
+
+    fn reference_rest(pattern: &[u8], s: &[u8], steps: &mut u64) -> bool {
+        let (mut p, mut i) = (0usize, 0usize);
+        while p < pattern.len() {
+            *steps += 1;
+            match pattern[p] {
+                b'*' => {
+                    while p + 1 < pattern.len() && pattern[p + 1] == b'*' {
+                        p += 1;
+                    }
+                    if p + 1 == pattern.len() {
+                        return true;
+                    }
+                    return (i..=s.len())
+                        .any(|j| reference_rest(&pattern[p + 1..], &s[j..], steps));
+                }
+                b'?' => {
+                    if i >= s.len() {
+                        return false;
+                    }
+                    i += 1;
+                }
+                b'[' => {
+                    if i >= s.len() {
+                        return false;
+                    }
+                    p += 1;
+                    let not = pattern.get(p) == Some(&b'^');
+                    if not {
+                        p += 1;
+                    }
+                    let mut matched = false;
+                    loop {
+                        if p >= pattern.len() {
+                            p -= 1;
+                            break;
+                        }
+                        if pattern[p] == b'\\' && p + 1 < pattern.len() {
+                            p += 1;
+                            if pattern[p] == s[i] {
+                                matched = true;
+                            }
+                        } else if pattern[p] == b']' {
+                            break;
+                        } else if p + 2 < pattern.len() && pattern[p + 1] == b'-' {
+                            let (mut lo, mut hi) = (pattern[p] as i8, pattern[p + 2] as i8);
+                            if lo > hi {
+                                std::mem::swap(&mut lo, &mut hi);
+                            }
+                            p += 2;
+                            if s[i] as i8 >= lo && s[i] as i8 <= hi {
+                                matched = true;
+                            }
+                        } else if pattern[p] == s[i] {
+                            matched = true;
+                        }
+                        p += 1;
+                    }
+                    if matched == not {
+                        return false;
+                    }
+                    i += 1;
+                }
+                b'\\' if p + 1 < pattern.len() => {
+                    p += 1;
+                    if i >= s.len() || pattern[p] != s[i] {
+                        return false;
+                    }
+                    i += 1;
+                }
+                c => {
+                    if i >= s.len() || c != s[i] {
+                        return false;
+                    }
+                    i += 1;
+                }
+            }
+            p += 1;
+        }
+        i == s.len()
+    }
+
+    fn reference_match(pattern: &[u8], s: &[u8]) -> bool {
+        reference(pattern, s, &mut 0)
+    }
+
+    /// (pattern, key, whether `KEYS pattern` returns the key) as observed on
+    /// redis-server 7.0.15 (x86-64). `*` alone is left out: `KEYS` and `SCAN`
+    /// short-cut it to "everything", bypassing the matcher.
+    const REDIS_CASES: &[(&[u8], &[u8], bool)] = &[
+        (b"**", b"", false),
+        (b"?*", b"", false),
+        (b"", b"", true),
+        (b"a*", b"a", true),
+        (b"a**", b"a", true),
+        (b"*a", b"a", true),
+        (b"[a-\xff]", b"b", false),
+        (b"[a-\xff]", b"\x80", false),
+        (b"[\x80-\xff]", b"\x90", true),
+        (b"[\x80-a]", b"b", false),
+        (b"[\x80-a]", b"\xff", true),
+        (b"[z-a]", b"m", true),
+        (b"[^", b"x", true),
+        (b"[", b"[", false),
+        (b"[abc", b"b", true),
+        (b"a[b", b"ab", true),
+        (b"a\\", b"a\\", true),
+        (b"[a-]", b"b", false),
+        (b"[a-]", b"]", true),
+        (b"[]", b"]", false),
+        (b"[^]", b"x", true),
+        (b"[\\", b"\\", true),
+        (b"[]a]", b"a]", false),
+    ];
+
+    #[test]
+    fn quirks_match_redis() {
+        for &(p, s, want) in REDIS_CASES {
+            assert_eq!(
+                glob_match(p, s),
+                want,
+                "{:?} vs {:?}",
+                p.escape_ascii().to_string(),
+                s.escape_ascii().to_string()
+            );
+            assert_eq!(
+                reference_match(p, s),
+                want,
+                "reference: {:?} vs {:?}",
+                p.escape_ascii().to_string(),
+                s.escape_ascii().to_string()
+            );
+        }
+    }
+
+    /// A key of `:jobs:` repeated to 60 KB against `*:jobs:*:pending`, which
+    /// took the recursive matcher over a second.
+    fn jobs_key(len: usize) -> Vec<u8> {
+        b":jobs:".iter().copied().cycle().take(len).collect()
+    }
+
+    const JOBS_PATTERN: &[u8] = b"*:jobs:*:pending";
+
+    fn step_bound(p: &[u8], s: &[u8]) -> u64 {
+        (p.len() as u64 + 1) * (s.len() as u64 + 1)
+    }
+
+    #[test]
+    fn long_key_costs_at_most_pattern_times_key() {
+        let key = jobs_key(60_000);
+        let (matched, steps) = glob_match_steps(JOBS_PATTERN, &key);
+        assert!(!matched);
+        assert!(steps <= step_bound(JOBS_PATTERN, &key), "{steps} steps");
+        let mut hit = key.clone();
+        hit.extend_from_slice(b":pending");
+        let (matched, steps) = glob_match_steps(JOBS_PATTERN, &hit);
+        assert!(matched);
+        assert!(steps <= step_bound(JOBS_PATTERN, &hit), "{steps} steps");
+    }
+
+    #[test]
+    fn the_recursive_reference_is_past_the_bound() {
+        // Shows the step bound above is meaningful: the old matcher exceeds it
+        // many times over, already on a key a tenth as long.
+        let key = jobs_key(6_000);
+        let mut steps = 0;
+        assert!(!reference(JOBS_PATTERN, &key, &mut steps));
+        assert!(steps > 10 * step_bound(JOBS_PATTERN, &key), "{steps} steps");
+    }
+
+    fn glob_bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(proptest::sample::select(b"*?[]^-\\abc:".to_vec()), 0..max)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        #[test]
+        fn iterative_agrees_with_reference(p in glob_bytes(9), s in glob_bytes(9)) {
+            let (matched, steps) = glob_match_steps(&p, &s);
+            prop_assert_eq!(matched, reference_match(&p, &s));
+            prop_assert!(steps <= step_bound(&p, &s), "{} steps", steps);
+        }
+    }
 
     #[test]
     fn globs_follow_redis() {
@@ -245,5 +521,37 @@ mod tests {
         let b = rules.resolve(b"jobs").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(&a.key_group()[0][..], b"jobs");
+    }
+
+    #[test]
+    fn cache_of_huge_names_is_bounded_in_bytes() {
+        let rules = Rules::new(&[rule("big:*")]);
+        let name = |i: u32| {
+            let mut k = b"big:".to_vec();
+            k.extend(std::iter::repeat_n(b'x', 64 * 1024));
+            k.extend_from_slice(i.to_string().as_bytes());
+            k
+        };
+        for i in 0..500 {
+            assert!(rules.resolve(&name(i)).is_some());
+        }
+        // Each queue holds its 64 KB name many times over; whatever it is
+        // charged, the names alone of what stays cached fit the budget.
+        let cached = rules.resolved.read().unwrap().len();
+        assert!(cached >= 1, "the latest queue is cached");
+        assert!(
+            cached * 64 * 1024 <= RESOLVED_CACHE_BYTES,
+            "{cached} cached"
+        );
+        let latest = rules.resolve(&name(499)).unwrap();
+        assert!(Arc::ptr_eq(&latest, &rules.resolve(&name(499)).unwrap()));
+    }
+
+    #[test]
+    fn ordinary_queues_cost_about_a_kilobyte() {
+        // Keeps RESOLVED_CACHE_BYTES's rationale honest: thousands fit.
+        let q = Queue::new(b"tasks:eu:mail", &rule("tasks:*"));
+        let cost = ByteBoundedMap::<()>::cost(&q.name, q.footprint());
+        assert!(cost < 1500, "{cost}");
     }
 }

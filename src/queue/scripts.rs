@@ -1,19 +1,26 @@
-//! The Lua scripts, embedded at build time. Each is `lua/common.lua`
-//! followed by its own file, so every operation is one atomic script.
+//! The Lua scripts. Each one sent to Redis is a prelude generated from the
+//! calling convention (`keys::GROUP`, `rules::RULE`), then `lua/common.lua`,
+//! then the script's own file, so every operation is one atomic script and
+//! the Lua side reads a queue's keys and rule only through `group(i)` and
+//! `rule(i)`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, OnceLock};
+
+use super::keys::GROUP;
+use super::rules::{LuaType, RULE};
 
 pub struct Script {
     pub name: &'static str,
-    pub body: &'static str,
+    own: &'static str,
 }
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub const $name: Script = Script {
             name: $file,
-            body: concat!(
-                include_str!("../../lua/common.lua"),
-                include_str!(concat!("../../lua/", $file, ".lua"))
-            ),
+            own: include_str!(concat!("../../lua/", $file, ".lua")),
         };
     };
 }
@@ -39,3 +46,80 @@ pub const ALL: &[&Script] = &[
     &INFO,
     &LEASES,
 ];
+
+const COMMON: &str = include_str!("../../lua/common.lua");
+
+/// `group(base)` and `rule(at)`, written from the Rust tables.
+fn prelude() -> String {
+    let mut s =
+        String::from("-- The calling convention, generated from keys::GROUP and rules::RULE.\n");
+    let _ = writeln!(s, "local GROUP_SIZE = {}", GROUP.len());
+    let _ = writeln!(s, "local RULE_SIZE = {}", RULE.len());
+    s.push_str("local function group(base)\n  return {");
+    for (i, (name, _)) in GROUP.iter().enumerate() {
+        let _ = write!(s, " {name} = KEYS[base + {i}],");
+    }
+    s.push_str(" }\nend\nlocal function rule(at)\n  return {");
+    for (i, (name, ty, _)) in RULE.iter().enumerate() {
+        match ty {
+            LuaType::Number => {
+                let _ = write!(s, " {name} = tonumber(ARGV[at + {i}]),");
+            }
+            LuaType::Text => {
+                let _ = write!(s, " {name} = ARGV[at + {i}],");
+            }
+        }
+    }
+    s.push_str(" }\nend\n");
+    s
+}
+
+struct Built {
+    body: &'static str,
+    sha: &'static str,
+}
+
+fn built(script: &'static Script) -> &'static Built {
+    static BUILT: OnceLock<Mutex<HashMap<&'static str, &'static Built>>> = OnceLock::new();
+    let mut map = BUILT.get_or_init(Default::default).lock().unwrap();
+    map.entry(script.name).or_insert_with(|| {
+        let body: &'static str = Box::leak(
+            [prelude().as_str(), COMMON, script.own]
+                .concat()
+                .into_boxed_str(),
+        );
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        Box::leak(Box::new(Built {
+            body,
+            sha: Box::leak(sha.into_boxed_str()),
+        }))
+    })
+}
+
+impl Script {
+    /// The whole text sent with EVAL or SCRIPT LOAD.
+    pub fn body(&'static self) -> &'static str {
+        built(self).body
+    }
+
+    /// Its SHA1, for EVALSHA.
+    pub fn sha(&'static self) -> &'static str {
+        built(self).sha
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prelude_names_every_key_and_rule_argument() {
+        let p = prelude();
+        assert!(p.contains("q = KEYS[base + 0]"));
+        assert!(p.contains("dead = KEYS[base + 6]"));
+        assert!(p.contains("lease = tonumber(ARGV[at + 0])"));
+        assert!(p.contains("pop_end = ARGV[at + 4]"));
+        assert_eq!(POP.sha().len(), 40);
+        assert!(POP.body().contains("local function group"));
+    }
+}

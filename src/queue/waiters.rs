@@ -13,8 +13,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::call;
+use super::call::Caller;
 use super::pop::{Pop, Source};
+use super::reaper::Registry;
 use super::rules::Rules;
 use super::value;
 use crate::resp::ReplyScanner;
@@ -48,6 +49,7 @@ impl Waiters {
         rules: Arc<Rules>,
         endpoint: Arc<Endpoint>,
         shared: SharedUpstream,
+        registry: Arc<Registry>,
         stop: watch::Receiver<bool>,
     ) -> Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -55,8 +57,11 @@ impl Waiters {
         let patterns: Vec<String> = rules.patterns().map(str::to_string).collect();
         tokio::spawn(listen(endpoint, patterns, tx.clone(), sub_rx, stop));
         let dispatcher = Dispatcher {
-            shared,
-            client: ClientState::new(0, usize::MAX),
+            caller: Caller {
+                shared,
+                client: ClientState::new(0, usize::MAX),
+            },
+            registry,
             next_id: 0,
             parked: HashMap::new(),
             by_key: HashMap::new(),
@@ -93,8 +98,8 @@ enum Sub {
 }
 
 struct Dispatcher {
-    shared: SharedUpstream,
-    client: Arc<ClientState>,
+    caller: Caller,
+    registry: Arc<Registry>,
     next_id: u64,
     parked: HashMap<u64, Parked>,
     by_key: HashMap<Bytes, VecDeque<u64>>,
@@ -203,15 +208,18 @@ impl Dispatcher {
                     self.remove(id);
                     continue;
                 }
-                let call = p.pop.call();
-                let reply = match call::run(&self.shared, &self.client, &call).await {
-                    Ok(v) => match p.pop.reply(&v) {
-                        Some(bytes) => bytes,
-                        None => break,
-                    },
-                    // WRONGTYPE and the like end the wait, as in Redis.
-                    Err(e) if !is_upstream_failure(&e) => e,
-                    Err(_) => break,
+                let reply = match p.pop.run(&self.caller).await {
+                    Ok(done) => {
+                        super::after_pop(&self.registry, &done);
+                        match done.reply {
+                            Some(bytes) => bytes,
+                            None => break,
+                        }
+                    }
+                    // WRONGTYPE and the like end the wait, as in Redis; so
+                    // does a Redis that cannot be reached, as for a plain
+                    // blocking pop on a connection that is gone.
+                    Err(e) => e.to_reply(),
                 };
                 if let Some(p) = self.remove(id) {
                     served += 1;
@@ -223,10 +231,6 @@ impl Dispatcher {
         }
         served
     }
-}
-
-fn is_upstream_failure(e: &Bytes) -> bool {
-    e.starts_with(b"-ERR upstream") || e.starts_with(b"-ERR ackproxy")
 }
 
 /// Keeps a subscription to keyspace notifications for the queue patterns

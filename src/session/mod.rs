@@ -335,6 +335,10 @@ impl Session {
                         Intercept::Block(pop) => {
                             return self.blocking_pop(&queues, pop).await;
                         }
+                        Intercept::Job(job) => {
+                            self.run_job(job).await;
+                            return None;
+                        }
                     }
                 }
             }
@@ -466,6 +470,25 @@ impl Session {
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
             self.shared.send(request, 1, &self.out, Some(transform));
         }
+    }
+
+    /// A queue operation made of several script calls: the client's next
+    /// request waits for it, so its requests take effect in order.
+    async fn run_job(&mut self, job: crate::queue::job::Job) {
+        // Queues live in database 0, on the shared connection: what the
+        // client sent on its dedicated connection runs first.
+        if self.pinned {
+            if let Some(d) = &self.dedicated {
+                d.idle().await;
+            }
+        }
+        let caller = crate::queue::call::Caller {
+            shared: self.shared.clone(),
+            client: self.out.clone(),
+        };
+        let reply = job.run(caller).await;
+        metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
+        self.out.ready(reply, 1);
     }
 
     async fn blocking_pop(

@@ -1,0 +1,468 @@
+//! The queue layer under careless and hostile input: every script call stays
+//! bounded, nothing is lost whatever the duplicates and ids, late ACKs and
+//! NACKs leave nothing behind, and the proxy's own state stays small.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CONFIG: &str = r#"
+[[queue]]
+pattern = "tasks:*"
+lease_ms = 600000
+max_deliveries = 5
+ack_id = "payload"
+
+[[queue]]
+pattern = "short:*"
+lease_ms = 300
+max_deliveries = 50
+ack_id = "payload"
+
+[[queue]]
+pattern = "last:*"
+lease_ms = 300
+max_deliveries = 50
+ack_id = "payload"
+redeliver = "last"
+
+[[queue]]
+pattern = "json:*"
+lease_ms = 600000
+max_deliveries = 5
+ack_id = "json:id"
+
+[reaper]
+interval_ms = 20
+"#;
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+fn len_of(v: &Value) -> usize {
+    match v {
+        Value::Array(a) => a.len(),
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
+
+fn field(v: &Value, name: &str) -> Value {
+    let Value::Array(items) = v else {
+        panic!("expected a map, got {v:?}")
+    };
+    for pair in items.chunks(2) {
+        if pair[0] == Value::bulk(name) {
+            return pair[1].clone();
+        }
+    }
+    panic!("no field {name} in {v:?}")
+}
+
+/// Pushes `n` copies of `payload` in pipelined batches.
+fn push_many(c: &mut Client, key: &str, payloads: impl Iterator<Item = String>) {
+    let mut batch: Vec<String> = Vec::new();
+    let flush = |c: &mut Client, batch: &mut Vec<String>| {
+        if batch.is_empty() {
+            return;
+        }
+        let mut args: Vec<&str> = vec!["RPUSH", key];
+        args.extend(batch.iter().map(String::as_str));
+        assert!(matches!(c.cmd(&args), Value::Int(_)));
+        batch.clear();
+    };
+    for p in payloads {
+        batch.push(p);
+        if batch.len() == 1000 {
+            flush(c, &mut batch);
+        }
+    }
+    flush(c, &mut batch);
+}
+
+fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn aux_keys(direct: &mut Client) -> Vec<Value> {
+    match direct.cmd(&["KEYS", "ackq:*"]) {
+        Value::Array(a) => a,
+        other => panic!("KEYS: {other:?}"),
+    }
+}
+
+#[test]
+fn any_number_of_identical_payloads_in_flight_are_all_leased() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    push_many(&mut c, "short:dup", (0..1100).map(|_| "dup".to_string()));
+    let popped = c.cmd(&["LPOP", "short:dup", "1100"]);
+    assert_eq!(len_of(&popped), 1100);
+    let info = c.cmd(&["QUEUE", "INFO", "short:dup"]);
+    assert_eq!(int(&field(&info, "leased")), 1100, "{info:?}");
+    // Every lease comes back when it expires: none lost.
+    let mut direct = redis.client();
+    wait_until("all 1100 back in the list", Duration::from_secs(20), || {
+        int(&direct.cmd(&["LLEN", "short:dup"])) == 1100
+    });
+    assert_eq!(
+        int(&field(&c.cmd(&["QUEUE", "INFO", "short:dup"]), "leased")),
+        0
+    );
+}
+
+/// Reads MONITOR lines until `stop` is seen; returns, for each script call
+/// of the proxy, its SHA and its arguments after the SHA.
+fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
+    let mut calls = Vec::new();
+    loop {
+        let Value::Simple(line) = mon.read_value() else {
+            panic!("MONITOR")
+        };
+        if line.contains(stop) {
+            return calls;
+        }
+        let Some(at) = line.find("] ") else { continue };
+        // "EVALSHA" "sha" "numkeys" ... — the proxy's args hold no quotes.
+        let args: Vec<String> = line[at + 2..]
+            .split("\" \"")
+            .map(|a| a.trim_matches('"').to_string())
+            .collect();
+        if args[0].eq_ignore_ascii_case("evalsha") {
+            calls.push((args[1].clone(), args[2..].to_vec()));
+        }
+    }
+}
+
+#[test]
+fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
+    use ackproxy::queue::commands::IDS_PER_CALL;
+    use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::pop::POP_BATCH;
+    use ackproxy::queue::rules::RULE_ARGS;
+    use ackproxy::queue::scripts;
+
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    let payload = |i: usize| format!("{i:08}:{}", "x".repeat(1014));
+    push_many(&mut direct, "tasks:big", (0..30_000).map(payload));
+    let mut mon = redis.client();
+    assert_eq!(mon.cmd(&["MONITOR"]), Value::Simple("OK".into()));
+
+    // The reply is what Redis sends: every element, in pop order.
+    let popped = c.cmd(&["RPOP", "tasks:big", "20000"]);
+    let Value::Array(items) = popped else {
+        panic!("RPOP with COUNT: {popped:?}")
+    };
+    assert_eq!(items.len(), 20_000);
+    assert_eq!(items[0], Value::bulk(&payload(29_999)));
+    assert_eq!(items[19_999], Value::bulk(&payload(10_000)));
+    // More than is left: all of it, as Redis would.
+    let rest = c.cmd(&["LPOP", "tasks:big", "1000000"]);
+    assert_eq!(len_of(&rest), 10_000);
+    assert_eq!(int(&direct.cmd(&["EXISTS", "tasks:big"])), 0);
+
+    // ACK of 30,000 leased ids and of 100,000 unknown ones.
+    let ids: Vec<String> = (0..30_000).map(payload).collect();
+    let mut args: Vec<&str> = vec!["ACK", "tasks:big"];
+    args.extend(ids.iter().map(String::as_str));
+    assert_eq!(c.cmd(&args), Value::Int(30_000));
+    let unknown: Vec<String> = (0..100_000).map(|i| format!("nope{i}")).collect();
+    let mut args: Vec<&str> = vec!["ACK", "tasks:big"];
+    args.extend(unknown.iter().map(String::as_str));
+    assert_eq!(c.cmd(&args), Value::Int(0));
+    assert!(aux_keys(&mut direct).is_empty());
+    direct.cmd(&["ECHO", "end-of-test"]);
+
+    // Every script call asked for a bounded amount of work.
+    let calls = monitored_calls(&mut mon, "end-of-test");
+    let (mut pops, mut acks) = (0, 0);
+    for (sha, args) in &calls {
+        let numkeys: usize = args[0].parse().unwrap();
+        let argv = &args[1 + numkeys..];
+        if sha == scripts::POP.sha() {
+            pops += 1;
+            let count: u64 = argv[2].parse().unwrap();
+            assert!(count <= POP_BATCH, "a pop call for {count} elements");
+            assert_eq!(numkeys, QUEUE_GROUP);
+        } else if sha == scripts::ACK.sha() {
+            acks += 1;
+            let n = argv.len() - RULE_ARGS - 1;
+            assert!(n <= IDS_PER_CALL, "an ACK call with {n} ids");
+        }
+    }
+    assert!(pops >= 30_000 / POP_BATCH as usize, "{pops} pop calls");
+    assert!(acks >= 130_000 / IDS_PER_CALL, "{acks} ACK calls");
+}
+
+#[test]
+fn numeric_json_ids_are_taken_as_written() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let msgs = [
+        (r#"{"id":1234567890123456789,"n":1}"#, "1234567890123456789"),
+        (r#"{"id":1234567890123456788,"n":2}"#, "1234567890123456788"),
+        (r#"{"n":3, "id" : -42 }"#, "-42"),
+        (r#"{"id":1.50e3,"x":[1,{"id":9}]}"#, "1.50e3"),
+        (r#"{"x":{"id":7},"id":"a\"b"}"#, "a\"b"),
+        (
+            r#"{"i\u0064":99999999999999999999}"#,
+            "99999999999999999999",
+        ),
+    ];
+    for (m, _) in &msgs {
+        c.cmd(&["LPUSH", "json:ids", m]);
+    }
+    assert_eq!(len_of(&c.cmd(&["RPOP", "json:ids", "10"])), msgs.len());
+    let leases = c.cmd(&["QUEUE", "LEASES", "json:ids", "COUNT", "10"]);
+    let Value::Array(leases) = leases else {
+        panic!("{leases:?}")
+    };
+    let mut ids: Vec<Value> = leases.iter().map(|l| field(l, "id")).collect();
+    ids.sort_by_key(|v| format!("{v:?}"));
+    let mut want: Vec<Value> = msgs.iter().map(|(_, id)| Value::bulk(id)).collect();
+    want.sort_by_key(|v| format!("{v:?}"));
+    assert_eq!(ids, want);
+    // Two ids one apart are two ids.
+    assert_eq!(
+        c.cmd(&["ACK", "json:ids", "1234567890123456789"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        c.cmd(&["ACK", "json:ids", "1234567890123456789"]),
+        Value::Int(0)
+    );
+    for (_, id) in &msgs[1..] {
+        assert_eq!(c.cmd(&["ACK", "json:ids", id]), Value::Int(1), "id {id}");
+    }
+    assert!(aux_keys(&mut redis.client()).is_empty());
+}
+
+#[test]
+fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let names: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
+    push_many(&mut c, "short:late", names.iter().cloned());
+    assert_eq!(len_of(&c.cmd(&["RPOP", "short:late", "150"])), 150);
+    wait_until("the leases to expire", Duration::from_secs(10), || {
+        int(&direct.cmd(&["LLEN", "short:late"])) == 150
+    });
+    for n in &names {
+        assert_eq!(
+            c.cmd(&["ACK", "short:late", n]),
+            Value::Int(1),
+            "late ACK {n}"
+        );
+    }
+    // The late-acked copies are gone: nothing is ready, nothing is kept.
+    let info = c.cmd(&["QUEUE", "INFO", "short:late"]);
+    assert_eq!(int(&field(&info, "ready")), 0, "{info:?}");
+    assert!(
+        aux_keys(&mut direct).is_empty(),
+        "{:?}",
+        aux_keys(&mut direct)
+    );
+    c.cmd(&["LPUSH", "short:late", "real"]);
+    assert_eq!(c.cmd(&["RPOP", "short:late"]), Value::bulk("real"));
+}
+
+#[test]
+fn late_acks_of_buried_copies_are_skipped_however_many() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    // Copies go back behind everything ("last"), then 3,000 newer messages
+    // bury them deeper than a late ACK looks: they are cancelled instead.
+    let names: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
+    push_many(&mut c, "last:late", names.iter().cloned());
+    assert_eq!(len_of(&c.cmd(&["RPOP", "last:late", "150"])), 150);
+    wait_until("the leases to expire", Duration::from_secs(10), || {
+        int(&direct.cmd(&["LLEN", "last:late"])) == 150
+    });
+    // Producers push at the left, where the copies went back.
+    for i in 0..3000 {
+        direct.send(&["LPUSH", "last:late", &format!("new{i}")]);
+    }
+    for _ in 0..3000 {
+        direct.read_raw();
+    }
+    for n in &names {
+        assert_eq!(
+            c.cmd(&["ACK", "last:late", n]),
+            Value::Int(1),
+            "late ACK {n}"
+        );
+    }
+    let info = c.cmd(&["QUEUE", "INFO", "last:late"]);
+    assert_eq!(int(&field(&info, "ready")), 3000, "{info:?}");
+    // The 150 cancelled copies sit at the pop end: one RPOP skips them all
+    // (more than one script call's worth) and returns a real message.
+    assert_eq!(c.cmd(&["RPOP", "last:late"]), Value::bulk("new0"));
+    let rest = c.cmd(&["RPOP", "last:late", "5000"]);
+    assert_eq!(len_of(&rest), 2999);
+    let all: Vec<String> = (1..3000).map(|i| format!("new{i}")).collect();
+    let mut args: Vec<&str> = vec!["ACK", "last:late", "new0"];
+    args.extend(all.iter().map(String::as_str));
+    assert_eq!(c.cmd(&args), Value::Int(3000));
+    assert!(
+        aux_keys(&mut direct).is_empty(),
+        "{:?}",
+        aux_keys(&mut direct)
+    );
+}
+
+#[test]
+fn nack_of_a_move_lease_returns_the_message_at_once() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "tasks:x", "t1"]);
+    assert_eq!(c.cmd(&["RPOPLPUSH", "tasks:x", "dst"]), Value::bulk("t1"));
+    assert_eq!(c.cmd(&["NACK", "tasks:x", "t1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["LLEN", "dst"]), Value::Int(0));
+    assert_eq!(c.cmd(&["RPOP", "tasks:x"]), Value::bulk("t1"));
+    let leases = c.cmd(&["QUEUE", "LEASES", "tasks:x"]);
+    let Value::Array(l) = &leases else {
+        panic!("{leases:?}")
+    };
+    assert_eq!(l.len(), 1, "{leases:?}");
+    assert_eq!(field(&l[0], "deliveries"), Value::Int(2));
+    assert!(int(&field(&l[0], "expires-in-ms")) > 0, "{leases:?}");
+}
+
+#[test]
+fn extend_refuses_absurd_leases() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "tasks:e", "e1"]);
+    c.cmd(&["RPOP", "tasks:e"]);
+    for ms in ["9223372036854775807", "0", "-5", "2592000001"] {
+        let r = c.cmd(&["QUEUE", "EXTEND", "tasks:e", "e1", ms]);
+        assert!(
+            matches!(&r, Value::Error(e) if e.starts_with("ERR value is out of range")),
+            "EXTEND {ms}: {r:?}"
+        );
+    }
+    assert_eq!(
+        c.cmd(&["QUEUE", "EXTEND", "tasks:e", "e1", "2592000000"]),
+        Value::Int(1)
+    );
+}
+
+#[test]
+fn parked_queue_pops_answer_when_redis_is_down() {
+    let mut redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut parked = proxy.client();
+    parked.send(&["BRPOP", "tasks:down", "0"]);
+    let mut mover = proxy.client();
+    mover.send(&["BLMOVE", "tasks:down2", "d", "LEFT", "LEFT", "0"]);
+    std::thread::sleep(Duration::from_millis(200));
+    redis.kill();
+    for c in [&mut parked, &mut mover] {
+        c.set_read_timeout(Some(Duration::from_secs(5)));
+        let r = c.try_read_raw().expect("a reply while Redis is down");
+        assert!(
+            r.starts_with(b"-ERR upstream"),
+            "{}",
+            String::from_utf8_lossy(&r)
+        );
+    }
+    // A new blocking pop on a queue gets its error at once, as plain ones do.
+    let mut late = proxy.client();
+    late.set_read_timeout(Some(Duration::from_secs(5)));
+    late.send(&["BRPOP", "tasks:down", "0"]);
+    let r = late.try_read_raw().expect("a reply while Redis is down");
+    assert!(
+        r.starts_with(b"-ERR upstream"),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn long_queue_names_do_not_grow_the_proxy() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let big = "n".repeat(64 * 1024);
+    for i in 0..500 {
+        let q = format!("tasks:{i}:{big}");
+        assert_eq!(c.cmd(&["ACK", &q, "x"]), Value::Int(0));
+        // Move pops remember destinations: long ones too.
+        let d = format!("dst:{i}:{big}");
+        assert_eq!(c.cmd(&["RPOPLPUSH", &q, &d]), Value::Nil);
+    }
+    let rss = rss_kb(proxy.pid());
+    assert!(
+        rss < 100 * 1024,
+        "proxy RSS {rss} kB after 500 64 KB queue names"
+    );
+}
+
+fn evalsha_calls(direct: &mut Client) -> i64 {
+    let Value::Bulk(info) = direct.cmd(&["INFO", "commandstats"]) else {
+        panic!("INFO")
+    };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    for i in 0..5000 {
+        c.send(&["RPOP", &format!("tasks:k{i}")]);
+    }
+    for _ in 0..5000 {
+        assert_eq!(c.read_value(), Value::Nil);
+    }
+    // One queue with a lease that is acked: known to the reaper, then not.
+    c.cmd(&["LPUSH", "short:one", "a"]);
+    c.cmd(&["RPOP", "short:one"]);
+    c.cmd(&["ACK", "short:one", "a"]);
+    let mut direct = redis.client();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = evalsha_calls(&mut direct);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = evalsha_calls(&mut direct);
+    assert!(
+        after - before <= 4,
+        "{} EVALSHA in 2 s with no traffic",
+        after - before
+    );
+}
