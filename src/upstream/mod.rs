@@ -30,7 +30,7 @@ pub fn script_loads() -> &'static [u8] {
     LOADS.get_or_init(|| {
         let mut out = Vec::new();
         for s in crate::queue::scripts::ALL {
-            push_command(&mut out, &[b"SCRIPT", b"LOAD", s.body.as_bytes()]);
+            push_command(&mut out, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
         }
         out
     })
