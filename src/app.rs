@@ -7,31 +7,45 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Cli, Config};
 use crate::embedded::EmbeddedRedis;
 use crate::error::StartError;
 use crate::queue::Queues;
 use crate::server;
 use crate::session::Context;
-use crate::upstream::Endpoint;
+use crate::upstream::{Credentials, Endpoint};
 
 /// Runs the proxy until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), StartError> {
+    run_with_reload(config, None).await
+}
+
+/// Like [`run`]; with the command line the configuration came from, SIGHUP
+/// re-reads the proxy's own upstream credentials from it.
+pub async fn run_with_reload(config: Config, cli: Option<Cli>) -> Result<(), StartError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("signal received, stopping");
         let _ = stop_tx.send(true);
     });
-    let running = start(config, stop_rx).await?;
+    let running = start_inner(config, stop_rx, cli).await?;
     running.await
 }
 
 /// Binds, starts everything, and returns the future that serves until
 /// `stop` turns true, plus the bound address (through the log).
 pub async fn start(
+    config: Config,
+    stop: watch::Receiver<bool>,
+) -> Result<impl std::future::Future<Output = Result<(), StartError>>, StartError> {
+    start_inner(config, stop, None).await
+}
+
+async fn start_inner(
     mut config: Config,
     stop: watch::Receiver<bool>,
+    reload: Option<Cli>,
 ) -> Result<impl std::future::Future<Output = Result<(), StartError>>, StartError> {
     let embedded = match &config.upstream {
         Some(_) => None,
@@ -52,13 +66,23 @@ pub async fn start(
     }
     let endpoint = Arc::new(Endpoint {
         addr: config.upstream.clone().expect("upstream set above"),
-        user: config.upstream_user.clone(),
-        password: config.upstream_password.clone(),
+        credentials: std::sync::RwLock::new(Credentials {
+            user: config.upstream_user.clone(),
+            password: config.upstream_password.clone(),
+        }),
         connect_timeout: config.connect_timeout(),
         scripts: !config.queues.is_empty(),
     });
     // Routing follows Redis's own command table when it can be read.
     crate::command::table::load(&endpoint).await;
+    // Clients log in only if Redis wants them to; until it has said, they
+    // must (see `auth::required`).
+    if crate::auth::probe(&endpoint).await.is_none() {
+        crate::auth::spawn_probe(endpoint.clone());
+    }
+    if let Some(cli) = reload {
+        tokio::spawn(reload_on_hangup(cli, endpoint.clone()));
+    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen.clone(), e))?;
@@ -80,6 +104,28 @@ pub async fn start(
         }
         Ok(())
     })
+}
+
+/// SIGHUP: the proxy's own credentials from the configuration file (and
+/// the command line, which still overrides it), for its next connections.
+async fn reload_on_hangup(cli: Cli, endpoint: Arc<Endpoint>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match Config::load(&cli) {
+            Ok(c) => {
+                let credentials = Credentials {
+                    user: c.upstream_user,
+                    password: c.upstream_password,
+                };
+                crate::auth::set_credentials(&endpoint, credentials);
+                crate::auth::probe(&endpoint).await;
+            }
+            Err(e) => tracing::warn!("SIGHUP: {e}; keeping the credentials in use"),
+        }
+    }
 }
 
 async fn wait_for_signal() {

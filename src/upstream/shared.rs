@@ -147,7 +147,11 @@ async fn manage(endpoint: Arc<Endpoint>, mut rx: mpsc::UnboundedReceiver<Request
                 if connected_before || crate::command::table::current().is_none() {
                     // Redis may have restarted as another version.
                     let endpoint = endpoint.clone();
-                    tokio::spawn(async move { crate::command::table::load(&endpoint).await });
+                    tokio::spawn(async move {
+                        crate::command::table::load(&endpoint).await;
+                        // Whether clients must log in may have changed too.
+                        crate::auth::probe(&endpoint).await;
+                    });
                 }
                 connected_before = true;
                 metrics::counter!("ackproxy_upstream_connects_total").increment(1);
