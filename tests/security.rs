@@ -59,6 +59,14 @@ const SCENARIOS: &[(&str, &[&[&str]])] = &[
     ),
     ("restricted user", &[&["AUTH", "restricted", "rpass"]]),
     ("full user", &[&["AUTH", "default", "secret"]]),
+    (
+        "HELLO AUTH as the restricted user",
+        &[&["HELLO", "3", "AUTH", "restricted", "rpass", "SETNAME", "n"]],
+    ),
+    (
+        "HELLO AUTH as the full user",
+        &[&["HELLO", "2", "AUTH", "default", "secret"]],
+    ),
     ("after RESET", &[&["AUTH", "secret"], &["RESET"]]),
     (
         "after a failed AUTH",
@@ -103,6 +111,17 @@ const COMMANDS: &[&[&str]] = &[
     &["PING"],
 ];
 
+/// HELLO's reply holds the connection's id, which differs.
+fn mask_client_id(reply: &[u8]) -> Vec<u8> {
+    let key = b"$2\r\nid\r\n:";
+    let Some(at) = reply.windows(key.len()).position(|w| w == key) else {
+        return reply.to_vec();
+    };
+    let start = at + key.len();
+    let end = start + reply[start..].iter().position(|&b| b == b'\r').unwrap();
+    [&reply[..start], b"N".as_slice(), &reply[end..]].concat()
+}
+
 fn run_matrix(extra: &[&str]) {
     let direct = secured_redis();
     let behind = secured_redis();
@@ -111,8 +130,8 @@ fn run_matrix(extra: &[&str]) {
         let mut a = direct.client();
         let mut b = p.client();
         for cmd in preamble.iter().chain(COMMANDS.iter()) {
-            let ra = a.raw(cmd);
-            let rb = b.raw(cmd);
+            let ra = mask_client_id(&a.raw(cmd));
+            let rb = mask_client_id(&b.raw(cmd));
             assert_eq!(
                 String::from_utf8_lossy(&ra),
                 String::from_utf8_lossy(&rb),
@@ -379,4 +398,44 @@ fn sighup_rereads_the_proxys_credentials() {
     assert_eq!(c.raw(&["AUTH", "new"]), b"+OK\r\n");
     eventually(&mut c, &["RPOP", "jobs"], Value::bulk("m1"));
     let _ = std::fs::remove_file(&path);
+}
+
+/// Calls of `ACL DRYRUN` Redis has served.
+fn dryruns(admin: &mut Client) -> i64 {
+    let Value::Bulk(info) = admin.cmd(&["INFO", "commandstats"]) else {
+        panic!("INFO");
+    };
+    let info = String::from_utf8(info).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_acl|dryrun:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn no_checks_when_redis_needs_no_login() {
+    let r = Redis::start();
+    let p = Proxy::start_with_config(r.port, QUEUE_CONFIG, &[]);
+    let mut c = p.client();
+    c.cmd(&["LPUSH", "jobs", "m1"]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("m1"));
+    assert_eq!(c.cmd(&["ACK", "jobs", "m1"]), Value::Int(1));
+    assert_eq!(dryruns(&mut r.client()), 0);
+}
+
+#[test]
+fn dryrun_answers_are_reused_for_a_second() {
+    let r = secured_redis();
+    add_worker(&r);
+    let p = proxy(&r, &[]);
+    let mut adm = admin(&r);
+    let mut w = p.client();
+    assert_eq!(w.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
+    for _ in 0..20 {
+        assert_eq!(w.cmd(&["RPOP", "jobs"]), Value::Nil);
+    }
+    let first = dryruns(&mut adm);
+    assert!((1..=2).contains(&first), "{first}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(w.cmd(&["RPOP", "jobs"]), Value::Nil);
+    assert_eq!(dryruns(&mut adm), first + 1);
 }
