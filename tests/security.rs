@@ -352,6 +352,18 @@ fn config_set_requirepass_through_the_proxy() {
         b"+OK\r\n"
     );
     kill_connections(&r, "newpass");
+    // Connected before, the client stays logged in, until RESET, as with
+    // Redis.
+    eventually(&mut c, &["GET", "k"], Value::Nil);
+    assert_eq!(c.raw(&["RESET"]), b"+RESET\r\n");
+    assert_eq!(
+        c.raw(&["GET", "k"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(
+        c.raw(&["RPOP", "jobs"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
     // New clients must log in now, and the proxy's own connections (the
     // queue's pop runs on them) use the new password.
     let mut n = p.client();

@@ -41,6 +41,8 @@ impl Session {
                     self.answer(Bytes::from_static(b"+RESET\r\n")).await;
                 }
                 self.set_auth(State::after_reset());
+                // Never back to the proxy's connections.
+                self.pinned = true;
                 return Some(None);
             }
             _ if auth::is_login(kind, args) && !self.mode.multi => {

@@ -305,7 +305,10 @@ impl Session {
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
         let args = Args::new(&frame, ranges);
-        if self.auth != crate::auth::State::Open {
+        // A RESET logs out a client that needed no login when it connected
+        // if Redis wants one now.
+        if self.auth != crate::auth::State::Open || (kind == Kind::Reset && crate::auth::required())
+        {
             if let Some(done) = self.guard(kind, args, &frame).await {
                 return done;
             }
