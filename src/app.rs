@@ -7,31 +7,45 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Cli, Config};
 use crate::embedded::EmbeddedRedis;
 use crate::error::StartError;
 use crate::queue::Queues;
 use crate::server;
 use crate::session::Context;
-use crate::upstream::Endpoint;
+use crate::upstream::{Credentials, Endpoint};
 
 /// Runs the proxy until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), StartError> {
+    run_with_reload(config, None).await
+}
+
+/// Like [`run`]; with the command line the configuration came from, SIGHUP
+/// re-reads the proxy's own upstream credentials from it.
+pub async fn run_with_reload(config: Config, cli: Option<Cli>) -> Result<(), StartError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("signal received, stopping");
         let _ = stop_tx.send(true);
     });
-    let running = start(config, stop_rx).await?;
+    let running = start_inner(config, stop_rx, cli).await?;
     running.await
 }
 
 /// Binds, starts everything, and returns the future that serves until
 /// `stop` turns true, plus the bound address (through the log).
 pub async fn start(
+    config: Config,
+    stop: watch::Receiver<bool>,
+) -> Result<impl std::future::Future<Output = Result<(), StartError>>, StartError> {
+    start_inner(config, stop, None).await
+}
+
+async fn start_inner(
     mut config: Config,
     stop: watch::Receiver<bool>,
+    reload: Option<Cli>,
 ) -> Result<impl std::future::Future<Output = Result<(), StartError>>, StartError> {
     let embedded = match &config.upstream {
         Some(_) => None,
@@ -53,8 +67,10 @@ pub async fn start(
     }
     let endpoint = Arc::new(Endpoint {
         addr: config.upstream.clone().expect("upstream set above"),
-        user: config.upstream_user.clone(),
-        password: config.upstream_password.clone(),
+        credentials: std::sync::RwLock::new(Credentials {
+            user: config.upstream_user.clone(),
+            password: config.upstream_password.clone(),
+        }),
         connect_timeout: config.connect_timeout(),
         scripts: (!config.queues.is_empty()).then(crate::queue::scripts::preload),
         connected: Arc::new(tokio::sync::Notify::new()),
@@ -62,7 +78,25 @@ pub async fn start(
     // Routing follows Redis's own command table when it can be read, and
     // reads it again whenever a shared connection opens.
     crate::command::table::load(&endpoint).await;
-    crate::command::table::keep_fresh(endpoint.clone());
+    // Redis may have restarted (as another version, or now wanting a
+    // password): each new shared connection has the command table and the
+    // need to log in read again.
+    let watched = endpoint.clone();
+    tokio::spawn(async move {
+        loop {
+            watched.connected.notified().await;
+            crate::command::table::load(&watched).await;
+            crate::auth::probe(&watched).await;
+        }
+    });
+    // Clients log in only if Redis wants them to; until it has said, they
+    // must (see `auth::required`).
+    if crate::auth::probe(&endpoint).await.is_none() {
+        crate::auth::spawn_probe(endpoint.clone());
+    }
+    if let Some(cli) = reload {
+        tokio::spawn(reload_on_hangup(cli, endpoint.clone()));
+    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| StartError::Bind(config.listen.clone(), e))?;
@@ -84,6 +118,28 @@ pub async fn start(
         }
         Ok(())
     })
+}
+
+/// SIGHUP: the proxy's own credentials from the configuration file (and
+/// the command line, which still overrides it), for its next connections.
+async fn reload_on_hangup(cli: Cli, endpoint: Arc<Endpoint>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match Config::load(&cli) {
+            Ok(c) => {
+                let credentials = Credentials {
+                    user: c.upstream_user,
+                    password: c.upstream_password,
+                };
+                crate::auth::set_credentials(&endpoint, credentials);
+                crate::auth::probe(&endpoint).await;
+            }
+            Err(e) => tracing::warn!("SIGHUP: {e}; keeping the credentials in use"),
+        }
+    }
 }
 
 async fn wait_for_signal() {

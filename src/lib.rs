@@ -6,6 +6,7 @@
 //! [`queue`] interception → [`upstream`] → the reply goes back in order.
 
 pub mod app;
+pub mod auth;
 pub mod command;
 pub mod config;
 pub mod embedded;

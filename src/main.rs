@@ -50,7 +50,7 @@ fn main() {
         b
     };
     let rt = rt.enable_all().build().expect("tokio runtime");
-    if let Err(e) = rt.block_on(ackproxy::app::run(config)) {
+    if let Err(e) = rt.block_on(ackproxy::app::run_with_reload(config, Some(cli))) {
         eprintln!("ackproxy: {e}");
         std::process::exit(1);
     }

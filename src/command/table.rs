@@ -28,6 +28,8 @@ pub struct Flags {
     pub no_multi: bool,
     pub loading: bool,
     pub stale: bool,
+    /// Runs before the client authenticates (AUTH, HELLO, QUIT, RESET).
+    pub no_auth: bool,
 }
 
 /// Commands and subcommands (`name|sub`), lower-case.
@@ -36,6 +38,8 @@ pub struct Table {
     commands: HashMap<Vec<u8>, Flags>,
     /// Commands that have subcommands: look those up by `name|sub`.
     containers: std::collections::HashSet<Vec<u8>>,
+    /// Redis's arity: `n` exactly n arguments, `-n` at least n.
+    arity: HashMap<Vec<u8>, i64>,
 }
 
 static CURRENT: RwLock<Option<Arc<Table>>> = RwLock::new(None);
@@ -95,6 +99,35 @@ impl Table {
         self.commands.get(&buf[..n]).copied()
     }
 
+    /// Whether Redis answers this request from a client that has not
+    /// authenticated with NOAUTH: it knows the command (and subcommand),
+    /// the argument count fits, and the command is not one of the few
+    /// allowed before AUTH. Redis checks existence and arity first, so
+    /// anything else gets another answer, which only Redis should give.
+    pub fn refuses_unauthenticated(&self, name: &[u8], sub: Option<&[u8]>, argc: usize) -> bool {
+        let lower = |b: &[u8]| b.to_ascii_lowercase();
+        let mut key = lower(name);
+        if self.containers.contains(&key) {
+            let Some(sub) = sub else {
+                return false;
+            };
+            key.push(b'|');
+            key.extend_from_slice(&lower(sub));
+        }
+        let (Some(flags), Some(&arity)) = (self.commands.get(&key), self.arity.get(&key)) else {
+            return false;
+        };
+        let fits = if arity >= 0 {
+            argc as i64 == arity
+        } else {
+            argc as i64 >= -arity
+        };
+        // DEBUG and MODULE may be refused for being disabled before the
+        // authentication check, which COMMAND does not show.
+        let protected = key.starts_with(b"debug") || key.starts_with(b"module");
+        fits && !flags.no_auth && !protected
+    }
+
     /// Builds the table from a `COMMAND` reply (RESP2).
     pub fn parse(reply: &[u8]) -> Option<Table> {
         let (value, _) = parse_value(reply)?;
@@ -130,12 +163,16 @@ impl Table {
                         b"no_multi" => flags.no_multi = true,
                         b"loading" => flags.loading = true,
                         b"stale" => flags.stale = true,
+                        b"no_auth" => flags.no_auth = true,
                         _ => {}
                     }
                 }
             }
         }
         let name = name.to_ascii_lowercase();
+        if let Some(Value::Int(a)) = fields.get(1) {
+            self.arity.insert(name.clone(), *a);
+        }
         if may_replicate(name.split(|&b| b == b'|').next().unwrap_or_default()) {
             flags.may_replicate = true;
         }
@@ -154,7 +191,7 @@ impl Table {
 
 enum Value {
     Bytes(Vec<u8>),
-    Int,
+    Int(i64),
     Nil,
     Array(Vec<Value>),
 }
@@ -166,7 +203,10 @@ fn parse_value(b: &[u8]) -> Option<(Value, usize)> {
     let after = end + 2;
     match b.first()? {
         b'+' | b'-' => Some((Value::Bytes(line.to_vec()), after)),
-        b':' => Some((Value::Int, after)),
+        b':' => Some((
+            Value::Int(std::str::from_utf8(line).ok()?.parse().ok()?),
+            after,
+        )),
         b'$' => {
             let n: i64 = std::str::from_utf8(line).ok()?.parse().ok()?;
             if n < 0 {
@@ -192,16 +232,6 @@ fn parse_value(b: &[u8]) -> Option<(Value, usize)> {
 }
 
 /// Reads Redis's command table on a connection of its own and installs it.
-/// Reads the table again each time the upstream tells of a new connection.
-pub fn keep_fresh(endpoint: std::sync::Arc<Endpoint>) {
-    tokio::spawn(async move {
-        loop {
-            endpoint.connected.notified().await;
-            load(&endpoint).await;
-        }
-    });
-}
-
 pub async fn load(endpoint: &Endpoint) -> bool {
     let fetch = async {
         let mut stream = endpoint.connect().await.ok()?;

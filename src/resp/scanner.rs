@@ -38,6 +38,10 @@ pub enum ProtocolError {
     TooBigBulkCount,
     ExpectedDollar(u8),
     InvalidBulkLength,
+    /// More than 10 arguments from a client that has not authenticated.
+    UnauthenticatedMultibulkLength,
+    /// A bulk over 16384 bytes from a client that has not authenticated.
+    UnauthenticatedBulkLength,
     /// Reply side only: bytes that are not a RESP reply.
     InvalidReply,
 }
@@ -71,6 +75,12 @@ impl ProtocolError {
                 }
             }
             ProtocolError::InvalidBulkLength => out.extend_from_slice(b"invalid bulk length"),
+            ProtocolError::UnauthenticatedMultibulkLength => {
+                out.extend_from_slice(b"unauthenticated multibulk length")
+            }
+            ProtocolError::UnauthenticatedBulkLength => {
+                out.extend_from_slice(b"unauthenticated bulk length")
+            }
             ProtocolError::InvalidReply => out.extend_from_slice(b"invalid reply from upstream"),
         }
         out.extend_from_slice(b"\r\n");
@@ -125,6 +135,8 @@ enum Req {
 #[derive(Debug)]
 pub struct RequestScanner {
     limits: Limits,
+    /// Redis's tighter limits for a client that must still authenticate.
+    unauthenticated: bool,
     state: Req,
     args: Vec<Range<usize>>,
     /// Where the search for the current header's (or inline line's) end
@@ -159,6 +171,7 @@ impl RequestScanner {
     pub fn new(limits: Limits) -> Self {
         RequestScanner {
             limits,
+            unauthenticated: false,
             state: Req::Start,
             args: Vec::new(),
             searched: 0,
@@ -168,6 +181,14 @@ impl RequestScanner {
     /// Argument ranges of the last `Command`/`Inline` result.
     pub fn args(&self) -> &[Range<usize>] {
         &self.args
+    }
+
+    /// Whether the client must still authenticate: Redis then refuses
+    /// requests of more than 10 arguments or with bulks over 16384 bytes
+    /// (and closes the connection), so no one can make it buffer much
+    /// before logging in.
+    pub fn set_unauthenticated(&mut self, on: bool) {
+        self.unauthenticated = on;
     }
 
     /// Forgets a partly scanned request, so the next `scan` starts afresh.
@@ -212,6 +233,9 @@ impl RequestScanner {
                         Some(n) if n <= i32::MAX as i64 => n,
                         _ => return Scan::Error(ProtocolError::InvalidMultibulkLength),
                     };
+                    if self.unauthenticated && n > 10 {
+                        return Scan::Error(ProtocolError::UnauthenticatedMultibulkLength);
+                    }
                     if n <= 0 {
                         return Scan::Skip(cr + 2);
                     }
@@ -252,6 +276,9 @@ impl RequestScanner {
                         }
                         _ => return Scan::Error(ProtocolError::InvalidBulkLength),
                     };
+                    if self.unauthenticated && len > 16384 {
+                        return Scan::Error(ProtocolError::UnauthenticatedBulkLength);
+                    }
                     let start = cr + 2;
                     self.args.push(start..start.saturating_add(len));
                     self.state = Req::Bulk {
@@ -668,6 +695,35 @@ mod tests {
             Scan::Error(e) => e,
             other => panic!("{buf:?}: expected an error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn unauthenticated_limits_as_redis() {
+        let mut r = RequestScanner::new(Limits::default());
+        r.set_unauthenticated(true);
+        assert_eq!(
+            r.scan(b"*11\r\n"),
+            Scan::Error(ProtocolError::UnauthenticatedMultibulkLength)
+        );
+        assert_eq!(r.scan(b"*10\r\n$4\r\nPING\r\n"), Scan::Incomplete);
+        r.reset();
+        assert_eq!(
+            r.scan(b"*2\r\n$4\r\nECHO\r\n$16385\r\n"),
+            Scan::Error(ProtocolError::UnauthenticatedBulkLength)
+        );
+        assert_eq!(r.scan(b"*2\r\n$4\r\nECHO\r\n$16384\r\n"), Scan::Incomplete);
+        r.reset();
+        // The invalid-length checks come first, as in Redis.
+        assert_eq!(
+            r.scan(b"*9999999999\r\n"),
+            Scan::Error(ProtocolError::InvalidMultibulkLength)
+        );
+        assert_eq!(
+            ProtocolError::UnauthenticatedBulkLength.to_reply(),
+            b"-ERR Protocol error: unauthenticated bulk length\r\n"
+        );
+        r.set_unauthenticated(false);
+        assert_eq!(r.scan(b"*11\r\n"), Scan::Incomplete);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! connection, the queue interceptor, or an answer of the proxy's own —
 //! while its writer task returns the replies in request order.
 
+mod auth;
 pub mod mode;
 pub mod route;
 
@@ -36,6 +37,8 @@ pub struct Context {
     pub shutdown: watch::Receiver<bool>,
     /// The last `CLIENT PAUSE` made through the proxy, while it may last.
     pause: Mutex<Option<Pause>>,
+    /// `ACL DRYRUN` answers for queue operations.
+    permissions: crate::auth::Permissions,
 }
 
 impl Context {
@@ -56,6 +59,7 @@ impl Context {
             queues,
             shutdown,
             pause: Mutex::new(None),
+            permissions: Default::default(),
         }
     }
 
@@ -158,8 +162,12 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
         dedicated: None,
         pinned: ctx.config.dedicated_per_client,
         mode: Mode::default(),
+        auth: crate::auth::State::Open,
         ctx,
     };
+    session.set_auth(crate::auth::State::at_connect());
+    // A client that must log in never uses the proxy's connections.
+    session.pinned |= session.auth != crate::auth::State::Open;
     metrics::gauge!("ackproxy_connections").increment(1.0);
     let stop = session.read_loop().await;
     if let Stop::Finish = stop {
@@ -183,6 +191,7 @@ struct Session {
     /// Requests go to the dedicated connection.
     pinned: bool,
     mode: Mode,
+    auth: crate::auth::State,
 }
 
 impl Session {
@@ -317,6 +326,14 @@ impl Session {
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
         let args = Args::new(&frame, ranges);
+        // A RESET logs out a client that needed no login when it connected
+        // if Redis wants one now.
+        if self.auth != crate::auth::State::Open || (kind == Kind::Reset && crate::auth::required())
+        {
+            if let Some(done) = self.guard(kind, args, &frame).await {
+                return done;
+            }
+        }
         match kind {
             Kind::Quit => {
                 self.answer(Bytes::from_static(b"+OK\r\n")).await;
@@ -329,6 +346,9 @@ impl Session {
             }
             Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
                 if let Some(queues) = self.ctx.queues.clone().filter(|q| q.concerns(kind, args)) {
+                    if !self.permitted(kind, args).await {
+                        return None;
+                    }
                     let in_multi = self.pinned && self.mode.multi;
                     if self.pinned && !in_multi {
                         // Redis would run this after everything the client
@@ -372,6 +392,12 @@ impl Session {
                 }
             }
             _ => {}
+        }
+        if let Some(password) = crate::auth::sets_requirepass(args) {
+            let password = password.to_vec();
+            self.set_requirepass(kind, args, frame.clone(), password)
+                .await;
+            return None;
         }
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
@@ -428,7 +454,10 @@ impl Session {
     /// is stateless and no queue rule concerns it.
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
-            Kind::Plain => !(self.ctx.endpoint.scripts.is_some() && is_script_flush(args)),
+            Kind::Plain => {
+                !(self.ctx.endpoint.scripts.is_some() && is_script_flush(args))
+                    && crate::auth::sets_requirepass(args).is_none()
+            }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
@@ -604,8 +633,18 @@ impl Session {
         if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
             return true;
         }
+        let opened = if self.auth == crate::auth::State::Open {
+            Dedicated::open(&self.ctx.endpoint, self.out.clone()).await
+        } else {
+            if self.dedicated.is_some() {
+                // The connection the client logged in on is gone; a new one
+                // starts as Redis starts every connection.
+                self.set_auth(crate::auth::State::after_reset());
+            }
+            Dedicated::open_plain(&self.ctx.endpoint, self.out.clone()).await
+        };
         self.dedicated = None;
-        match Dedicated::open(&self.ctx.endpoint, self.out.clone()).await {
+        match opened {
             Ok(d) => {
                 self.dedicated = Some(d);
                 true
@@ -648,7 +687,7 @@ impl Session {
         let d = self.dedicated.as_mut().expect("dedicated connection");
         let expect = if !paired {
             None
-        } else if let Some(p) = protocol {
+        } else if let Some(p) = protocol.filter(|_| expect.is_none()) {
             Some(Expect::Protocol(p))
         } else {
             Some(exec.or(expect).unwrap_or(Expect::Raw))
@@ -685,7 +724,10 @@ impl Session {
     /// Back to the shared connection once the client is in no stateful mode
     /// and its dedicated connection has answered everything.
     fn maybe_unpin(&mut self) {
-        if self.ctx.config.dedicated_per_client || self.mode.any() {
+        if self.ctx.config.dedicated_per_client
+            || self.mode.any()
+            || self.auth != crate::auth::State::Open
+        {
             return;
         }
         if self.dedicated.as_ref().is_none_or(|d| d.is_idle()) {

@@ -40,6 +40,9 @@ pub enum Expect {
     /// HELLO or RESET, forwarded as is: the connection speaks this protocol
     /// from now on only if Redis accepted it.
     Protocol(u8),
+    /// Forwarded as is; whether Redis accepted it is sent (AUTH, HELLO with
+    /// AUTH, CONFIG SET: the session's state follows Redis's answer).
+    Checked(Option<u8>, tokio::sync::oneshot::Sender<bool>),
 }
 
 struct Shared {
@@ -68,7 +71,18 @@ impl Dedicated {
         endpoint: &Endpoint,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        let stream = endpoint.connect().await?;
+        Ok(Dedicated::start(endpoint.connect().await?, out))
+    }
+
+    /// A connection opened without the proxy's credentials.
+    pub async fn open_plain(
+        endpoint: &Endpoint,
+        out: Arc<ClientState>,
+    ) -> Result<Dedicated, UpstreamError> {
+        Ok(Dedicated::start(endpoint.connect_plain().await?, out))
+    }
+
+    fn start(stream: tokio::net::TcpStream, out: Arc<ClientState>) -> Dedicated {
         let (rd, wr) = stream.into_split();
         let shared = Arc::new(Shared {
             expect: Mutex::new(VecDeque::new()),
@@ -79,12 +93,12 @@ impl Dedicated {
             subscriptions: AtomicI64::new(0),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
-        Ok(Dedicated {
+        Dedicated {
             scripts_loaded: false,
             wr,
             shared,
             reader,
-        })
+        }
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
@@ -246,6 +260,15 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
                     raw_len += len;
                     raw_count += 1;
                 }
+                Some(Expect::Checked(p, tx)) => {
+                    let ok = buf[start] != b'-';
+                    if let (true, Some(p)) = (ok, p) {
+                        shared.protocol.store(p, Ordering::Release);
+                    }
+                    let _ = tx.send(ok);
+                    raw_len += len;
+                    raw_count += 1;
+                }
                 Some(Expect::Sentinel(..) | Expect::Drop) => {
                     if raw_len > 0 {
                         out.ready(buf.split_to(raw_len).freeze(), raw_count);
@@ -288,7 +311,7 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientSt
 
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
-        Expect::Raw | Expect::Protocol(_) => reply,
+        Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
         Expect::Transformed(mut t) => match t.apply(reply) {

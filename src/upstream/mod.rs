@@ -14,11 +14,12 @@ use tokio::sync::Notify;
 use crate::error::UpstreamError;
 
 /// Where Redis is and how the proxy's own connections log in.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Endpoint {
     pub addr: String,
-    pub user: Option<String>,
-    pub password: Option<String>,
+    /// Read at each connect: CONFIG SET requirepass through the proxy and
+    /// SIGHUP replace them (see `crate::auth`).
+    pub credentials: std::sync::RwLock<Credentials>,
     pub connect_timeout: Duration,
     /// With queue rules, the proxy's scripts: loaded on every shared
     /// connection it opens and after each SCRIPT FLUSH through it, so that
@@ -37,6 +38,12 @@ pub struct Scripts {
     pub count: usize,
 }
 
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
 impl Endpoint {
     /// The script loads, or nothing without queue rules.
     pub fn script_loads(&self) -> &'static [u8] {
@@ -49,6 +56,17 @@ impl Endpoint {
 
     /// Opens and authenticates a connection.
     pub async fn connect(&self) -> Result<TcpStream, UpstreamError> {
+        let credentials = self.credentials.read().unwrap().clone();
+        self.connect_as(&credentials).await
+    }
+
+    /// Opens a connection that logs in as nobody: a client's own, which
+    /// it authenticates itself if Redis wants it to.
+    pub async fn connect_plain(&self) -> Result<TcpStream, UpstreamError> {
+        self.connect_as(&Credentials::default()).await
+    }
+
+    async fn connect_as(&self, credentials: &Credentials) -> Result<TcpStream, UpstreamError> {
         let unavailable = |e: String| UpstreamError::Unavailable(format!("{}: {e}", self.addr));
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
@@ -57,9 +75,9 @@ impl Endpoint {
         stream
             .set_nodelay(true)
             .map_err(|e| unavailable(e.to_string()))?;
-        if let Some(password) = &self.password {
+        if let Some(password) = &credentials.password {
             let mut args: Vec<&[u8]> = vec![b"AUTH"];
-            if let Some(user) = &self.user {
+            if let Some(user) = &credentials.user {
                 args.push(user.as_bytes());
             }
             args.push(password.as_bytes());

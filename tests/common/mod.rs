@@ -22,8 +22,11 @@ fn wait_for_ping(port: u16, what: &str, child: &mut Child) {
     loop {
         if let Ok(mut c) = Client::try_connect(port) {
             c.send(&["PING"]);
-            // A server still starting may accept and then close.
-            if c.try_read_raw().is_ok_and(|r| r == b"+PONG\r\n") {
+            // A server still starting may accept and then close; one that
+            // wants a login first is up too.
+            if c.try_read_raw()
+                .is_ok_and(|r| r == b"+PONG\r\n" || r == b"-NOAUTH Authentication required.\r\n")
+            {
                 return;
             }
         }

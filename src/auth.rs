@@ -1,0 +1,404 @@
+//! Client authentication with Redis's own semantics. The proxy keeps no
+//! passwords of its users: whether Redis wants clients to log in is asked of
+//! Redis (a connection without credentials that gets `-NOAUTH` for PING),
+//! a client's AUTH is judged by Redis on the client's own connection, and
+//! what a user may do with a queue is asked with `ACL DRYRUN`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::command::{Args, Kind};
+use crate::upstream::{Credentials, Endpoint};
+
+pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
+/// Redis refuses an EXEC before running it with the reason inside this.
+pub const NOAUTH_EXEC: &[u8] =
+    b"-EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n";
+
+const UNKNOWN: u8 = 0;
+const OPEN: u8 = 1;
+const REQUIRED: u8 = 2;
+
+/// Whether Redis wants clients to authenticate, as last found out.
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether a client connecting now must authenticate. Until Redis has
+/// answered, it must: a proxy that cannot tell lets nobody in for free.
+pub fn required() -> bool {
+    STATE.load(Ordering::Acquire) != OPEN
+}
+
+fn set_required(on: bool) {
+    STATE.store(if on { REQUIRED } else { OPEN }, Ordering::Release);
+}
+
+/// Asks Redis, on a connection without credentials, whether PING needs a
+/// login. `None` if Redis could not be asked.
+pub async fn probe(endpoint: &Endpoint) -> Option<bool> {
+    let ask = async {
+        let stream = endpoint.connect_plain().await.ok()?;
+        let mut stream = BufReader::new(stream);
+        stream
+            .get_mut()
+            .write_all(b"*1\r\n$4\r\nPING\r\n")
+            .await
+            .ok()?;
+        let mut line = String::new();
+        stream.read_line(&mut line).await.ok()?;
+        if line.starts_with("-NOAUTH") {
+            Some(true)
+        } else if line.starts_with('+') {
+            Some(false)
+        } else {
+            None
+        }
+    };
+    let found = tokio::time::timeout(endpoint.connect_timeout * 2, ask)
+        .await
+        .ok()
+        .flatten();
+    if let Some(on) = found {
+        let before = STATE.load(Ordering::Acquire);
+        set_required(on);
+        if before != if on { REQUIRED } else { OPEN } {
+            tracing::info!(required = on, "upstream client authentication");
+        }
+    }
+    found
+}
+
+/// Probes until Redis answers (at start-up Redis may not be up yet).
+pub fn spawn_probe(endpoint: Arc<Endpoint>) {
+    tokio::spawn(async move {
+        let mut wait = Duration::from_millis(50);
+        while probe(&endpoint).await.is_none() {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(1));
+        }
+    });
+}
+
+/// A client's standing with Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Redis needed no login when the client connected: it uses the
+    /// proxy's connections as the proxy's user, and nothing is checked.
+    Open,
+    /// Must authenticate before anything but AUTH, HELLO, QUIT and RESET.
+    Anonymous,
+    /// Logged in as this user, on its own connection.
+    User(Bytes),
+}
+
+impl State {
+    pub fn at_connect() -> State {
+        if required() {
+            State::Anonymous
+        } else {
+            State::Open
+        }
+    }
+
+    /// What RESET (or a connection Redis dropped) leaves: Redis logs the
+    /// client in as `default` only if that user needs no password.
+    pub fn after_reset() -> State {
+        if required() {
+            State::Anonymous
+        } else {
+            State::User(Bytes::from_static(b"default"))
+        }
+    }
+}
+
+/// The user an AUTH or `HELLO ... AUTH` request logs in as, if it is one:
+/// `AUTH pass` is `default`; HELLO's last AUTH option counts, as in Redis.
+pub fn login_user(kind: Kind, args: Args<'_>) -> Option<Bytes> {
+    if kind != Kind::Sticky {
+        return None;
+    }
+    if args.is(0, "AUTH") {
+        return match args.len() {
+            2 => Some(Bytes::from_static(b"default")),
+            3 => args.get(1).map(Bytes::copy_from_slice),
+            _ => None,
+        };
+    }
+    if !args.is(0, "HELLO") {
+        return None;
+    }
+    let mut user = None;
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        if args.is(j, "AUTH") && more >= 2 {
+            user = args.get(j + 1).map(Bytes::copy_from_slice);
+            j += 3;
+        } else if args.is(j, "SETNAME") && more >= 1 {
+            j += 2;
+        } else {
+            return None;
+        }
+    }
+    user
+}
+
+/// Whether the request is AUTH or HELLO, which Redis judges itself.
+pub fn is_login(kind: Kind, args: Args<'_>) -> bool {
+    kind == Kind::Sticky && (args.is(0, "AUTH") || args.is(0, "HELLO"))
+}
+
+/// Whether the proxy can answer an unauthenticated request with NOAUTH
+/// itself, exactly as Redis would. Anything else goes to the client's own
+/// connection, which has no credentials, for Redis to answer.
+pub fn refuse_unauthenticated(kind: Kind, args: Args<'_>, queues: bool) -> bool {
+    if queues && matches!(kind, Kind::Ack | Kind::Nack | Kind::Queue) {
+        return true;
+    }
+    let Some(table) = crate::command::table::current() else {
+        return false;
+    };
+    table.refuses_unauthenticated(args.get(0).unwrap_or_default(), args.get(1), args.len())
+}
+
+/// The new password of a `CONFIG SET` that sets `requirepass` (Redis
+/// refuses one that names a parameter twice).
+pub fn sets_requirepass(args: Args<'_>) -> Option<&[u8]> {
+    if !(args.is(0, "CONFIG") && args.is(1, "SET"))
+        || args.len() < 4
+        || !args.len().is_multiple_of(2)
+    {
+        return None;
+    }
+    (2..args.len())
+        .step_by(2)
+        .find(|&i| args.is(i, "requirepass"))
+        .and_then(|i| args.get(i + 1))
+}
+
+/// Redis accepted `CONFIG SET requirepass password`: when the proxy logs in
+/// as `default`, its next connections use the new password, and clients
+/// connecting from now on must log in (or need not, for an empty one).
+pub fn adopt_requirepass(endpoint: &Endpoint, password: &[u8]) {
+    let mut c = endpoint.credentials.write().unwrap();
+    if c.user.as_deref().is_none_or(|u| u == "default") {
+        c.password = if password.is_empty() {
+            None
+        } else {
+            Some(String::from_utf8_lossy(password).into_owned())
+        };
+        tracing::info!("CONFIG SET requirepass through the proxy: its own connections follow");
+    }
+    set_required(!password.is_empty());
+}
+
+/// Replaces the proxy's own credentials (SIGHUP re-reads them).
+pub fn set_credentials(endpoint: &Endpoint, credentials: Credentials) {
+    let mut c = endpoint.credentials.write().unwrap();
+    if *c != credentials {
+        *c = credentials;
+        tracing::info!("upstream credentials reloaded");
+    }
+}
+
+/// The list command a queue operation stands for, which the client's user
+/// must be allowed to run on the queue key, and the operation's name for
+/// Redis's NOPERM text. `None`: nothing to check (arguments the
+/// interceptor refuses anyway, QUEUE HELP).
+pub fn equivalent(kind: Kind, args: Args<'_>) -> Option<(Vec<Bytes>, String)> {
+    let owned = |a: &[u8]| Bytes::copy_from_slice(a);
+    let lpop = |q: &[u8]| vec![Bytes::from_static(b"LPOP"), owned(q)];
+    let name = |i: usize| String::from_utf8_lossy(args.get(i).unwrap_or_default()).to_lowercase();
+    match kind {
+        Kind::Pop(_) | Kind::Lrem => Some((args.iter().map(owned).collect(), name(0))),
+        Kind::Ack | Kind::Nack => Some((lpop(args.get(1)?), name(0))),
+        Kind::Queue => {
+            let queue = args.get(2)?;
+            let full = format!("{}|{}", name(0), name(1));
+            if args.is(1, "EXTEND") {
+                Some((lpop(queue), full))
+            } else if args.is(1, "INFO") || args.is(1, "LEASES") {
+                let range = vec![
+                    Bytes::from_static(b"LRANGE"),
+                    owned(queue),
+                    Bytes::from_static(b"0"),
+                    Bytes::from_static(b"0"),
+                ];
+                Some((range, full))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// How long an `ACL DRYRUN` answer is reused: an ACL change reaches queue
+/// operations within this time.
+pub const DRYRUN_TTL: Duration = Duration::from_secs(1);
+/// Answers kept at most.
+const DRYRUN_ENTRIES: usize = 4096;
+
+/// `ACL DRYRUN` answers per (user, operation, command and arguments): the
+/// operation's name is in the refusal's text.
+#[derive(Default)]
+pub struct Permissions {
+    answers: Mutex<HashMap<Vec<u8>, (Instant, Verdict)>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// The reply the client gets instead.
+    Refused(Bytes),
+}
+
+impl Permissions {
+    fn key(user: &[u8], name: &str, command: &[Bytes]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(64);
+        let head = [user, name.as_bytes()];
+        for part in head.into_iter().chain(command.iter().map(|b| &b[..])) {
+            k.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            k.extend_from_slice(part);
+        }
+        k
+    }
+
+    pub fn cached(&self, user: &[u8], name: &str, command: &[Bytes]) -> Option<Verdict> {
+        let answers = self.answers.lock().unwrap();
+        let (at, v) = answers.get(&Self::key(user, name, command))?;
+        (at.elapsed() < DRYRUN_TTL).then(|| v.clone())
+    }
+
+    pub fn remember(&self, user: &[u8], name: &str, command: &[Bytes], verdict: Verdict) {
+        let mut answers = self.answers.lock().unwrap();
+        if answers.len() >= DRYRUN_ENTRIES {
+            answers.retain(|_, (at, _)| at.elapsed() < DRYRUN_TTL);
+            if answers.len() >= DRYRUN_ENTRIES {
+                answers.clear();
+            }
+        }
+        answers.insert(Self::key(user, name, command), (Instant::now(), verdict));
+    }
+}
+
+/// `ACL DRYRUN user command args...` as a request.
+pub fn dryrun_request(user: &[u8], command: &[Bytes]) -> Bytes {
+    let mut args: Vec<&[u8]> = vec![b"ACL", b"DRYRUN", user];
+    args.extend(command.iter().map(|b| &b[..]));
+    Bytes::from(crate::upstream::encode_command(&args))
+}
+
+/// Turns Redis's answer to `ACL DRYRUN` into what the client gets, with
+/// the text Redis itself gives when it refuses the command `name`.
+pub fn verdict(reply: &[u8], name: &str) -> Verdict {
+    if reply.starts_with(b"+OK") {
+        return Verdict::Allowed;
+    }
+    if reply.starts_with(b"-") {
+        // Bad arguments are not a matter of permission: the interceptor
+        // answers them as Redis would. Anything else (an unknown user)
+        // refuses.
+        if reply.windows(24).any(|w| w == b"wrong number of argument") {
+            return Verdict::Allowed;
+        }
+        return Verdict::Refused(Bytes::copy_from_slice(reply));
+    }
+    let text = String::from_utf8_lossy(reply);
+    let refused = if text.contains("' key") {
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+            .to_string()
+    } else if text.contains("' channel") {
+        "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"
+            .to_string()
+    } else {
+        format!("-NOPERM this user has no permissions to run the '{name}' command\r\n")
+    };
+    Verdict::Refused(Bytes::from(refused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::classify;
+
+    fn with_args<T>(words: &[&str], f: impl FnOnce(Args<'_>) -> T) -> T {
+        let mut buf = Vec::new();
+        let mut ranges = Vec::new();
+        for w in words {
+            let start = buf.len();
+            buf.extend_from_slice(w.as_bytes());
+            ranges.push(start..buf.len());
+        }
+        f(Args::new(&buf, &ranges))
+    }
+
+    fn user(words: &[&str]) -> Option<Bytes> {
+        with_args(words, |a| login_user(classify(a), a))
+    }
+
+    #[test]
+    fn login_users_as_redis_reads_them() {
+        assert_eq!(user(&["AUTH", "p"]), Some(Bytes::from_static(b"default")));
+        assert_eq!(user(&["auth", "u", "p"]), Some(Bytes::from_static(b"u")));
+        assert_eq!(user(&["AUTH"]), None);
+        assert_eq!(user(&["HELLO", "3"]), None);
+        assert_eq!(
+            user(&["HELLO", "3", "AUTH", "a", "p", "setname", "n", "AUTH", "b", "q"]),
+            Some(Bytes::from_static(b"b"))
+        );
+        assert_eq!(user(&["HELLO", "3", "AUTH", "a"]), None);
+    }
+
+    #[test]
+    fn requirepass_in_config_set() {
+        let set = |w: &[&str]| with_args(w, |a| sets_requirepass(a).map(<[u8]>::to_vec));
+        assert_eq!(
+            set(&["config", "set", "REQUIREPASS", "x"]),
+            Some(b"x".to_vec())
+        );
+        assert_eq!(
+            set(&["CONFIG", "SET", "maxmemory", "1", "requirepass", ""]),
+            Some(vec![])
+        );
+        assert_eq!(set(&["CONFIG", "SET", "maxmemory", "1"]), None);
+        assert_eq!(set(&["CONFIG", "GET", "requirepass"]), None);
+    }
+
+    #[test]
+    fn dryrun_answers_become_redis_refusals() {
+        assert_eq!(verdict(b"+OK\r\n", "rpop"), Verdict::Allowed);
+        let key = b"$52\r\nThis user has no permissions to access the 'jobs' key\r\n";
+        assert_eq!(
+            verdict(key, "rpop"),
+            Verdict::Refused(Bytes::from_static(
+                b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+            ))
+        );
+        let cmd = b"$55\r\nThis user has no permissions to run the 'lpop' command\r\n";
+        assert_eq!(
+            verdict(cmd, "ack"),
+            Verdict::Refused(Bytes::from_static(
+                b"-NOPERM this user has no permissions to run the 'ack' command\r\n"
+            ))
+        );
+    }
+
+    #[test]
+    fn cache_is_bounded_and_expires() {
+        let p = Permissions::default();
+        let cmd = vec![Bytes::from_static(b"LPOP"), Bytes::from_static(b"q")];
+        p.remember(b"u", "ack", &cmd, Verdict::Allowed);
+        assert_eq!(p.cached(b"u", "ack", &cmd), Some(Verdict::Allowed));
+        assert_eq!(p.cached(b"u", "nack", &cmd), None);
+        assert_eq!(p.cached(b"v", "ack", &cmd), None);
+        for i in 0..DRYRUN_ENTRIES * 2 {
+            p.remember(i.to_string().as_bytes(), "ack", &cmd, Verdict::Allowed);
+        }
+        assert!(p.answers.lock().unwrap().len() <= DRYRUN_ENTRIES);
+    }
+}
