@@ -326,16 +326,7 @@ mod tests {
     use super::*;
     use crate::command::classify;
 
-    fn with_args<T>(words: &[&str], f: impl FnOnce(Args<'_>) -> T) -> T {
-        let mut buf = Vec::new();
-        let mut ranges = Vec::new();
-        for w in words {
-            let start = buf.len();
-            buf.extend_from_slice(w.as_bytes());
-            ranges.push(start..buf.len());
-        }
-        f(Args::new(&buf, &ranges))
-    }
+    use crate::command::with_words as with_args;
 
     fn user(words: &[&str]) -> Option<Bytes> {
         with_args(words, |a| login_user(classify(a), a))

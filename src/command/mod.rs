@@ -231,19 +231,25 @@ fn classify_client(args: Args<'_>) -> Kind {
 
 pub use crate::resp::parse_i64;
 
+/// Runs `f` on the arguments `words`, for unit tests.
+#[cfg(test)]
+pub fn with_words<T>(words: &[&str], f: impl FnOnce(Args<'_>) -> T) -> T {
+    let mut buf = Vec::new();
+    let mut ranges = Vec::new();
+    for w in words {
+        let start = buf.len();
+        buf.extend_from_slice(w.as_bytes());
+        ranges.push(start..buf.len());
+    }
+    f(Args::new(&buf, &ranges))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn kind(words: &[&str]) -> Kind {
-        let mut buf = Vec::new();
-        let mut ranges = Vec::new();
-        for w in words {
-            let start = buf.len();
-            buf.extend_from_slice(w.as_bytes());
-            ranges.push(start..buf.len());
-        }
-        classify(Args::new(&buf, &ranges))
+        with_words(words, classify)
     }
 
     #[test]

@@ -438,14 +438,7 @@ impl Session {
     /// those still due must arrive first.
     async fn answer(&mut self, bytes: Bytes) {
         if self.pinned {
-            let unpaired = self.mode.unpaired;
-            if let Some(d) = &mut self.dedicated {
-                if unpaired {
-                    d.drain_unpaired().await;
-                } else {
-                    d.idle().await;
-                }
-            }
+            self.settle().await;
         }
         self.out.ready(bytes, 1);
     }

@@ -97,18 +97,10 @@ pub fn parse_pause(args: Args<'_>, now: Instant) -> Option<Pause> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::classify;
+    use crate::command::{classify, with_words};
 
     fn decide(words: &[&str], f: &Facts) -> Route {
-        let mut buf = Vec::new();
-        let mut ranges = Vec::new();
-        for w in words {
-            let start = buf.len();
-            buf.extend_from_slice(w.as_bytes());
-            ranges.push(start..buf.len());
-        }
-        let args = Args::new(&buf, &ranges);
-        route(classify(args), args, f)
+        with_words(words, |args| route(classify(args), args, f))
     }
 
     fn facts(pause: Option<Pause>) -> Facts {
@@ -159,16 +151,7 @@ mod tests {
     #[test]
     fn pause_arguments_as_redis_reads_them() {
         let now = Instant::now();
-        let parse = |words: &[&str]| {
-            let mut buf = Vec::new();
-            let mut ranges = Vec::new();
-            for w in words {
-                let start = buf.len();
-                buf.extend_from_slice(w.as_bytes());
-                ranges.push(start..buf.len());
-            }
-            parse_pause(Args::new(&buf, &ranges), now)
-        };
+        let parse = |words: &[&str]| with_words(words, |args| parse_pause(args, now));
         assert!(parse(&["CLIENT", "PAUSE", "100"]).is_some_and(|p| p.all));
         assert!(parse(&["CLIENT", "PAUSE", "100", "write"]).is_some_and(|p| !p.all));
         assert_eq!(parse(&["CLIENT", "PAUSE", "-1"]), None);
