@@ -180,10 +180,8 @@ pub fn classify(args: Args<'_>) -> Kind {
 /// A command the hand-written table does not single out: Redis's own flags
 /// say whether it can block.
 fn from_table(args: Args<'_>) -> Kind {
-    let Some(t) = table::current() else {
-        return Kind::Plain;
-    };
-    match t.lookup(args.get(0).unwrap_or_default(), args.get(1)) {
+    let flags = table::with_current(|t| t?.lookup(args.get(0).unwrap_or_default(), args.get(1)));
+    match flags {
         Some(f) if f.blocking => Kind::Blocking,
         // Redis serves these while a script runs: they must not wait
         // behind anything (FUNCTION STATS, ...).
@@ -199,12 +197,12 @@ pub fn may_write(args: Args<'_>) -> bool {
     if table::may_replicate(name) {
         return true;
     }
-    match table::current() {
+    table::with_current(|t| match t {
         Some(t) => t
             .lookup(name, args.get(1))
             .is_some_and(|f| f.write || f.may_replicate),
         None => true,
-    }
+    })
 }
 
 fn classify_client(args: Args<'_>) -> Kind {

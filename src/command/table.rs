@@ -5,7 +5,10 @@
 //! the hand-written table does not know). Until it arrives, or if Redis
 //! refuses `COMMAND`, the hand-written classification stands alone.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,25 +35,72 @@ pub struct Flags {
     pub no_auth: bool,
 }
 
+/// FNV-1a: command names are a few bytes, and SipHash's cost shows on the
+/// request path. The tables are Redis's, not the client's, so a weaker hash
+/// lets no client flood them.
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Map<V> = HashMap<Vec<u8>, V, BuildHasherDefault<Fnv>>;
+
 /// Commands and subcommands (`name|sub`), lower-case.
 #[derive(Debug, Default)]
 pub struct Table {
-    commands: HashMap<Vec<u8>, Flags>,
+    commands: Map<Flags>,
     /// Commands that have subcommands: look those up by `name|sub`.
-    containers: std::collections::HashSet<Vec<u8>>,
+    containers: HashSet<Vec<u8>, BuildHasherDefault<Fnv>>,
     /// Redis's arity: `n` exactly n arguments, `-n` at least n.
-    arity: HashMap<Vec<u8>, i64>,
+    arity: Map<i64>,
 }
 
 static CURRENT: RwLock<Option<Arc<Table>>> = RwLock::new(None);
+
+/// Bumped by every [`install`]: each thread keeps the table it last read
+/// until this changes, so a request takes no lock and no reference count.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static LOCAL: RefCell<(u64, Option<Arc<Table>>)> = const { RefCell::new((0, None)) };
+}
 
 /// The table in use, if Redis's has arrived.
 pub fn current() -> Option<Arc<Table>> {
     CURRENT.read().unwrap().clone()
 }
 
+/// Runs `f` with the table in use (`None` until Redis's has arrived).
+pub fn with_current<T>(f: impl FnOnce(Option<&Table>) -> T) -> T {
+    let generation = GENERATION.load(Ordering::Acquire);
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        if local.0 != generation {
+            *local = (generation, current());
+        }
+        f(local.1.as_deref())
+    })
+}
+
 pub fn install(table: Table) {
     *CURRENT.write().unwrap() = Some(Arc::new(table));
+    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// Commands Redis 7.0 holds during `CLIENT PAUSE WRITE` without a `write`
