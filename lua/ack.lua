@@ -16,13 +16,8 @@ local budget = tonumber(ARGV[RULE_SIZE + 1])
 local released, late = 0, 0
 for i = RULE_SIZE + 2, #ARGV do
   local ik = id_key(ARGV[i])
-  local token = tokens_of(k, ik, 1)[1]
-  local payload, dest
+  local token, payload, _, _, dest = first_lease(k, ik)
   if token then
-    local _
-    payload, _, _, dest = record(k, token)
-  end
-  if payload then
     drop(k, token, payload, dest)
     released = released + 1
   else

@@ -124,6 +124,20 @@ local function tokens_of(k, ik, n)
   return out
 end
 
+-- The first lease with this id key and its record (payload, id,
+-- deliveries, dest, dest_end, started), or nil: one HGET in the common case
+-- of a single message with that id in flight.
+local function first_lease(k, ik)
+  local token, raw = ik, redis.call('HGET', k.msgs, ik)
+  if not raw then
+    token = redis.call('ZRANGEBYLEX', k.ids, '[' .. ik .. ':', '(' .. ik .. ';', 'LIMIT', 0, 1)[1]
+    if not token then return nil end
+    raw = redis.call('HGET', k.msgs, token)
+    if not raw then return nil end
+  end
+  return token, cmsgpack.unpack(raw)
+end
+
 -- The leases whose copy of payload sits in dest (move pops), at most n.
 local function tokens_in_dest(k, dest, payload, n)
   local dk = dest_key(dest, payload) .. '|'

@@ -15,10 +15,9 @@ local r = rule(1)
 local n = 0
 local out = { 0 }
 for i = RULE_SIZE + 1, #ARGV do
-  local token = tokens_of(k, id_key(ARGV[i]), 1)[1]
+  local token, _, _, _, dest = first_lease(k, id_key(ARGV[i]))
   if token then
-    if redis.call('ZSCORE', k.mleases, token) then
-      local payload, _, _, dest = record(k, token)
+    if dest ~= '' then
       redis.call('ZADD', k.mleases, 0, token)
       out[#out + 1] = token
       out[#out + 1] = dest or ''
