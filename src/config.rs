@@ -479,6 +479,39 @@ mod tests {
         let text = include_str!("../config/ackproxy.toml");
         let cfg = Config::from_toml(text).expect("example config is valid");
         assert!(!cfg.queues.is_empty());
+        // The file says the values it shows are the defaults.
+        let (l, d) = (&cfg.limits, LimitsConfig::default());
+        assert_eq!(
+            (
+                l.max_bulk_len,
+                l.max_array_len,
+                l.max_inline_len,
+                l.maxclients
+            ),
+            (
+                d.max_bulk_len,
+                d.max_array_len,
+                d.max_inline_len,
+                d.maxclients
+            )
+        );
+        assert_eq!(
+            (
+                l.client_output_buffer_limit,
+                l.max_inflight_per_client,
+                l.idle_timeout_secs
+            ),
+            (
+                d.client_output_buffer_limit,
+                d.max_inflight_per_client,
+                d.idle_timeout_secs
+            )
+        );
+        let r = ReaperConfig::default();
+        assert_eq!(
+            (cfg.reaper.interval_ms, cfg.reaper.batch),
+            (r.interval_ms, r.batch)
+        );
     }
 
     #[test]
