@@ -16,7 +16,7 @@
 mod common;
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use ackproxy::queue::pop::{self, Parsed};
 use ackproxy::queue::rules::Rules;
 use ackproxy::queue::scripts;
 use ackproxy::upstream::encode_command;
-use common::{free_port, wait_port, Proc};
+use common::{start_proxy, start_redis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -398,43 +398,10 @@ fn main() {
 
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load_before = load_before.split(' ').take(3).collect::<Vec<_>>().join(" ");
-    let redis_port = free_port();
-    let dir = std::env::temp_dir().join(format!("ackproxy-bench-{redis_port}"));
+    let dir = std::env::temp_dir().join(format!("ackproxy-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let redis = Proc(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                &redis_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
-    wait_port(redis_port);
-    let cfg_path = dir.join("ackproxy.toml");
-    std::fs::write(&cfg_path, CONFIG).unwrap();
-    let proxy_port = free_port();
-    let proxy = Proc(
-        Command::new(&bin)
-            .args(["--listen", &format!("127.0.0.1:{proxy_port}")])
-            .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
-            .arg("--config")
-            .arg(&cfg_path)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("ackproxy binary"),
-    );
-    wait_port(proxy_port);
+    let (redis, redis_port) = start_redis(&dir);
+    let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, &dir);
 
     let config = Config::from_toml(CONFIG).unwrap();
     let rules = Arc::new(Rules::new(&config.queues));

@@ -12,11 +12,11 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ackproxy::upstream::encode_command;
-use common::{free_port, wait_port, Proc};
+use common::{start_proxy, start_redis};
 
 const CONFIG: &str = r#"
 [[queue]]
@@ -146,33 +146,8 @@ fn main() {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ackproxy").to_string());
     let dir = std::env::temp_dir().join(format!("ackproxy-stress-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let redis_port = free_port();
-    let _redis = Proc(
-        Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
-    wait_port(redis_port);
-    let cfg = dir.join("ackproxy.toml");
-    std::fs::write(&cfg, CONFIG).unwrap();
-    let proxy_port = free_port();
-    let proxy = Proc(
-        Command::new(&bin)
-            .args(["--listen", &format!("127.0.0.1:{proxy_port}")])
-            .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
-            .arg("--config")
-            .arg(&cfg)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("ackproxy binary"),
-    );
-    wait_port(proxy_port);
+    let (_redis, redis_port) = start_redis(&dir);
+    let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, &dir);
     let pid = proxy.0.id();
     let mut direct = Conn::connect(redis_port);
     let mut c = Conn::connect(proxy_port);

@@ -114,27 +114,6 @@ fn consumer_process() {
 
 // ---------------------------------------------------------------- driver side
 
-struct Rng(u64);
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        println!("rng seed {seed}");
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 struct Consumers {
     children: Vec<Child>,
     ports: String,
@@ -355,7 +334,7 @@ fn consumers_and_proxy_killed() {
 
     let state_dir = std::env::temp_dir().join(format!("ackproxy-fault-consumers-{}", redis.port));
     let mut consumers = Consumers::start(CONSUMERS, &[port_a, port_b], state_dir);
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_clock();
     let mut kills = 0usize;
     let mut attached_at_proxy_kill = 0usize;
     let per_round = n / ROUNDS;

@@ -35,19 +35,6 @@ batch = 100
 /// Elements one pop script call takes at most (`queue::pop::POP_BATCH`).
 const BOUND: u64 = 50;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 type Bag = BTreeMap<String, i64>;
 
 fn add(b: &mut Bag, p: &str, n: i64) {

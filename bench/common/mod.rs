@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn free_port() -> u16 {
@@ -28,4 +29,42 @@ pub fn wait_port(port: u16) {
         assert!(Instant::now() < deadline, "nothing listens on {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A redis-server without persistence on a free port, data in `dir`.
+pub fn start_redis(dir: &Path) -> (Proc, u16) {
+    let port = free_port();
+    let redis = Proc(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    wait_port(port);
+    (redis, port)
+}
+
+/// The proxy `bin` in front of `redis_port`, with the configuration `toml`
+/// (written into `dir`), on a free port.
+pub fn start_proxy(bin: &str, redis_port: u16, toml: &str, dir: &Path) -> (Proc, u16) {
+    let cfg = dir.join("ackproxy.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let port = free_port();
+    let proxy = Proc(
+        Command::new(bin)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
+            .arg("--config")
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ackproxy binary"),
+    );
+    wait_port(port);
+    (proxy, port)
 }
