@@ -10,26 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Everything a connection receives until the peer closes it.
-fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 65536];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return out,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            // Closing with unread input pending makes the kernel reset the
-            // connection; Redis does the same.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return out,
-            Err(e) => panic!(
-                "connection not closed: {e} (got {:?})",
-                String::from_utf8_lossy(&out)
-            ),
-        }
-    }
-}
-
 fn send_and_collect(port: u16, bytes: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // The peer may close before reading everything: that is its right.

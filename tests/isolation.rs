@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -181,21 +180,6 @@ fn compare(
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Reads until the peer closes; a reset counts as a close.
-fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 65536];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return out,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return out,
-            Err(e) => panic!("connection not closed: {e} (got {:?})", text(&out)),
-        }
-    }
 }
 
 fn busy_threshold(c: &mut Client) {
