@@ -62,3 +62,88 @@ impl fmt::Display for StartError {
 }
 
 impl std::error::Error for StartError {}
+
+/// A failure of the proxy's own traffic with Redis (the command table,
+/// keyspace notifications, the login probe): no client waits on it, so
+/// what matters is which request failed and whether trying again helps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlError {
+    /// The request, or `connect`.
+    pub during: &'static str,
+    pub cause: ControlCause,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlCause {
+    /// No connection, or it broke or went silent.
+    Unreachable(String),
+    /// Redis refused the proxy's own credentials; new ones may come with
+    /// SIGHUP or a `CONFIG SET requirepass` made through the proxy.
+    Login,
+    /// Redis answered with an error. `transient` ones (BUSY, LOADING, …)
+    /// go away by themselves; others (a renamed CONFIG, NOPERM) stay.
+    Refused {
+        code: String,
+        detail: String,
+        transient: bool,
+    },
+    /// A reply of a shape this request never gets from Redis, or an
+    /// upstream address the proxy cannot connect to at all.
+    Unexpected(String),
+}
+
+/// Error codes Redis gives while it is busy, loading or failing over.
+const TRANSIENT_CODES: &[&str] = &["BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"];
+
+impl ControlError {
+    pub fn new(during: &'static str, cause: ControlCause) -> ControlError {
+        ControlError { during, cause }
+    }
+
+    /// What the `redis` crate reported for `during`.
+    pub fn redis(during: &'static str, e: &redis::RedisError) -> ControlError {
+        use redis::ErrorKind;
+        let cause = match e.kind() {
+            ErrorKind::AuthenticationFailed => ControlCause::Login,
+            ErrorKind::Io => ControlCause::Unreachable(e.to_string()),
+            ErrorKind::Server(_) | ErrorKind::Extension => {
+                let code = e.code().unwrap_or("ERR").to_string();
+                ControlCause::Refused {
+                    transient: TRANSIENT_CODES.contains(&code.as_str()),
+                    detail: e.detail().unwrap_or_default().to_string(),
+                    code,
+                }
+            }
+            _ => ControlCause::Unexpected(e.to_string()),
+        };
+        ControlError { during, cause }
+    }
+
+    /// Whether the same request may succeed if tried again later.
+    pub fn retryable(&self) -> bool {
+        match &self.cause {
+            ControlCause::Unreachable(_) | ControlCause::Login => true,
+            ControlCause::Refused { transient, .. } => *transient,
+            ControlCause::Unexpected(_) => false,
+        }
+    }
+
+    /// Redis answered `-NOAUTH`: the connection must log in first.
+    pub fn needs_login(&self) -> bool {
+        matches!(&self.cause, ControlCause::Refused { code, .. } if code == "NOAUTH")
+    }
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.during)?;
+        match &self.cause {
+            ControlCause::Unreachable(why) => write!(f, "upstream unreachable: {why}"),
+            ControlCause::Login => f.write_str("upstream refused the proxy's credentials"),
+            ControlCause::Refused { code, detail, .. } => write!(f, "refused: {code} {detail}"),
+            ControlCause::Unexpected(why) => write!(f, "unexpected: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}

@@ -1,6 +1,8 @@
 //! Connections to the upstream Redis: shared multiplexed ones for stateless
-//! commands, dedicated ones for clients in a stateful mode.
+//! commands, dedicated ones for clients in a stateful mode, and the proxy's
+//! own control connections.
 
+pub mod control;
 pub mod dedicated;
 pub mod shared;
 
