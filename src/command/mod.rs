@@ -285,7 +285,8 @@ mod tests {
         assert_eq!(kind(&["XBLOCKPOP", "k", "0"]), Kind::Plain);
         let reply = b"*1\r\n*10\r\n$9\r\nxblockpop\r\n:-3\r\n*2\r\n+write\r\n+blocking\r\n\
             :1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
-        table::install(table::Table::parse(reply).unwrap());
+        let reply = redis::parse_redis_value(reply).unwrap();
+        table::install(table::Table::from_reply(&reply).unwrap());
         assert_eq!(kind(&["xblockpop", "k", "0"]), Kind::Blocking);
         // Argument-dependent refinements still decide.
         assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);

@@ -1,5 +1,5 @@
-//! Redis's own command table, read with `COMMAND` on a connection of the
-//! proxy's own at start-up and after the shared connection reconnects, so
+//! Redis's own command table, read with `COMMAND` on a control connection
+//! (`upstream::control`) at start-up and after the shared connection reconnects, so
 //! that routing follows the flags of the Redis actually behind the proxy
 //! (a command that can block never lands on a shared connection, even one
 //! the hand-written table does not know). Until it arrives, or if Redis
@@ -11,10 +11,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use redis::Value;
 
-use crate::resp::ReplyScanner;
-use crate::upstream::Endpoint;
+use crate::error::{ControlCause, ControlError};
+use crate::upstream::{control, Endpoint};
 
 /// The command flags routing cares about.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -178,48 +178,44 @@ impl Table {
         fits && !flags.no_auth && !protected
     }
 
-    /// Builds the table from a `COMMAND` reply (RESP2).
-    pub fn parse(reply: &[u8]) -> Option<Table> {
-        let (value, _) = parse_value(reply)?;
-        let mut table = Table::default();
-        let Value::Array(entries) = value else {
+    /// Builds the table from Redis's `COMMAND` reply.
+    pub fn from_reply(reply: &Value) -> Option<Table> {
+        let Value::Array(entries) = reply else {
             return None;
         };
-        for entry in &entries {
+        let mut table = Table::default();
+        for entry in entries {
             table.add(entry)?;
         }
         (!table.commands.is_empty()).then_some(table)
     }
 
+    /// One entry: name, arity, flags, first key, last key, step, ACL
+    /// categories, tips, key specs, subcommands (entries themselves).
     fn add(&mut self, entry: &Value) -> Option<()> {
         let Value::Array(fields) = entry else {
             return None;
         };
-        let Value::Bytes(name) = fields.first()? else {
-            return None;
-        };
+        let name = text(fields.first()?)?.to_ascii_lowercase();
         let mut flags = Flags::default();
         if let Some(Value::Array(fs)) = fields.get(2) {
-            for f in fs {
-                if let Value::Bytes(f) = f {
-                    match &f[..] {
-                        b"write" => flags.write = true,
-                        b"blocking" => flags.blocking = true,
-                        b"may_replicate" | b"may-replicate" => flags.may_replicate = true,
-                        b"pubsub" => flags.pubsub = true,
-                        b"admin" => flags.admin = true,
-                        b"noscript" => flags.noscript = true,
-                        b"allow_busy" => flags.allow_busy = true,
-                        b"no_multi" => flags.no_multi = true,
-                        b"loading" => flags.loading = true,
-                        b"stale" => flags.stale = true,
-                        b"no_auth" => flags.no_auth = true,
-                        _ => {}
-                    }
+            for f in fs.iter().filter_map(text) {
+                match f {
+                    b"write" => flags.write = true,
+                    b"blocking" => flags.blocking = true,
+                    b"may_replicate" | b"may-replicate" => flags.may_replicate = true,
+                    b"pubsub" => flags.pubsub = true,
+                    b"admin" => flags.admin = true,
+                    b"noscript" => flags.noscript = true,
+                    b"allow_busy" => flags.allow_busy = true,
+                    b"no_multi" => flags.no_multi = true,
+                    b"loading" => flags.loading = true,
+                    b"stale" => flags.stale = true,
+                    b"no_auth" => flags.no_auth = true,
+                    _ => {}
                 }
             }
         }
-        let name = name.to_ascii_lowercase();
         if let Some(Value::Int(a)) = fields.get(1) {
             self.arity.insert(name.clone(), *a);
         }
@@ -239,74 +235,41 @@ impl Table {
     }
 }
 
-enum Value {
-    Bytes(Vec<u8>),
-    Int(i64),
-    Nil,
-    Array(Vec<Value>),
-}
-
-/// One RESP2 value from the start of `b` and its length.
-fn parse_value(b: &[u8]) -> Option<(Value, usize)> {
-    let end = b.windows(2).position(|w| w == b"\r\n")?;
-    let line = &b[1..end];
-    let after = end + 2;
-    match b.first()? {
-        b'+' | b'-' => Some((Value::Bytes(line.to_vec()), after)),
-        b':' => Some((
-            Value::Int(std::str::from_utf8(line).ok()?.parse().ok()?),
-            after,
-        )),
-        b'$' => {
-            let n: i64 = std::str::from_utf8(line).ok()?.parse().ok()?;
-            if n < 0 {
-                return Some((Value::Nil, after));
-            }
-            let n = n as usize;
-            let data = b.get(after..after + n)?;
-            Some((Value::Bytes(data.to_vec()), after + n + 2))
-        }
-        b'*' => {
-            let n: i64 = std::str::from_utf8(line).ok()?.parse().ok()?;
-            let mut at = after;
-            let mut items = Vec::with_capacity(n.clamp(0, 1024) as usize);
-            for _ in 0..n.max(0) {
-                let (v, used) = parse_value(b.get(at..)?)?;
-                items.push(v);
-                at += used;
-            }
-            Some((Value::Array(items), at))
-        }
+/// A name or flag: a bulk string, or a status reply (flags in RESP2).
+fn text(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
 }
 
-/// Reads Redis's command table on a connection of its own and installs it.
+/// Reads Redis's command table on a control connection.
+pub async fn fetch(endpoint: &Endpoint) -> Result<Table, ControlError> {
+    let mut admin = control::admin(endpoint).await?;
+    let reply: Value = control::query(&mut admin, "COMMAND", &redis::cmd("COMMAND")).await?;
+    Table::from_reply(&reply).ok_or_else(|| {
+        ControlError::new(
+            "COMMAND",
+            ControlCause::Unexpected("not a command table".into()),
+        )
+    })
+}
+
+/// Reads Redis's command table and installs it.
 pub async fn load(endpoint: &Endpoint) -> bool {
-    let fetch = async {
-        let mut stream = endpoint.connect().await.ok()?;
-        stream.write_all(b"*1\r\n$7\r\nCOMMAND\r\n").await.ok()?;
-        let mut buf = Vec::with_capacity(256 * 1024);
-        let mut scanner = ReplyScanner::new();
-        loop {
-            let mut chunk = [0u8; 64 * 1024];
-            let n = stream.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(len) = scanner.scan(&buf).ok()? {
-                return Table::parse(&buf[..len]);
-            }
-        }
-    };
-    match tokio::time::timeout(endpoint.connect_timeout * 4, fetch).await {
-        Ok(Some(table)) => {
+    let fetched = tokio::time::timeout(endpoint.connect_timeout * 4, fetch(endpoint)).await;
+    match fetched {
+        Ok(Ok(table)) => {
             install(table);
             true
         }
-        _ => {
-            tracing::warn!("could not read COMMAND from redis; using the built-in table");
+        Ok(Err(e)) => {
+            tracing::warn!("could not read the command table ({e}); using the built-in one");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("COMMAND took too long; using the built-in command table");
             false
         }
     }
@@ -322,7 +285,8 @@ mod tests {
             *10\r\n$5\r\nblpop\r\n:-3\r\n*2\r\n+write\r\n+blocking\r\n:1\r\n:-2\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n\
             *10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*1\r\n\
             *10\r\n$12\r\nclient|pause\r\n:-3\r\n*2\r\n+admin\r\n+noscript\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
-        let t = Table::parse(reply).expect("table");
+        let reply = redis::parse_redis_value(reply).expect("RESP");
+        let t = Table::from_reply(&reply).expect("table");
         let blpop = t.lookup(b"BLPOP", None).unwrap();
         assert!(blpop.blocking && blpop.write);
         let pause = t.lookup(b"client", Some(b"PAUSE")).unwrap();
