@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::command::{Args, Kind};
-use crate::upstream::{Credentials, Endpoint};
+use crate::upstream::{control, Credentials, Endpoint};
 
 pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
 /// Redis refuses an EXEC before running it with the reason inside this.
@@ -41,27 +40,14 @@ fn set_required(on: bool) {
 /// login. `None` if Redis could not be asked.
 pub async fn probe(endpoint: &Endpoint) -> Option<bool> {
     let ask = async {
-        let stream = endpoint.connect_plain().await.ok()?;
-        let mut stream = BufReader::new(stream);
-        stream
-            .get_mut()
-            .write_all(b"*1\r\n$4\r\nPING\r\n")
-            .await
-            .ok()?;
-        let mut line = String::new();
-        stream.read_line(&mut line).await.ok()?;
-        if line.starts_with("-NOAUTH") {
-            Some(true)
-        } else if line.starts_with('+') {
-            Some(false)
-        } else {
-            None
-        }
+        let mut plain = control::plain(endpoint).await?;
+        control::query::<()>(&mut plain, "PING", &redis::cmd("PING")).await
     };
-    let found = tokio::time::timeout(endpoint.connect_timeout * 2, ask)
-        .await
-        .ok()
-        .flatten();
+    let found = match tokio::time::timeout(endpoint.connect_timeout * 2, ask).await {
+        Ok(Ok(())) => Some(false),
+        Ok(Err(e)) if e.needs_login() => Some(true),
+        _ => None,
+    };
     if let Some(on) = found {
         let before = STATE.load(Ordering::Acquire);
         set_required(on);
