@@ -9,19 +9,18 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::Caller;
 use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
-use super::value;
+use crate::error::{ControlCause, ControlError};
 use crate::output::ClientState;
-use crate::resp::ReplyScanner;
 use crate::upstream::shared::SharedUpstream;
-use crate::upstream::{encode_command, Endpoint};
+use crate::upstream::{control, Endpoint};
 
 /// Keyspace channels of database 0, where the queues live.
 const CHANNEL_PREFIX: &[u8] = b"__keyspace@0__:";
@@ -54,8 +53,15 @@ impl Waiters {
     ) -> Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
-        let patterns: Vec<String> = rules.patterns().map(str::to_string).collect();
-        tokio::spawn(listen(endpoint, patterns, tx.clone(), sub_rx, stop));
+        let listener = Listener {
+            endpoint,
+            patterns: rules.patterns().map(|p| channel(p.as_bytes())).collect(),
+            plain: HashSet::new(),
+            dispatcher: tx.clone(),
+            subs: sub_rx,
+            stop,
+        };
+        tokio::spawn(listener.run());
         let dispatcher = Dispatcher {
             caller: Caller {
                 shared,
@@ -152,9 +158,9 @@ impl Dispatcher {
                     }
                 }
                 Msg::Notifications(on) => {
-                    if on != self.notifications {
-                        metrics::gauge!("ackproxy_wakeup_polling").set(if on { 0.0 } else { 1.0 });
-                    }
+                    // Set every time: the dispatcher starts out polling,
+                    // while the gauge starts at 0.
+                    metrics::gauge!("ackproxy_wakeup_polling").set(if on { 0.0 } else { 1.0 });
                     self.notifications = on;
                 }
             }
@@ -234,77 +240,122 @@ impl Dispatcher {
     }
 }
 
+/// Backoff between attempts to get the subscription back.
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
+
 /// Keeps a subscription to keyspace notifications for the queue patterns
 /// (and for plain keys that parked pops also wait on), turning each event
-/// into a wake-up for the dispatcher.
-async fn listen(
+/// into a wake-up for the dispatcher. While there is none, the dispatcher
+/// is told so, and polls.
+struct Listener {
     endpoint: Arc<Endpoint>,
-    patterns: Vec<String>,
+    /// Channel patterns of the queue rules.
+    patterns: Vec<Vec<u8>>,
+    /// Plain keys parked pops wait on: subscribed again after a reconnect.
+    plain: HashSet<Bytes>,
     dispatcher: mpsc::UnboundedSender<Msg>,
-    mut subs: mpsc::UnboundedReceiver<Sub>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut plain: HashSet<Bytes> = HashSet::new();
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let result = async {
-            let mut conn = endpoint.connect().await.map_err(|e| e.to_string())?;
-            enable_notifications(&mut conn).await?;
-            let mut req = Vec::new();
-            for p in &patterns {
-                let mut ch = CHANNEL_PREFIX.to_vec();
-                ch.extend_from_slice(p.as_bytes());
-                req.extend_from_slice(&encode_command(&[b"PSUBSCRIBE", &ch]));
-            }
-            for k in &plain {
-                req.extend_from_slice(&encode_command(&[b"SUBSCRIBE", &channel(k)]));
-            }
-            conn.write_all(&req).await.map_err(|e| e.to_string())?;
-            let _ = dispatcher.send(Msg::Notifications(true));
-            // Anything pushed while the subscription was down.
-            let _ = dispatcher.send(Msg::WakeAll);
-            let mut buf = BytesMut::with_capacity(8192);
-            let mut scanner = ReplyScanner::new();
-            loop {
-                tokio::select! {
-                    _ = stop.changed() => return Ok(()),
-                    sub = subs.recv() => {
-                        let (verb, key): (&[u8], Bytes) = match sub {
-                            Some(Sub::Subscribe(k)) => { plain.insert(k.clone()); (b"SUBSCRIBE", k) }
-                            Some(Sub::Unsubscribe(k)) => { plain.remove(&k); (b"UNSUBSCRIBE", k) }
-                            None => return Ok(()),
-                        };
-                        conn.write_all(&encode_command(&[verb, &channel(&key)])).await.map_err(|e| e.to_string())?;
-                    }
-                    r = conn.read_buf(&mut buf) => {
-                        match r {
-                            Ok(0) => return Err("connection closed".to_string()),
-                            Err(e) => return Err(e.to_string()),
-                            Ok(_) => {}
-                        }
-                        while let Ok(Some(len)) = scanner.scan(&buf) {
-                            let frame = buf.split_to(len).freeze();
-                            if let Some(key) = event_key(&frame) {
-                                let _ = dispatcher.send(Msg::Wake(key));
-                            }
-                        }
-                    }
+    subs: mpsc::UnboundedReceiver<Sub>,
+    stop: watch::Receiver<bool>,
+}
+
+/// How a subscription that was made came to an end.
+enum Ended {
+    Stopped,
+    Lost,
+}
+
+impl Listener {
+    async fn run(mut self) {
+        let mut backoff = RESUBSCRIBE_MIN;
+        loop {
+            let e = match self.subscription().await {
+                Ok(Ended::Stopped) => return,
+                Ok(Ended::Lost) => {
+                    // It worked until now: try again at once.
+                    backoff = RESUBSCRIBE_MIN;
+                    ControlError::new(
+                        "PSUBSCRIBE",
+                        ControlCause::Unreachable("subscription connection closed".into()),
+                    )
                 }
+                Err(e) => e,
+            };
+            let _ = self.dispatcher.send(Msg::Notifications(false));
+            tracing::warn!(
+                "keyspace notifications unavailable ({e}); parked pops poll until they are back"
+            );
+            if !e.retryable() {
+                // The same request would be refused the same way (a renamed
+                // CONFIG, say): ask again only now and then.
+                backoff = RESUBSCRIBE_MAX;
+            }
+            tokio::select! {
+                _ = self.stop.changed() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
+        }
+    }
+
+    /// One subscription: enable the events, subscribe, then forward events
+    /// and subscription changes until the connection ends or the proxy
+    /// stops.
+    async fn subscription(&mut self) -> Result<Ended, ControlError> {
+        let mut conn = control::subscriber(&self.endpoint).await?;
+        enable_notifications(&self.endpoint).await?;
+        if !self.patterns.is_empty() {
+            control::request("PSUBSCRIBE", conn.psubscribe(&self.patterns)).await?;
+        }
+        let keys: Vec<Vec<u8>> = self.plain.iter().map(|k| channel(k)).collect();
+        if !keys.is_empty() {
+            control::request("SUBSCRIBE", conn.subscribe(&keys)).await?;
+        }
+        let _ = self.dispatcher.send(Msg::Notifications(true));
+        // Anything pushed while there was no subscription.
+        let _ = self.dispatcher.send(Msg::WakeAll);
+        let (mut sink, mut events) = conn.split();
+        loop {
+            tokio::select! {
+                _ = self.stop.changed() => return Ok(Ended::Stopped),
+                sub = self.subs.recv() => match sub {
+                    Some(Sub::Subscribe(k)) => {
+                        // Kept first: if this fails, the next subscription
+                        // has it.
+                        self.plain.insert(k.clone());
+                        let done = control::request("SUBSCRIBE", sink.subscribe(channel(&k)));
+                        tolerate_refusal(done.await)?;
+                    }
+                    Some(Sub::Unsubscribe(k)) => {
+                        self.plain.remove(&k);
+                        let done = control::request("UNSUBSCRIBE", sink.unsubscribe(channel(&k)));
+                        tolerate_refusal(done.await)?;
+                    }
+                    None => return Ok(Ended::Stopped),
+                },
+                event = events.next() => match event {
+                    Some(event) => {
+                        if let Some(key) = event_key(&event) {
+                            let _ = self.dispatcher.send(Msg::Wake(key));
+                        }
+                    }
+                    None => return Ok(Ended::Lost),
+                },
             }
         }
-        .await;
-        match result {
-            Ok(()) => return,
-            Err(e) => {
-                let _ = dispatcher.send(Msg::Notifications(false));
-                tracing::warn!("keyspace notifications unavailable ({e}); parked pops poll until they are back");
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
+    }
+}
+
+/// A plain key's (un)subscription that Redis refuses (BUSY while a script
+/// runs) leaves the queue patterns' subscription as it is: the safety
+/// recheck covers that key. A broken connection still ends it.
+fn tolerate_refusal(done: Result<(), ControlError>) -> Result<(), ControlError> {
+    match done {
+        Err(e) if matches!(e.cause, ControlCause::Refused { .. }) => {
+            tracing::debug!("keyspace subscription unchanged: {e}");
+            Ok(())
         }
+        other => other,
     }
 }
 
@@ -314,28 +365,26 @@ fn channel(key: &[u8]) -> Vec<u8> {
     ch
 }
 
-/// The key of a `message`/`pmessage` keyspace event.
-fn event_key(frame: &Bytes) -> Option<Bytes> {
-    let v = value::decode(frame)?;
-    let items = v.array();
-    let channel = match items.first()?.bytes() {
-        b"message" => items.get(1)?,
-        b"pmessage" => items.get(2)?,
-        _ => return None,
-    };
-    let name = channel.bytes().strip_prefix(CHANNEL_PREFIX)?;
+/// The key a keyspace event is about.
+fn event_key(event: &redis::Msg) -> Option<Bytes> {
+    let channel: Vec<u8> = event.get_channel().ok()?;
+    let name = channel.strip_prefix(CHANNEL_PREFIX)?;
     Some(Bytes::copy_from_slice(name))
 }
 
 /// Makes Redis publish keyspace events for list commands (`l`) and for keys
 /// renamed or restored into place (`g`), keeping whatever was set already.
-async fn enable_notifications(conn: &mut tokio::net::TcpStream) -> Result<(), String> {
-    let current = request(conn, &[b"CONFIG", b"GET", b"notify-keyspace-events"]).await?;
-    let flags = current
-        .array()
-        .get(1)
-        .map(|v| String::from_utf8_lossy(v.bytes()).into_owned())
-        .ok_or("CONFIG GET notify-keyspace-events failed")?;
+async fn enable_notifications(endpoint: &Endpoint) -> Result<(), ControlError> {
+    const GET: &str = "CONFIG GET notify-keyspace-events";
+    const SET: &str = "CONFIG SET notify-keyspace-events";
+    let mut admin = control::admin(endpoint).await?;
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("notify-keyspace-events");
+    let flags = control::query::<Vec<String>>(&mut admin, GET, &get)
+        .await?
+        .into_iter()
+        .nth(1)
+        .ok_or_else(|| ControlError::new(GET, ControlCause::Unexpected("no value".into())))?;
     let has = |c: char| flags.contains(c) || (flags.contains('A') && "lg".contains(c));
     if has('K') && has('l') && has('g') {
         return Ok(());
@@ -346,47 +395,9 @@ async fn enable_notifications(conn: &mut tokio::net::TcpStream) -> Result<(), St
             wanted.push(c);
         }
     }
-    match request(
-        conn,
-        &[
-            b"CONFIG",
-            b"SET",
-            b"notify-keyspace-events",
-            wanted.as_bytes(),
-        ],
-    )
-    .await?
-    {
-        value::Value::Str(s) if &s[..] == b"OK" => {
-            tracing::info!(flags = %wanted, "enabled keyspace notifications for parked pops");
-            Ok(())
-        }
-        other => Err(format!(
-            "CONFIG SET notify-keyspace-events refused: {other:?}"
-        )),
-    }
-}
-
-async fn request(conn: &mut tokio::net::TcpStream, args: &[&[u8]]) -> Result<value::Value, String> {
-    conn.write_all(&encode_command(args))
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut buf = BytesMut::with_capacity(1024);
-    let mut scanner = ReplyScanner::new();
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(5), conn.read_buf(&mut buf))
-            .await
-            .map_err(|_| "timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("connection closed".into());
-        }
-        if let Ok(Some(len)) = scanner.scan(&buf) {
-            let frame = buf.split_to(len).freeze();
-            if frame.first() == Some(&b'-') {
-                return Err(String::from_utf8_lossy(&frame).trim_end().to_string());
-            }
-            return value::decode(&frame).ok_or_else(|| "bad reply".to_string());
-        }
-    }
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET").arg("notify-keyspace-events").arg(&wanted);
+    control::query::<()>(&mut admin, SET, &set).await?;
+    tracing::info!(flags = %wanted, "enabled keyspace notifications for parked pops");
+    Ok(())
 }
