@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -15,33 +13,12 @@ use ackproxy::error::ControlCause;
 use ackproxy::upstream::{Credentials, Endpoint};
 use common::*;
 
-const CONFIG: &str = r#"
-[[queue]]
-pattern = "w*"
-lease_ms = 600000
-max_deliveries = 3
-ack_id = "payload"
-redeliver = "next"
-pop_end = "right"
-"#;
+/// One queue rule; leases long enough that none expires during a test.
+const CONFIG: &str = "[[queue]]\npattern = \"w*\"\nlease_ms = 600000\n";
 
 /// Parked pops are retried this often even with notifications (the
 /// dispatcher's safety recheck).
 const SAFETY_RECHECK: Duration = Duration::from_secs(1);
-
-/// One series of the proxy's metrics endpoint (-1 while it cannot be read).
-fn metric(port: u16, name: &str) -> f64 {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return -1.0;
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
 
 /// Polls `cond` until it holds; the machine may be loaded, so the deadline
 /// is generous and only there to end a test that would hang.

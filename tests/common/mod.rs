@@ -365,6 +365,21 @@ pub fn decode(b: &[u8]) -> (Value, usize) {
     }
 }
 
+/// One series of the proxy's Prometheus endpoint on `port`, -1 while it
+/// cannot be read.
+pub fn metric(port: u16, name: &str) -> f64 {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return -1.0;
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1.0)
+}
+
 /// A small xorshift generator: test sequences replay from their seed.
 pub struct Rng(pub u64);
 
