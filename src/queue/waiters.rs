@@ -329,7 +329,7 @@ fn event_key(frame: &Bytes) -> Option<Bytes> {
 
 /// Makes Redis publish keyspace events for list commands (`l`) and for keys
 /// renamed or restored into place (`g`), keeping whatever was set already.
-async fn enable_notifications(conn: &mut tokio::net::TcpStream) -> Result<(), String> {
+async fn enable_notifications(conn: &mut crate::net::Stream) -> Result<(), String> {
     let current = request(conn, &[b"CONFIG", b"GET", b"notify-keyspace-events"]).await?;
     let flags = current
         .array()
@@ -367,7 +367,7 @@ async fn enable_notifications(conn: &mut tokio::net::TcpStream) -> Result<(), St
     }
 }
 
-async fn request(conn: &mut tokio::net::TcpStream, args: &[&[u8]]) -> Result<value::Value, String> {
+async fn request(conn: &mut crate::net::Stream, args: &[&[u8]]) -> Result<value::Value, String> {
     conn.write_all(&encode_command(args))
         .await
         .map_err(|e| e.to_string())?;
