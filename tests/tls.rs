@@ -641,6 +641,36 @@ fn clients_not_speaking_tls_are_dropped_alone() {
     );
 }
 
+/// A TLS client past `maxclients` gets Redis's refusal, over TLS.
+#[test]
+fn maxclients_counts_tls_clients() {
+    let pki = Pki::new();
+    let redis = Redis::start();
+    let (tls_port, metrics) = (free_port(), free_port());
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let toml = pki.listener_toml(tls_port, "no") + "\n[limits]\nmaxclients = 1\n";
+    let _proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &metrics_addr]);
+    // The harness's PING connection counts until the proxy has seen it go.
+    wait_for_metric(metrics, "ackproxy_connections", 0);
+    runtime().block_on(async {
+        let config = client_config(&pki, None);
+        let mut first = TlsClient::connect(tls_port, config.clone()).await.unwrap();
+        assert_eq!(
+            first.cmd(&["PING"]).await.unwrap(),
+            Value::Simple("PONG".into())
+        );
+        let mut second = TlsClient::connect(tls_port, config).await.unwrap();
+        assert_eq!(
+            second.read_raw().await.unwrap(),
+            b"-ERR max number of clients reached\r\n"
+        );
+        assert_eq!(
+            first.cmd(&["PING"]).await.unwrap(),
+            Value::Simple("PONG".into())
+        );
+    });
+}
+
 #[test]
 fn tls_only_proxy() {
     let pki = Pki::new();

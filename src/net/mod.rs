@@ -53,10 +53,6 @@ impl Stream {
             }
         }
     }
-
-    pub fn is_tls(&self) -> bool {
-        matches!(self, Stream::Tls(_))
-    }
 }
 
 fn lock(s: &Mutex<TlsStream<TcpStream>>) -> MutexGuard<'_, TlsStream<TcpStream>> {
