@@ -65,6 +65,10 @@ async fn start_inner(
             .map_err(|e| StartError::Config(format!("metrics endpoint: {e}")))?;
         crate::telemetry::register(&config.queues);
     }
+    // Bad TLS files stop the start before anything connects or listens.
+    let tls_error = |e: crate::net::tls::TlsError| StartError::Config(e.to_string());
+    let acceptor = crate::net::tls::acceptor(&config).map_err(tls_error)?;
+    let upstream_tls = crate::net::tls::UpstreamTls::from_config(&config).map_err(tls_error)?;
     let endpoint = Arc::new(Endpoint {
         addr: config.upstream.clone().expect("upstream set above"),
         credentials: std::sync::RwLock::new(Credentials {
@@ -72,6 +76,7 @@ async fn start_inner(
             password: config.upstream_password.clone(),
         }),
         connect_timeout: config.connect_timeout(),
+        tls: upstream_tls,
         scripts: (!config.queues.is_empty()).then(crate::queue::scripts::preload),
         connected: Arc::new(tokio::sync::Notify::new()),
     });
@@ -97,27 +102,51 @@ async fn start_inner(
     if let Some(cli) = reload {
         tokio::spawn(reload_on_hangup(cli, endpoint.clone()));
     }
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| StartError::Bind(config.listen.clone(), e))?;
+    let mut listeners = Vec::new();
+    if !config.listen.is_empty() {
+        listeners.push(bind(&config.listen, None).await?);
+    }
+    if let Some(addr) = &config.tls_listen {
+        listeners.push(bind(addr, acceptor).await?);
+    }
     let config = Arc::new(config);
     let queues = Queues::start(&config, endpoint.clone(), stop.clone())
         .await
         .map(Arc::new);
+    let address = |tls: bool| {
+        listeners
+            .iter()
+            .find(|l| l.tls.is_some() == tls)
+            .and_then(|l| l.tcp.local_addr().ok())
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "off".into())
+    };
     tracing::info!(
-        listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        listen = %address(false),
+        tls_listen = %address(true),
         upstream = %endpoint.addr,
+        upstream_tls = endpoint.tls.is_some(),
         queue_rules = config.queues.len(),
         "ackproxy ready"
     );
     let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
     Ok(async move {
-        server::serve(listener, ctx, stop).await;
+        server::serve(listeners, ctx, stop).await;
         if let Some(e) = embedded {
             e.stop().await;
         }
         Ok(())
     })
+}
+
+async fn bind(
+    addr: &str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<server::Listener, StartError> {
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|e| StartError::Bind(addr.to_string(), e))?;
+    Ok(server::Listener { tcp, tls })
 }
 
 /// SIGHUP: the proxy's own credentials from the configuration file (and

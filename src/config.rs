@@ -43,6 +43,36 @@ pub struct Cli {
     /// Log format: human or json.
     #[arg(long, env = "ACKPROXY_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Address to accept TLS clients on (as Redis's tls-port).
+    #[arg(long, env = "ACKPROXY_TLS_LISTEN")]
+    pub tls_listen: Option<String>,
+    /// Certificate chain (PEM) the TLS listener presents.
+    #[arg(long, env = "ACKPROXY_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of that certificate.
+    #[arg(long, env = "ACKPROXY_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) client certificates are verified against.
+    #[arg(long, env = "ACKPROXY_TLS_CA_CERT_FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Whether TLS clients must present a certificate: yes, no, optional.
+    #[arg(long, env = "ACKPROXY_TLS_AUTH_CLIENTS")]
+    pub tls_auth_clients: Option<AuthClients>,
+    /// Talk TLS to the upstream Redis.
+    #[arg(long, env = "ACKPROXY_UPSTREAM_TLS")]
+    pub upstream_tls: bool,
+    /// CA certificates (PEM) the upstream's certificate is verified against.
+    #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_CA_CERT_FILE")]
+    pub upstream_tls_ca_cert_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) presented to the upstream.
+    #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_CERT_FILE")]
+    pub upstream_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of that certificate.
+    #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_KEY_FILE")]
+    pub upstream_tls_key_file: Option<PathBuf>,
+    /// Name the upstream's certificate must carry (default: its host).
+    #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_SERVER_NAME")]
+    pub upstream_tls_server_name: Option<String>,
     /// Validate the configuration, print a summary and exit.
     #[arg(long)]
     pub check_config: bool,
@@ -56,13 +86,38 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether TLS clients must present a certificate, as Redis's
+/// `tls-auth-clients`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthClients {
+    /// A certificate signed by the CA is required.
+    #[default]
+    Yes,
+    /// None is asked for.
+    No,
+    /// None is required, but one that is presented must be signed by the CA.
+    Optional,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Plain-text listener; empty: none (TLS only).
     pub listen: String,
+    pub tls_listen: Option<String>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_ca_cert_file: Option<PathBuf>,
+    pub tls_auth_clients: AuthClients,
     pub upstream: Option<String>,
     pub upstream_password: Option<String>,
     pub upstream_user: Option<String>,
+    pub upstream_tls: bool,
+    pub upstream_tls_ca_cert_file: Option<PathBuf>,
+    pub upstream_tls_cert_file: Option<PathBuf>,
+    pub upstream_tls_key_file: Option<PathBuf>,
+    pub upstream_tls_server_name: Option<String>,
     pub shared_connections: usize,
     pub dedicated_per_client: bool,
     pub threads: Option<usize>,
@@ -82,9 +137,19 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:6380".into(),
+            tls_listen: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: AuthClients::Yes,
             upstream: None,
             upstream_password: None,
             upstream_user: None,
+            upstream_tls: false,
+            upstream_tls_ca_cert_file: None,
+            upstream_tls_cert_file: None,
+            upstream_tls_key_file: None,
+            upstream_tls_server_name: None,
             shared_connections: 1,
             dedicated_per_client: false,
             threads: None,
@@ -269,7 +334,9 @@ impl Config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
+                // Validated once the command line has had its say: a
+                // setting may need another that only the command line gives.
+                toml::from_str::<Config>(&text).map_err(|e| format!("{}: {e}", path.display()))?
             }
             None => Config::default(),
         };
@@ -297,6 +364,32 @@ impl Config {
         if let Some(v) = cli.log_format {
             cfg.log_format = v;
         }
+        let set = |to: &mut Option<PathBuf>, from: &Option<PathBuf>| {
+            if from.is_some() {
+                to.clone_from(from);
+            }
+        };
+        if let Some(v) = &cli.tls_listen {
+            cfg.tls_listen = Some(v.clone());
+        }
+        set(&mut cfg.tls_cert_file, &cli.tls_cert_file);
+        set(&mut cfg.tls_key_file, &cli.tls_key_file);
+        set(&mut cfg.tls_ca_cert_file, &cli.tls_ca_cert_file);
+        if let Some(v) = cli.tls_auth_clients {
+            cfg.tls_auth_clients = v;
+        }
+        if cli.upstream_tls {
+            cfg.upstream_tls = true;
+        }
+        set(
+            &mut cfg.upstream_tls_ca_cert_file,
+            &cli.upstream_tls_ca_cert_file,
+        );
+        set(&mut cfg.upstream_tls_cert_file, &cli.upstream_tls_cert_file);
+        set(&mut cfg.upstream_tls_key_file, &cli.upstream_tls_key_file);
+        if let Some(v) = &cli.upstream_tls_server_name {
+            cfg.upstream_tls_server_name = Some(v.clone());
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -309,12 +402,13 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), String> {
         use std::net::ToSocketAddrs;
-        if self.listen.to_socket_addrs().is_err() {
+        if !self.listen.is_empty() && self.listen.to_socket_addrs().is_err() {
             return Err(format!(
                 "listen: {:?} is not a host:port address",
                 self.listen
             ));
         }
+        self.validate_tls()?;
         if let Some(m) = &self.metrics {
             if m.parse::<std::net::SocketAddr>().is_err() {
                 return Err(format!("metrics: {m:?} is not an ip:port address"));
@@ -346,12 +440,105 @@ impl Config {
         Ok(())
     }
 
+    /// Which TLS settings go together. Whether the files can be read and
+    /// hold what they should is checked when they are loaded (`net::tls`).
+    fn validate_tls(&self) -> Result<(), String> {
+        use std::net::ToSocketAddrs;
+        match &self.tls_listen {
+            Some(addr) => {
+                if addr.to_socket_addrs().is_err() {
+                    return Err(format!("tls_listen: {addr:?} is not a host:port address"));
+                }
+                if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
+                    return Err("tls_listen needs tls_cert_file and tls_key_file".into());
+                }
+                if self.tls_auth_clients != AuthClients::No && self.tls_ca_cert_file.is_none() {
+                    return Err(
+                        "tls_auth_clients (default \"yes\") needs tls_ca_cert_file, the CA \
+                         client certificates are checked against; set tls_auth_clients = \"no\" \
+                         to accept clients without one"
+                            .into(),
+                    );
+                }
+            }
+            None => {
+                if self.listen.is_empty() {
+                    return Err("listen is empty and tls_listen is not set: no listener".into());
+                }
+                if self.tls_cert_file.is_some()
+                    || self.tls_key_file.is_some()
+                    || self.tls_ca_cert_file.is_some()
+                {
+                    return Err("tls_cert_file, tls_key_file and tls_ca_cert_file \
+                                need tls_listen"
+                        .into());
+                }
+            }
+        }
+        if self.upstream_tls {
+            if self.upstream.is_none() {
+                return Err("upstream_tls needs an upstream: the private redis-server \
+                            speaks plain TCP"
+                    .into());
+            }
+            if self.upstream_tls_ca_cert_file.is_none() {
+                return Err("upstream_tls needs upstream_tls_ca_cert_file, the CA the \
+                            upstream's certificate is checked against (the system's, e.g. \
+                            /etc/ssl/certs/ca-certificates.crt, for a public one)"
+                    .into());
+            }
+            if self.upstream_tls_cert_file.is_some() != self.upstream_tls_key_file.is_some() {
+                return Err("upstream_tls_cert_file and upstream_tls_key_file go together".into());
+            }
+        } else if self.upstream_tls_ca_cert_file.is_some()
+            || self.upstream_tls_cert_file.is_some()
+            || self.upstream_tls_key_file.is_some()
+            || self.upstream_tls_server_name.is_some()
+        {
+            return Err("upstream_tls_* settings need upstream_tls = true".into());
+        }
+        Ok(())
+    }
+
     /// Every setting and rule, as `--check-config` prints it.
     pub fn summary(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
         let on = |b: bool| if b { "yes" } else { "no" };
-        let _ = writeln!(s, "listen              {}", self.listen);
+        let _ = writeln!(
+            s,
+            "listen              {}",
+            if self.listen.is_empty() {
+                "off (TLS only)"
+            } else {
+                &self.listen
+            }
+        );
+        let file = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        match &self.tls_listen {
+            Some(addr) => {
+                let _ = writeln!(
+                    s,
+                    "tls listen          {addr}, certificate {}, key {}, client certificates {}",
+                    file(&self.tls_cert_file),
+                    file(&self.tls_key_file),
+                    match self.tls_auth_clients {
+                        AuthClients::Yes =>
+                            format!("required (CA {})", file(&self.tls_ca_cert_file)),
+                        AuthClients::Optional =>
+                            format!("optional (CA {})", file(&self.tls_ca_cert_file)),
+                        AuthClients::No => "not asked for".to_string(),
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(s, "tls listen          off");
+            }
+        }
         match &self.upstream {
             Some(u) => {
                 let _ = writeln!(s, "upstream            {u}");
@@ -369,6 +556,23 @@ impl Config {
                         .unwrap_or_default()
                 );
             }
+        }
+        if self.upstream_tls {
+            let _ = writeln!(
+                s,
+                "upstream tls        on, CA {}, client certificate {}, server name {}",
+                file(&self.upstream_tls_ca_cert_file),
+                if self.upstream_tls_cert_file.is_some() {
+                    file(&self.upstream_tls_cert_file)
+                } else {
+                    "none".to_string()
+                },
+                self.upstream_tls_server_name
+                    .clone()
+                    .unwrap_or_else(|| "the upstream's host".to_string())
+            );
+        } else {
+            let _ = writeln!(s, "upstream tls        off");
         }
         let _ = writeln!(
             s,
@@ -527,6 +731,41 @@ mod tests {
         assert!(Config::from_toml("listen = \"not-an-addr\"").is_err());
         assert!(Config::from_toml("metrics = \"nope\"").is_err());
         assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
+    }
+
+    #[test]
+    fn tls_settings_that_go_together() {
+        let listener = "tls_listen = \"127.0.0.1:6381\"\n\
+                        tls_cert_file = \"c.pem\"\ntls_key_file = \"k.pem\"\n";
+        let err = |toml: &str| Config::from_toml(toml).unwrap_err();
+        // As Redis: client certificates are required by default, so a CA is.
+        assert!(err(listener).contains("tls_ca_cert_file"));
+        let cfg = Config::from_toml(&format!("{listener}tls_auth_clients = \"no\"\n")).unwrap();
+        assert_eq!(cfg.tls_auth_clients, AuthClients::No);
+        let cfg = Config::from_toml(&format!(
+            "{listener}tls_ca_cert_file = \"ca.pem\"\ntls_auth_clients = \"optional\"\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.tls_auth_clients, AuthClients::Optional);
+        assert!(err("tls_listen = \"127.0.0.1:6381\"\n").contains("tls_cert_file"));
+        assert!(err("tls_cert_file = \"c.pem\"\n").contains("need tls_listen"));
+        assert!(err("listen = \"\"\n").contains("no listener"));
+        let tls_only = format!("listen = \"\"\n{listener}tls_auth_clients = \"no\"\n");
+        assert!(Config::from_toml(&tls_only).is_ok());
+
+        let upstream = "upstream = \"127.0.0.1:6379\"\nupstream_tls = true\n";
+        assert!(err(upstream).contains("upstream_tls_ca_cert_file"));
+        let with_ca = format!("{upstream}upstream_tls_ca_cert_file = \"ca.pem\"\n");
+        assert!(Config::from_toml(&with_ca).is_ok());
+        assert!(
+            err(&format!("{with_ca}upstream_tls_cert_file = \"c.pem\"\n")).contains("go together")
+        );
+        // The private redis-server speaks plain text only.
+        assert!(
+            err("upstream_tls = true\nupstream_tls_ca_cert_file = \"ca.pem\"\n")
+                .contains("needs an upstream")
+        );
+        assert!(err("upstream_tls_ca_cert_file = \"ca.pem\"\n").contains("upstream_tls = true"));
     }
 
     #[test]

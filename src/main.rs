@@ -24,9 +24,20 @@ fn main() {
             );
             std::process::exit(2);
         }
-        if let Err(e) = std::net::TcpListener::bind(&config.listen) {
-            eprintln!("ackproxy: cannot listen on {}: {e}", config.listen);
+        let tls = ackproxy::net::tls::acceptor(&config)
+            .and_then(|_| ackproxy::net::tls::UpstreamTls::from_config(&config));
+        if let Err(e) = tls {
+            eprintln!("ackproxy: {e}");
             std::process::exit(2);
+        }
+        for addr in std::iter::once(&config.listen)
+            .filter(|a| !a.is_empty())
+            .chain(&config.tls_listen)
+        {
+            if let Err(e) = std::net::TcpListener::bind(addr) {
+                eprintln!("ackproxy: cannot listen on {addr}: {e}");
+                std::process::exit(2);
+            }
         }
         println!("configuration OK");
         return;

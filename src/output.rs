@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
+use crate::net::WriteHalf;
 
 pub type Reply = Result<Bytes, UpstreamError>;
 
@@ -382,7 +382,7 @@ pub type Resend = Box<
     dyn Fn(Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync,
 >;
 
-pub async fn run_writer(mut sock: OwnedWriteHalf, state: Arc<ClientState>, resend: Resend) {
+pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Resend) {
     let mut wbuf = BytesMut::new();
     let mut filled = Vec::new();
     let result: std::io::Result<()> = async {
@@ -473,10 +473,11 @@ async fn resolve(
     Bytes::from_static(b"-ERR ackproxy: script could not be loaded\r\n")
 }
 
-async fn flush(sock: &mut OwnedWriteHalf, wbuf: &mut BytesMut) -> std::io::Result<()> {
+async fn flush(sock: &mut WriteHalf, wbuf: &mut BytesMut) -> std::io::Result<()> {
     if !wbuf.is_empty() {
         sock.write_all(wbuf).await?;
         wbuf.clear();
     }
-    Ok(())
+    // Sends what TLS still holds of this and of earlier big replies.
+    sock.flush().await
 }

@@ -1,30 +1,48 @@
-//! The listener: accepts clients, enforces maxclients, and on shutdown stops
-//! accepting and waits for sessions to finish their in-flight replies.
+//! The listeners: accept clients (plain and TLS ones side by side, as
+//! Redis's `port` and `tls-port`), enforce maxclients, and on shutdown stop
+//! accepting and wait for sessions to finish their in-flight replies.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
+use tokio_rustls::TlsAcceptor;
 
+use crate::net::{tls, Stream};
 use crate::session::{self, Context};
 
 /// How long shutdown waits for sessions to write their last replies.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn serve(listener: TcpListener, ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+/// How long a client has to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One listening socket; with an acceptor, its clients speak TLS.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub tls: Option<TlsAcceptor>,
+}
+
+pub async fn serve(
+    listeners: Vec<Listener>,
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let active = Arc::new(AtomicUsize::new(0));
     let all_done = Arc::new(Notify::new());
     let maxclients = ctx.config.limits.maxclients;
+    let mut next = 0usize;
     loop {
-        let accepted = tokio::select! {
+        let (accepted, tls) = tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            r = listener.accept() => r,
+            r = accept_any(&listeners, &mut next) => r,
         };
-        let (mut stream, _) = match accepted {
+        let stream = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Usually out of file descriptors: wait for some to close.
@@ -33,25 +51,35 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>, mut shutdown: watch
                 continue;
             }
         };
+        let _ = stream.set_nodelay(true);
         if active.load(Ordering::Acquire) >= maxclients {
             metrics::counter!("ackproxy_rejected_connections_total").increment(1);
+            let stop = shutdown.clone();
             tokio::spawn(async move {
-                let _ = stream
-                    .write_all(b"-ERR max number of clients reached\r\n")
-                    .await;
+                if let Some(mut stream) = handshake(stream, tls, stop).await {
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
+                    let _ = stream.flush().await;
+                }
             });
             continue;
         }
         active.fetch_add(1, Ordering::AcqRel);
         let (ctx, active, all_done) = (ctx.clone(), active.clone(), all_done.clone());
+        let stop = shutdown.clone();
+        // The handshake runs here, not in the accept loop: a slow or silent
+        // client holds up no one else.
         tokio::spawn(async move {
-            session::run(stream, ctx).await;
+            if let Some(stream) = handshake(stream, tls, stop).await {
+                session::run(stream, ctx).await;
+            }
             if active.fetch_sub(1, Ordering::AcqRel) == 1 {
                 all_done.notify_waiters();
             }
         });
     }
-    drop(listener);
+    drop(listeners);
     tracing::info!(
         "shutting down: waiting for {} clients",
         active.load(Ordering::Acquire)
@@ -69,5 +97,51 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>, mut shutdown: watch
     };
     if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
         tracing::warn!("shutdown: clients still busy after {DRAIN_TIMEOUT:?}, closing them");
+    }
+}
+
+/// The next connection on any listener, with the listener's TLS settings.
+/// Listeners are asked in turn, starting after the one that gave the last
+/// connection, so a flood on one does not starve the other.
+async fn accept_any(
+    listeners: &[Listener],
+    next: &mut usize,
+) -> (std::io::Result<TcpStream>, Option<TlsAcceptor>) {
+    std::future::poll_fn(|cx| {
+        for k in 0..listeners.len() {
+            let i = (*next + k) % listeners.len();
+            if let Poll::Ready(r) = listeners[i].tcp.poll_accept(cx) {
+                *next = i + 1;
+                return Poll::Ready((r.map(|(s, _)| s), listeners[i].tls.clone()));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The client's stream, after its TLS handshake if it came in on the TLS
+/// listener; `None` if that failed, timed out, or the proxy is stopping.
+async fn handshake(
+    tcp: TcpStream,
+    tls: Option<TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<Stream> {
+    let Some(acceptor) = tls else {
+        return Some(Stream::Plain(tcp));
+    };
+    let peer = tcp.peer_addr().ok();
+    let failed = |why: String| {
+        metrics::counter!("ackproxy_tls_handshake_failures_total").increment(1);
+        tracing::debug!(?peer, "TLS handshake failed: {why}");
+        None
+    };
+    tokio::select! {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls::accept(&acceptor, tcp)) => match r {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => failed(e.to_string()),
+            Err(_) => failed(format!("no handshake within {HANDSHAKE_TIMEOUT:?}")),
+        },
+        _ = shutdown.changed() => None,
     }
 }

@@ -11,6 +11,10 @@ const COUNTERS: &[(&str, &str)] = &[
         "Clients refused at maxclients.",
     ),
     (
+        "ackproxy_tls_handshake_failures_total",
+        "Clients of the TLS listener whose handshake failed or timed out.",
+    ),
+    (
         "ackproxy_upstream_connects_total",
         "Upstream connections opened.",
     ),

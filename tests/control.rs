@@ -148,6 +148,7 @@ fn endpoint(port: u16, password: Option<&str>) -> Endpoint {
             password: password.map(str::to_string),
         }),
         connect_timeout: Duration::from_secs(1),
+        tls: None,
         scripts: None,
         connected: Arc::new(tokio::sync::Notify::new()),
     }

@@ -12,12 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::command::{classify, Args, Kind};
 use crate::config::Config;
+use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
@@ -148,9 +147,8 @@ enum Stop {
     Finish,
 }
 
-pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+pub async fn run(stream: Stream, ctx: Arc<Context>) {
+    let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
     let limits = &ctx.config.limits;
     let out = ClientState::new(
@@ -193,7 +191,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
 
 struct Session {
     ctx: Arc<Context>,
-    rd: OwnedReadHalf,
+    rd: ReadHalf,
     buf: BytesMut,
     scanner: RequestScanner,
     out: Arc<ClientState>,
@@ -216,25 +214,23 @@ impl Session {
                 self.buf = BytesMut::new();
             }
             let idle = self.idle_timeout();
-            tokio::select! {
+            // The buffer is allocated only once there is something to read,
+            // so idle connections cost almost nothing.
+            let read = tokio::select! {
                 biased;
                 _ = self.out.closed() => return Stop::Gone,
                 _ = shutdown.changed() => return Stop::Finish,
-                r = self.rd.readable() => if r.is_err() { return Stop::Gone },
+                r = self.rd.read_some(&mut self.buf, 4096) => r,
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
                     if self.out.unwritten() == 0 {
                         return Stop::Gone;
                     }
+                    continue;
                 }
-            }
-            // The buffer is allocated only once there is something to read,
-            // so idle connections cost almost nothing.
-            crate::resp::grow(&mut self.buf, 4096);
-            match self.rd.try_read_buf(&mut self.buf) {
-                Ok(0) => return Stop::Gone,
+            };
+            match read {
+                Ok(0) | Err(_) => return Stop::Gone,
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => return Stop::Gone,
             }
             if self.buf.len() > QUERY_BUFFER_LIMIT {
                 tracing::warn!("client query buffer limit reached, closing");
@@ -622,21 +618,13 @@ impl Session {
                     return None;
                 }
                 _ = state.closed() => return Some(Stop::Gone),
-                r = self.rd.readable() => {
-                    if r.is_err() {
+                // Keep what the client sends meanwhile for later, but
+                // notice when it goes away: its pop is then abandoned.
+                r = self.rd.read_some(&mut self.buf, 4096) => match r {
+                    Ok(0) | Err(_) => return Some(Stop::Gone),
+                    Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
                         return Some(Stop::Gone);
-                    }
-                    // Keep what the client sends meanwhile for later, but
-                    // notice when it goes away: its pop is then abandoned.
-                    crate::resp::grow(&mut self.buf, 4096);
-                    match self.rd.try_read_buf(&mut self.buf) {
-                        Ok(0) => return Some(Stop::Gone),
-                        Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
-                            return Some(Stop::Gone);
-                        },
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Some(Stop::Gone),
-                    }
+                    },
                 }
             }
         }

@@ -2,17 +2,14 @@
 //! command table, enabling keyspace notifications and subscribing to them,
 //! asking whether clients must log in. They go through the `redis` crate;
 //! clients' traffic never passes here. How such a connection reaches Redis
-//! (address, login, and one day TLS) is decided in [`client`] alone.
+//! (address, login, TLS) is decided here alone, on the same streams as
+//! clients' traffic ([`Endpoint::connect_stream`]).
 
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
-use redis::io::tcp::TcpSettings;
-use redis::{
-    Client, Cmd, ConnectionAddr, FromRedisValue, IntoConnectionInfo, RedisConnectionInfo,
-    RedisResult,
-};
+use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisConnectionInfo, RedisResult};
 
 use super::{Credentials, Endpoint};
 use crate::error::{ControlCause, ControlError};
@@ -21,18 +18,9 @@ use crate::error::{ControlCause, ControlError};
 /// silent this long is treated as unreachable, and the caller tries again.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A client for Redis as `credentials`, read by the caller at connect
+/// How the crate logs in as `credentials`, read by the caller at connect
 /// time: SIGHUP and `CONFIG SET requirepass` change them between connects.
-fn client(endpoint: &Endpoint, credentials: &Credentials) -> Result<Client, ControlError> {
-    let (host, port) = split_addr(&endpoint.addr).ok_or_else(|| {
-        ControlError::new(
-            "connect",
-            ControlCause::Unexpected(format!(
-                "upstream address {:?} is not host:port",
-                endpoint.addr
-            )),
-        )
-    })?;
+fn login(credentials: &Credentials) -> RedisConnectionInfo {
     // Redis 7.0 does not know CLIENT SETINFO: sending it would only cost a
     // round trip and an error on every connect.
     let mut login = RedisConnectionInfo::default().set_skip_set_lib_name();
@@ -42,63 +30,60 @@ fn client(endpoint: &Endpoint, credentials: &Credentials) -> Result<Client, Cont
             login = login.set_username(user);
         }
     }
-    let info = ConnectionAddr::Tcp(host, port)
-        .into_connection_info()
-        .map_err(|e| ControlError::redis("connect", &e))?
-        .set_redis_settings(login)
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    Client::open(info).map_err(|e| ControlError::redis("connect", &e))
+    login
 }
 
-/// `host:port`, `[v6]:port` → host and port.
-fn split_addr(addr: &str) -> Option<(String, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Some((host.to_string(), port.parse().ok()?))
+/// The connection itself (TCP, or TLS when the upstream is configured so)
+/// is the proxy's own, as for clients' traffic; the crate speaks RESP on it.
+async fn stream(endpoint: &Endpoint) -> Result<crate::net::Stream, ControlError> {
+    endpoint
+        .connect_stream()
+        .await
+        .map_err(|e| ControlError::new("connect", ControlCause::Unreachable(e.to_string())))
 }
 
 /// A connection for one-off administration (CONFIG, COMMAND), logged in
 /// with the proxy's credentials of the moment. Made per use, so that it
 /// always logs in with the current ones.
-pub async fn admin(endpoint: &Endpoint) -> Result<ConnectionManager, ControlError> {
+pub async fn admin(endpoint: &Endpoint) -> Result<MultiplexedConnection, ControlError> {
     let credentials = endpoint.credentials.read().unwrap().clone();
-    manager(endpoint, &credentials).await
+    connection(endpoint, &credentials).await
 }
 
 /// Like [`admin`], logged in as nobody: what a client that has not
 /// authenticated sees.
-pub async fn plain(endpoint: &Endpoint) -> Result<ConnectionManager, ControlError> {
-    manager(endpoint, &Credentials::default()).await
+pub async fn plain(endpoint: &Endpoint) -> Result<MultiplexedConnection, ControlError> {
+    connection(endpoint, &Credentials::default()).await
 }
 
-async fn manager(
+async fn connection(
     endpoint: &Endpoint,
     credentials: &Credentials,
-) -> Result<ConnectionManager, ControlError> {
+) -> Result<MultiplexedConnection, ControlError> {
     // No retries of its own: every caller already tries again on its own
     // schedule (the subscriber's backoff, the next shared reconnect, the
     // probe loop), and a retry here would only hold up start-up.
-    let config = ConnectionManagerConfig::new()
-        .set_number_of_retries(0)
-        .set_connection_timeout(Some(endpoint.connect_timeout))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT));
-    let client = client(endpoint, credentials)?;
-    ConnectionManager::new_with_config(client, config)
-        .await
-        .map_err(|e| ControlError::redis("connect", &e))
+    let config = AsyncConnectionConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+    let stream = stream(endpoint).await?;
+    let (conn, driver) = request_within(
+        "connect",
+        endpoint.connect_timeout,
+        MultiplexedConnection::new_with_config(&login(credentials), stream, config),
+    )
+    .await?;
+    // Ends when the last handle to the connection is dropped.
+    tokio::spawn(driver);
+    Ok(conn)
 }
 
 /// A pub/sub connection logged in with the proxy's credentials.
 pub async fn subscriber(endpoint: &Endpoint) -> Result<PubSub, ControlError> {
     let credentials = endpoint.credentials.read().unwrap().clone();
-    let client = client(endpoint, &credentials)?;
+    let stream = stream(endpoint).await?;
     request_within(
         "connect",
         endpoint.connect_timeout,
-        client.get_async_pubsub(),
+        PubSub::new(&login(&credentials), stream),
     )
     .await
 }
@@ -106,7 +91,7 @@ pub async fn subscriber(endpoint: &Endpoint) -> Result<PubSub, ControlError> {
 /// Sends `cmd` on an administration connection and reads its reply, at
 /// most [`RESPONSE_TIMEOUT`]; `during` names it in errors.
 pub async fn query<T: FromRedisValue>(
-    conn: &mut ConnectionManager,
+    conn: &mut MultiplexedConnection,
     during: &'static str,
     cmd: &Cmd,
 ) -> Result<T, ControlError> {
@@ -134,25 +119,5 @@ async fn request_within<T>(
             during,
             ControlCause::Unreachable(format!("no reply in {limit:?}")),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upstream_addresses() {
-        assert_eq!(
-            split_addr("127.0.0.1:6379"),
-            Some(("127.0.0.1".into(), 6379))
-        );
-        assert_eq!(
-            split_addr("redis.local:7000"),
-            Some(("redis.local".into(), 7000))
-        );
-        assert_eq!(split_addr("[::1]:6379"), Some(("::1".into(), 6379)));
-        assert_eq!(split_addr("127.0.0.1"), None);
-        assert_eq!(split_addr("host:port"), None);
     }
 }

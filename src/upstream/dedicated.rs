@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::Endpoint;
 use crate::error::UpstreamError;
+use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::output::{ClientState, ReplyTransform, Transformed};
 use crate::resp::ReplyScanner;
 
@@ -61,7 +61,7 @@ struct Shared {
 pub struct Dedicated {
     /// The proxy's scripts were loaded here, so its EVALSHAs find them.
     pub scripts_loaded: bool,
-    wr: OwnedWriteHalf,
+    wr: WriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
 }
@@ -82,8 +82,8 @@ impl Dedicated {
         Ok(Dedicated::start(endpoint.connect_plain().await?, out))
     }
 
-    fn start(stream: tokio::net::TcpStream, out: Arc<ClientState>) -> Dedicated {
-        let (rd, wr) = stream.into_split();
+    fn start(stream: Stream, out: Arc<ClientState>) -> Dedicated {
+        let (rd, wr) = stream.split();
         let shared = Arc::new(Shared {
             expect: Mutex::new(VecDeque::new()),
             idle: Notify::new(),
@@ -116,11 +116,16 @@ impl Dedicated {
         if let Some(e) = expect {
             self.shared.expect.lock().unwrap().push_back(e);
         }
-        if self.wr.write_all(bytes).await.is_err() {
+        if self.write(bytes).await.is_err() {
             // Stop writing; the reader still gets what Redis sent.
             let _ = self.wr.shutdown().await;
         }
         Ok(())
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.wr.write_all(bytes).await?;
+        self.wr.flush().await
     }
 
     /// `count` requests of the proxy's own whose replies are dropped.
@@ -131,7 +136,7 @@ impl Dedicated {
                 q.push_back(Expect::Drop);
             }
         }
-        if self.wr.write_all(bytes).await.is_err() {
+        if self.write(bytes).await.is_err() {
             let _ = self.wr.shutdown().await;
         }
     }
@@ -204,7 +209,7 @@ impl Drop for Dedicated {
     }
 }
 
-async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>, out: Arc<ClientState>) {
+async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
     let failure = 'outer: loop {

@@ -14,6 +14,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
+use crate::net::tls::UpstreamTls;
+use crate::net::Stream;
 
 /// Where Redis is and how the proxy's own connections log in.
 #[derive(Debug)]
@@ -22,7 +24,10 @@ pub struct Endpoint {
     /// Read at each connect: CONFIG SET requirepass through the proxy and
     /// SIGHUP replace them (see `crate::auth`).
     pub credentials: std::sync::RwLock<Credentials>,
+    /// Bounds the TCP connect and, separately, the TLS handshake.
     pub connect_timeout: Duration,
+    /// Every connection to Redis speaks TLS with these settings.
+    pub tls: Option<UpstreamTls>,
     /// With queue rules, the proxy's scripts: loaded on every shared
     /// connection it opens and after each SCRIPT FLUSH through it, so that
     /// its EVALSHAs find them.
@@ -57,26 +62,40 @@ impl Endpoint {
     }
 
     /// Opens and authenticates a connection.
-    pub async fn connect(&self) -> Result<TcpStream, UpstreamError> {
+    pub async fn connect(&self) -> Result<Stream, UpstreamError> {
         let credentials = self.credentials.read().unwrap().clone();
         self.connect_as(&credentials).await
     }
 
     /// Opens a connection that logs in as nobody: a client's own, which
     /// it authenticates itself if Redis wants it to.
-    pub async fn connect_plain(&self) -> Result<TcpStream, UpstreamError> {
+    pub async fn connect_plain(&self) -> Result<Stream, UpstreamError> {
         self.connect_as(&Credentials::default()).await
     }
 
-    async fn connect_as(&self, credentials: &Credentials) -> Result<TcpStream, UpstreamError> {
-        let unavailable = |e: String| UpstreamError::Unavailable(format!("{}: {e}", self.addr));
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+    fn unavailable(&self, why: impl std::fmt::Display) -> UpstreamError {
+        UpstreamError::Unavailable(format!("{}: {why}", self.addr))
+    }
+
+    /// Opens a connection, TLS when configured, that has not logged in.
+    pub async fn connect_stream(&self) -> Result<Stream, UpstreamError> {
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| unavailable("connect timed out".into()))?
-            .map_err(|e| unavailable(e.to_string()))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(|_| self.unavailable("connect timed out"))?
+            .map_err(|e| self.unavailable(e))?;
+        tcp.set_nodelay(true).map_err(|e| self.unavailable(e))?;
+        let Some(tls) = &self.tls else {
+            return Ok(Stream::Plain(tcp));
+        };
+        tokio::time::timeout(self.connect_timeout, tls.connect(tcp))
+            .await
+            .map_err(|_| self.unavailable("TLS handshake timed out"))?
+            .map_err(|e| self.unavailable(format!("TLS handshake: {e}")))
+    }
+
+    async fn connect_as(&self, credentials: &Credentials) -> Result<Stream, UpstreamError> {
+        let unavailable = |e: String| self.unavailable(e);
+        let stream = self.connect_stream().await?;
         if let Some(password) = &credentials.password {
             let mut args: Vec<&[u8]> = vec![b"AUTH"];
             if let Some(user) = &credentials.user {
@@ -87,6 +106,11 @@ impl Endpoint {
             stream
                 .get_mut()
                 .write_all(&encode_command(&args))
+                .await
+                .map_err(|e| unavailable(e.to_string()))?;
+            stream
+                .get_mut()
+                .flush()
                 .await
                 .map_err(|e| unavailable(e.to_string()))?;
             let mut line = String::new();

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Endpoint;
 use crate::error::UpstreamError;
+use crate::net::Stream;
 use crate::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
 use crate::resp::ReplyScanner;
 
@@ -188,13 +188,13 @@ async fn manage(
 
 /// Serves requests on one connection until it fails or the proxy stops.
 async fn run(
-    stream: TcpStream,
+    stream: Stream,
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
     scripts: Option<super::Scripts>,
     congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = stream.split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
     if let Some(scripts) = scripts {
@@ -208,6 +208,9 @@ async fn run(
             client: own,
         });
         wr.write_all(scripts.loads)
+            .await
+            .map_err(|_| UpstreamError::ConnectionLost)?;
+        wr.flush()
             .await
             .map_err(|_| UpstreamError::ConnectionLost)?;
     }
@@ -242,6 +245,9 @@ async fn run(
                 }
             }
             wr.write_all(&wbuf)
+                .await
+                .map_err(|_| UpstreamError::ConnectionLost)?;
+            wr.flush()
                 .await
                 .map_err(|_| UpstreamError::ConnectionLost)?;
             wbuf.clear();

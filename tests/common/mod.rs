@@ -18,24 +18,31 @@ pub fn free_port() -> u16 {
 }
 
 fn wait_for_ping(port: u16, what: &str, child: &mut Child) {
+    wait_until_ready(port, what, child, || {
+        let Ok(mut c) = Client::try_connect(port) else {
+            return false;
+        };
+        c.send(&["PING"]);
+        // A server still starting may accept and then close; one that
+        // wants a login first is up too.
+        c.try_read_raw()
+            .is_ok_and(|r| r == b"+PONG\r\n" || r == b"-NOAUTH Authentication required.\r\n")
+    });
+}
+
+/// Polls `ready` until it holds, failing if `child` exits first.
+fn wait_until_ready(port: u16, what: &str, child: &mut Child, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(mut c) = Client::try_connect(port) {
-            c.send(&["PING"]);
-            // A server still starting may accept and then close; one that
-            // wants a login first is up too.
-            if c.try_read_raw()
-                .is_ok_and(|r| r == b"+PONG\r\n" || r == b"-NOAUTH Authentication required.\r\n")
-            {
-                return;
-            }
+        if ready() {
+            return;
         }
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} on port {port} exited early: {status}");
         }
         assert!(
             Instant::now() < deadline,
-            "{what} on port {port} never answered PING"
+            "{what} on port {port} never became ready"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -64,6 +71,24 @@ impl Redis {
 
     /// Start on a given port and dir (used to restart a server in place).
     pub fn start_on(port: u16, dir: PathBuf, extra: &[&str]) -> Redis {
+        let mut redis = Redis::spawn(port, dir, extra);
+        wait_for_ping(port, "redis-server", &mut redis.child);
+        redis
+    }
+
+    /// A redis-server that does not answer a plain PING on `port` (one
+    /// whose `extra` makes it speak TLS there): `ready` tells when it is up.
+    pub fn start_when(port: u16, extra: &[&str], mut ready: impl FnMut() -> bool) -> Redis {
+        let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut redis = Redis::spawn(port, dir, extra);
+        wait_until_ready(port, "redis-server", &mut redis.child, &mut ready);
+        redis
+    }
+
+    /// `extra` comes after `--port`: a later `--port 0` turns plain TCP off.
+    fn spawn(port: u16, dir: PathBuf, extra: &[&str]) -> Redis {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -72,10 +97,9 @@ impl Redis {
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = cmd
+        let child = cmd
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
-        wait_for_ping(port, "redis-server", &mut child);
         Redis { port, child, dir }
     }
 
@@ -109,19 +133,35 @@ impl Proxy {
     }
 
     pub fn start_on(port: u16, upstream_port: u16, extra: &[&str]) -> Proxy {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ackproxy"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--upstream", &format!("127.0.0.1:{upstream_port}")])
-            .args(extra)
+        let (listen, upstream) = (
+            format!("127.0.0.1:{port}"),
+            format!("127.0.0.1:{upstream_port}"),
+        );
+        let mut args = vec!["--listen", &listen, "--upstream", &upstream];
+        args.extend_from_slice(extra);
+        let mut child = Proxy::spawn(&args);
+        wait_for_ping(port, "ackproxy", &mut child);
+        Proxy { port, child }
+    }
+
+    /// ackproxy with exactly these arguments, up once `ready` holds: for
+    /// one that answers no plain PING on `port` (TLS only).
+    pub fn start_when(port: u16, args: &[&str], ready: impl FnMut() -> bool) -> Proxy {
+        let mut child = Proxy::spawn(args);
+        wait_until_ready(port, "ackproxy", &mut child, ready);
+        Proxy { port, child }
+    }
+
+    fn spawn(args: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .stdout(Stdio::null())
             .spawn()
-            .expect("ackproxy binary");
-        wait_for_ping(port, "ackproxy", &mut child);
-        Proxy { port, child }
+            .expect("ackproxy binary")
     }
 
     /// ackproxy with a TOML config file written from `toml`.

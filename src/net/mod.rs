@@ -1,0 +1,204 @@
+//! Byte streams to clients and to Redis, plain TCP or TLS: one type for
+//! both, so the request path is the same whichever it is.
+//!
+//! TLS writes are encrypted into a buffer of rustls's that a write may
+//! leave partly unsent when the socket is full, so everything that writes
+//! through these types flushes once it has nothing more to write (a no-op
+//! on plain TCP).
+
+pub mod tls;
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsStream;
+
+/// A connection, before it is split into a reading and a writing half.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The reading half of a split [`Stream`].
+pub enum ReadHalf {
+    Plain(OwnedReadHalf),
+    Tls(Arc<Mutex<TlsStream<TcpStream>>>),
+}
+
+/// The writing half of a split [`Stream`].
+pub enum WriteHalf {
+    Plain(OwnedWriteHalf),
+    Tls(Arc<Mutex<TlsStream<TcpStream>>>),
+}
+
+impl Stream {
+    /// Halves that a reader task and a writer task use at the same time.
+    /// A TLS connection is one state machine for both directions, so its
+    /// halves share it behind a lock held only while one of them polls.
+    pub fn split(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Stream::Plain(s) => {
+                let (rd, wr) = s.into_split();
+                (ReadHalf::Plain(rd), WriteHalf::Plain(wr))
+            }
+            Stream::Tls(s) => {
+                let shared = Arc::new(Mutex::new(*s));
+                (ReadHalf::Tls(shared.clone()), WriteHalf::Tls(shared))
+            }
+        }
+    }
+}
+
+fn lock(s: &Mutex<TlsStream<TcpStream>>) -> MutexGuard<'_, TlsStream<TcpStream>> {
+    // Nothing panics while holding it; if something did, the stream is
+    // still the stream.
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ReadHalf {
+    /// Waits for input and appends what has arrived to `buf`; `Ok(0)` is
+    /// the end of the stream. `buf` is grown (by at least `chunk`) only
+    /// once there is input, so a connection waiting for its next request
+    /// holds no buffer of its own. Cancel-safe: nothing is lost if the
+    /// future is dropped before it completes.
+    pub async fn read_some(&mut self, buf: &mut BytesMut, chunk: usize) -> io::Result<usize> {
+        match self {
+            ReadHalf::Plain(rd) => loop {
+                rd.readable().await?;
+                crate::resp::grow(buf, chunk);
+                match rd.try_read_buf(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => return r,
+                }
+            },
+            ReadHalf::Tls(s) => {
+                std::future::poll_fn(|cx| poll_take(&mut lock(s), cx, buf, chunk)).await
+            }
+        }
+    }
+}
+
+/// Moves the plaintext rustls has decrypted into `buf`: waits for the
+/// first piece, then takes whatever else is ready.
+fn poll_take(
+    s: &mut TlsStream<TcpStream>,
+    cx: &mut Context<'_>,
+    buf: &mut BytesMut,
+    chunk: usize,
+) -> Poll<io::Result<usize>> {
+    let mut s = Pin::new(s);
+    let first = ready!(s.as_mut().poll_fill_buf(cx))?;
+    if first.is_empty() {
+        return Poll::Ready(Ok(0));
+    }
+    crate::resp::grow(buf, chunk);
+    let mut taken = first.len();
+    buf.extend_from_slice(first);
+    s.as_mut().consume(taken);
+    // An error or the end here is seen again on the next call.
+    while let Poll::Ready(Ok(more)) = s.as_mut().poll_fill_buf(cx) {
+        if more.is_empty() {
+            break;
+        }
+        let n = more.len();
+        buf.extend_from_slice(more);
+        s.as_mut().consume(n);
+        taken += n;
+    }
+    Poll::Ready(Ok(taken))
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ReadHalf::Plain(rd) => Pin::new(rd).poll_read(cx, buf),
+            ReadHalf::Tls(s) => Pin::new(&mut *lock(s)).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            WriteHalf::Plain(wr) => Pin::new(wr).poll_write(cx, buf),
+            WriteHalf::Tls(s) => Pin::new(&mut *lock(s)).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Plain(wr) => Pin::new(wr).poll_flush(cx),
+            WriteHalf::Tls(s) => Pin::new(&mut *lock(s)).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            WriteHalf::Plain(wr) => Pin::new(wr).poll_shutdown(cx),
+            WriteHalf::Tls(s) => Pin::new(&mut *lock(s)).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => {
+                // A request written without a flush may still sit in rustls
+                // while its caller waits for the reply: reading sends it on.
+                // Both directions are polled by the one task that owns an
+                // unsplit stream, so no other task's wake-up is taken.
+                if let Poll::Ready(Err(e)) = Pin::new(&mut **s).poll_flush(cx) {
+                    return Poll::Ready(Err(e));
+                }
+                Pin::new(&mut **s).poll_read(cx, buf)
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}

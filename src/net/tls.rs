@@ -1,0 +1,243 @@
+//! TLS settings built from the configuration: the listener's (certificate,
+//! key, client certificates checked against a CA as Redis's
+//! `tls-auth-clients`) and the upstream's (CA, optional client certificate,
+//! server name). Always the ring provider, named explicitly, so no other
+//! provider is ever picked up from the build.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::Stream;
+use crate::config::{AuthClients, Config};
+
+/// A TLS setting that cannot be used, with the key and file it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError(pub String);
+
+impl std::fmt::Display for TlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The TLS listener's settings; `None` without `tls_listen`.
+pub fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, TlsError> {
+    if config.tls_listen.is_none() {
+        return Ok(None);
+    }
+    let (cert, key) = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(c), Some(k)) => (c, k),
+        _ => {
+            return Err(TlsError(
+                "tls_listen needs tls_cert_file and tls_key_file".into(),
+            ))
+        }
+    };
+    let certs = certificates("tls_cert_file", cert)?;
+    let key = private_key("tls_key_file", key)?;
+    let provider = provider();
+    let verifier = match (config.tls_auth_clients, &config.tls_ca_cert_file) {
+        (AuthClients::No, _) => WebPkiClientVerifier::no_client_auth(),
+        (auth, Some(ca)) => {
+            let roots = Arc::new(roots("tls_ca_cert_file", ca)?);
+            let builder = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
+            let builder = if auth == AuthClients::Optional {
+                builder.allow_unauthenticated()
+            } else {
+                builder
+            };
+            builder
+                .build()
+                .map_err(|e| TlsError(format!("tls_ca_cert_file {}: {e}", ca.display())))?
+        }
+        (_, None) => {
+            return Err(TlsError(
+                "tls_auth_clients needs tls_ca_cert_file (or tls_auth_clients = \"no\")".into(),
+            ))
+        }
+    };
+    let server = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            TlsError(format!(
+                "tls_cert_file {} with tls_key_file {}: {e}",
+                cert.display(),
+                config
+                    .tls_key_file
+                    .as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+            ))
+        })?;
+    Ok(Some(TlsAcceptor::from(Arc::new(server))))
+}
+
+/// How the proxy's connections to Redis speak TLS.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    config: Arc<ClientConfig>,
+    /// What the upstream's certificate must name.
+    pub server_name: ServerName<'static>,
+}
+
+impl UpstreamTls {
+    /// Builds the settings; `None` without `upstream_tls`.
+    pub fn from_config(config: &Config) -> Result<Option<UpstreamTls>, TlsError> {
+        if !config.upstream_tls {
+            return Ok(None);
+        }
+        let Some(ca) = &config.upstream_tls_ca_cert_file else {
+            return Err(TlsError(
+                "upstream_tls needs upstream_tls_ca_cert_file".into(),
+            ));
+        };
+        let roots = roots("upstream_tls_ca_cert_file", ca)?;
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError(e.to_string()))?
+            .with_root_certificates(roots);
+        let client = match (
+            &config.upstream_tls_cert_file,
+            &config.upstream_tls_key_file,
+        ) {
+            (Some(cert), Some(key)) => builder
+                .with_client_auth_cert(
+                    certificates("upstream_tls_cert_file", cert)?,
+                    private_key("upstream_tls_key_file", key)?,
+                )
+                .map_err(|e| {
+                    TlsError(format!(
+                        "upstream_tls_cert_file {} with upstream_tls_key_file {}: {e}",
+                        cert.display(),
+                        key.display()
+                    ))
+                })?,
+            (None, None) => builder.with_no_client_auth(),
+            _ => {
+                return Err(TlsError(
+                    "upstream_tls_cert_file and upstream_tls_key_file go together".into(),
+                ))
+            }
+        };
+        let name = match &config.upstream_tls_server_name {
+            Some(n) => n.clone(),
+            None => host(config.upstream.as_deref().unwrap_or_default()).to_string(),
+        };
+        let server_name = ServerName::try_from(name.clone()).map_err(|_| {
+            TlsError(format!(
+                "upstream_tls_server_name: {name:?} is not a DNS name or IP address"
+            ))
+        })?;
+        Ok(Some(UpstreamTls {
+            config: Arc::new(client),
+            server_name,
+        }))
+    }
+
+    /// The TLS handshake on a connection just opened.
+    pub async fn connect(&self, tcp: TcpStream) -> std::io::Result<Stream> {
+        let tls = TlsConnector::from(self.config.clone())
+            .connect(self.server_name.clone(), tcp)
+            .await?;
+        Ok(Stream::Tls(Box::new(tls.into())))
+    }
+}
+
+/// The TLS handshake of a client that connected to the TLS listener.
+pub async fn accept(acceptor: &TlsAcceptor, tcp: TcpStream) -> std::io::Result<Stream> {
+    let tls = acceptor.accept(tcp).await?;
+    Ok(Stream::Tls(Box::new(tls.into())))
+}
+
+/// The host of `host:port` (`[v6]:port` too): the name a certificate is
+/// checked against by default.
+pub fn host(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+fn certificates(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bad = |e: String| TlsError(format!("{key} {}: {e}", path.display()));
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("no PEM certificate in it".into()));
+    }
+    Ok(certs)
+}
+
+fn private_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+        let why = match e {
+            rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key in it".to_string(),
+            e => e.to_string(),
+        };
+        TlsError(format!("{key} {}: {why}", path.display()))
+    })
+}
+
+fn roots(key: &str, path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(key, path)? {
+        roots
+            .add(cert)
+            .map_err(|e| TlsError(format!("{key} {}: {e}", path.display())))?;
+    }
+    Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_of_an_address() {
+        assert_eq!(host("127.0.0.1:6379"), "127.0.0.1");
+        assert_eq!(host("redis.example:6380"), "redis.example");
+        assert_eq!(host("[::1]:6379"), "::1");
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let mut cfg = Config {
+            tls_listen: Some("127.0.0.1:0".into()),
+            tls_cert_file: Some("/nonexistent/cert.pem".into()),
+            tls_key_file: Some("/nonexistent/key.pem".into()),
+            tls_auth_clients: AuthClients::No,
+            ..Config::default()
+        };
+        let err = acceptor(&cfg).err().expect("no cert file").0;
+        assert!(
+            err.starts_with("tls_cert_file /nonexistent/cert.pem:"),
+            "{err}"
+        );
+        cfg.upstream = Some("127.0.0.1:6379".into());
+        cfg.upstream_tls = true;
+        cfg.upstream_tls_ca_cert_file = Some("/nonexistent/ca.pem".into());
+        let err = UpstreamTls::from_config(&cfg).unwrap_err().0;
+        assert!(
+            err.starts_with("upstream_tls_ca_cert_file /nonexistent/ca.pem:"),
+            "{err}"
+        );
+    }
+}
