@@ -3,6 +3,7 @@
 
 pub mod dedicated;
 pub mod shared;
+pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,8 @@ impl Endpoint {
         self.connect_as(&Credentials::default()).await
     }
 
-    async fn connect_as(&self, credentials: &Credentials) -> Result<TcpStream, UpstreamError> {
+    /// Opens a connection that logs in with `credentials` (none: as nobody).
+    pub async fn connect_as(&self, credentials: &Credentials) -> Result<TcpStream, UpstreamError> {
         let unavailable = |e: String| UpstreamError::Unavailable(format!("{}: {e}", self.addr));
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
