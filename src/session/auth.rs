@@ -116,8 +116,8 @@ impl Session {
     /// AUTH or HELLO on the client's own connection: the client is logged
     /// in as the user only if Redis says so, and a refusal changes nothing,
     /// as in Redis. Logged in, the client joins its user's shared
-    /// connection, unless the request left state on its own (RESP3, a
-    /// name) or it was already in a stateful mode.
+    /// connection, unless the request left state on its own connection
+    /// (RESP3, a name) or state already lives there until RESET.
     async fn login(&mut self, kind: Kind, args: Args<'_>, frame: &Bytes) {
         let anonymous = self.auth == State::Anonymous;
         let ctx = self.ctx.clone();
