@@ -1,8 +1,10 @@
-//! Client authentication with Redis's own semantics. The proxy keeps no
-//! passwords of its users: whether Redis wants clients to log in is asked of
-//! Redis (a connection without credentials that gets `-NOAUTH` for PING),
-//! a client's AUTH is judged by Redis on the client's own connection, and
-//! what a user may do with a queue is asked with `ACL DRYRUN`.
+//! Client authentication with Redis's own semantics. Whether Redis wants
+//! clients to log in is asked of Redis (a connection without credentials
+//! that gets `-NOAUTH` for PING), a client's AUTH is judged by Redis on the
+//! client's own connection, and what a user may do with a queue is asked
+//! with `ACL DRYRUN`. A password the proxy itself asks for (`requirepass`,
+//! for a Redis that needs none) guards the `default` user the same way,
+//! with Redis's replies.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -12,12 +14,23 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::command::{Args, Kind};
-use crate::upstream::{control, Credentials, Endpoint};
+use crate::output::{ReplyTransform, Transformed};
+use crate::upstream::users::{constant_time_eq, Salt};
+use crate::upstream::{control, encode_command, Credentials, Endpoint};
 
 pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
 /// Redis refuses an EXEC before running it with the reason inside this.
 pub const NOAUTH_EXEC: &[u8] =
     b"-EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n";
+/// Redis's answer to HELLO without AUTH from a client that has not logged in.
+pub const NOAUTH_HELLO: &[u8] = b"-NOAUTH HELLO must be called with the client already \
+authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the \
+client and select the RESP protocol version at the same time\r\n";
+const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+/// A user name Redis refuses to create (no spaces allowed): logging in as
+/// it fails with Redis's WRONGPASS at the point where the client's login
+/// failed.
+const NO_SUCH_USER: &[u8] = b"ackproxy wrong password";
 
 const UNKNOWN: u8 = 0;
 const OPEN: u8 = 1;
@@ -72,57 +85,58 @@ pub fn spawn_probe(endpoint: Arc<Endpoint>) {
 /// A client's standing with Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
-    /// Redis needed no login when the client connected: it uses the
-    /// proxy's connections as the proxy's user, and nothing is checked.
+    /// No login needed (Redis needs none and the proxy asks for none, or
+    /// the client gave the proxy's password): it uses the proxy's
+    /// connections as the proxy's user, and nothing is checked.
     Open,
     /// Must authenticate before anything but AUTH, HELLO, QUIT and RESET.
     Anonymous,
-    /// Logged in as this user, on its own connection.
+    /// Logged in as this user, as Redis judged.
     User(Bytes),
 }
 
 impl State {
-    pub fn at_connect() -> State {
-        if required() {
+    /// `proxy_password`: the proxy asks clients for a password of its own.
+    pub fn at_connect(proxy_password: bool) -> State {
+        if required() || proxy_password {
             State::Anonymous
         } else {
             State::Open
         }
     }
 
-    /// What RESET (or a connection Redis dropped) leaves: Redis logs the
-    /// client in as `default` only if that user needs no password.
-    pub fn after_reset() -> State {
-        if required() {
-            State::Anonymous
-        } else {
-            State::User(Bytes::from_static(b"default"))
-        }
+    /// What RESET (or a connection Redis dropped) leaves: the standing of
+    /// a new connection, as Redis logs the client in as `default` only if
+    /// that user needs no password.
+    pub fn after_reset(proxy_password: bool) -> State {
+        State::at_connect(proxy_password)
     }
 }
 
-/// The user an AUTH or `HELLO ... AUTH` request logs in as, if it is one:
-/// `AUTH pass` is `default`; HELLO's last AUTH option counts, as in Redis.
-pub fn login_user(kind: Kind, args: Args<'_>) -> Option<Bytes> {
+/// The user and password an AUTH or `HELLO ... AUTH` request logs in with,
+/// if it is one: `AUTH pass` is `default`; HELLO's last AUTH option counts,
+/// as in Redis.
+pub fn login_credentials(kind: Kind, args: Args<'_>) -> Option<(Bytes, Bytes)> {
     if kind != Kind::Sticky {
         return None;
     }
+    let owned = |i: usize| args.get(i).map(Bytes::copy_from_slice);
     if args.is(0, "AUTH") {
         return match args.len() {
-            2 => Some(Bytes::from_static(b"default")),
-            3 => args.get(1).map(Bytes::copy_from_slice),
+            2 => Some((Bytes::from_static(b"default"), owned(1)?)),
+            3 => Some((owned(1)?, owned(2)?)),
             _ => None,
         };
     }
     if !args.is(0, "HELLO") {
         return None;
     }
-    let mut user = None;
+    let mut login = None;
     let mut j = 2;
     while j < args.len() {
         let more = args.len() - 1 - j;
         if args.is(j, "AUTH") && more >= 2 {
-            user = args.get(j + 1).map(Bytes::copy_from_slice);
+            login = Some((owned(j + 1)?, owned(j + 2)?));
             j += 3;
         } else if args.is(j, "SETNAME") && more >= 1 {
             j += 2;
@@ -130,7 +144,152 @@ pub fn login_user(kind: Kind, args: Args<'_>) -> Option<Bytes> {
             return None;
         }
     }
-    user
+    login
+}
+
+/// Whether a HELLO leaves state on the connection besides the login: a
+/// protocol other than RESP2, or a client name.
+pub fn hello_keeps_state(args: Args<'_>) -> bool {
+    if !args.is(0, "HELLO") {
+        return false;
+    }
+    let resp2 = args
+        .get(1)
+        .is_some_and(|v| crate::resp::parse_i64(v) == Some(2));
+    !resp2
+        || args
+            .iter()
+            .skip(2)
+            .any(|a| a.eq_ignore_ascii_case(b"SETNAME"))
+}
+
+/// The proxy's own password for clients (`requirepass`), kept as a salted
+/// digest and compared in constant time.
+pub struct Password {
+    salt: Salt,
+    digest: [u8; 20],
+}
+
+impl Password {
+    pub fn new(password: &[u8]) -> Password {
+        let salt = Salt::random();
+        let digest = salt.digest(password);
+        Password { salt, digest }
+    }
+
+    pub fn matches(&self, candidate: &[u8]) -> bool {
+        constant_time_eq(&self.salt.digest(candidate), &self.digest)
+    }
+}
+
+/// How a login request reaches Redis when the proxy's password guards the
+/// `default` user. Redis needs no login then, so its `default` user takes
+/// any password: the proxy checks it, and sends Redis a login that fails
+/// where the client's would, so that Redis gives its own answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProxyLogin {
+    /// Judged by Redis as it is: another user, or not a login at all.
+    AsIs,
+    /// Sent instead; Redis's answer is the client's.
+    Rewritten(Bytes),
+    /// A HELLO without AUTH from a client that has not logged in, sent
+    /// with a login that fails: Redis answers what comes before the login
+    /// check, and its WRONGPASS becomes HELLO's NOAUTH ([`HelloRefused`]).
+    WithoutLogin(Bytes),
+    /// The proxy's answer.
+    Reply(&'static [u8]),
+}
+
+pub fn proxy_login(args: Args<'_>, password: &Password, anonymous: bool) -> ProxyLogin {
+    let is_default = |i: usize| args.get(i) == Some(b"default".as_slice());
+    let wrong = |i: usize| !password.matches(args.get(i).unwrap_or_default());
+    let rewritten = |parts: &[&[u8]]| Bytes::from(encode_command(parts));
+    if args.is(0, "AUTH") {
+        let pass = args.get(args.len() - 1).unwrap_or_default();
+        return match args.len() {
+            2 if wrong(1) => ProxyLogin::Rewritten(rewritten(&[b"AUTH", NO_SUCH_USER, pass])),
+            2 => ProxyLogin::Rewritten(rewritten(&[b"AUTH", b"default", pass])),
+            3 if is_default(1) && wrong(2) => {
+                ProxyLogin::Rewritten(rewritten(&[b"AUTH", NO_SUCH_USER, pass]))
+            }
+            _ => ProxyLogin::AsIs,
+        };
+    }
+    if args.len() == 1 {
+        return if anonymous {
+            ProxyLogin::Reply(NOAUTH_HELLO)
+        } else {
+            ProxyLogin::AsIs
+        };
+    }
+    // Redis reads HELLO's options in order and logs in at each AUTH.
+    let mut parts: Vec<&[u8]> = args.iter().take(2).collect();
+    let (mut logins, mut changed, mut complete) = (false, false, true);
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        if args.is(j, "AUTH") && more >= 2 {
+            logins = true;
+            let user = if is_default(j + 1) && wrong(j + 2) {
+                changed = true;
+                NO_SUCH_USER
+            } else {
+                args.get(j + 1).unwrap_or_default()
+            };
+            parts.extend([args.get(j).unwrap_or_default(), user]);
+            parts.push(args.get(j + 2).unwrap_or_default());
+            j += 3;
+        } else if args.is(j, "SETNAME") && more >= 1 {
+            parts.extend(args.iter().skip(j).take(2));
+            j += 2;
+        } else {
+            // Redis stops here with a syntax error.
+            complete = false;
+            parts.extend(args.iter().skip(j));
+            break;
+        }
+    }
+    if changed {
+        ProxyLogin::Rewritten(rewritten(&parts))
+    } else if !logins && anonymous && complete {
+        parts.extend([b"AUTH".as_slice(), NO_SUCH_USER, b"-"]);
+        ProxyLogin::WithoutLogin(rewritten(&parts))
+    } else {
+        ProxyLogin::AsIs
+    }
+}
+
+/// Turns the failed login added to a HELLO into Redis's NOAUTH for HELLO.
+pub struct HelloRefused;
+
+impl ReplyTransform for HelloRefused {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if reply == WRONGPASS {
+            Transformed::Done(Bytes::from_static(NOAUTH_HELLO))
+        } else {
+            Transformed::Done(reply)
+        }
+    }
+}
+
+/// MULTI, then the request, then DISCARD: how a request of a client that
+/// has not logged in reaches a Redis that needs no login, so that it can
+/// never run. Redis answers what it refuses before its login check
+/// (unknown command, wrong arity, a disabled DEBUG) as it would; what it
+/// queues is what it would refuse with NOAUTH ([`QueuedRefused`]).
+pub const UNEXECUTED_BEFORE: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+pub const UNEXECUTED_AFTER: &[u8] = b"*1\r\n$7\r\nDISCARD\r\n";
+
+pub struct QueuedRefused;
+
+impl ReplyTransform for QueuedRefused {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if &reply[..] == b"+QUEUED\r\n" {
+            Transformed::Done(Bytes::from_static(NOAUTH))
+        } else {
+            Transformed::Done(reply)
+        }
+    }
 }
 
 /// Whether the request is AUTH or HELLO, which Redis judges itself.
@@ -276,7 +435,7 @@ impl Permissions {
 pub fn dryrun_request(user: &[u8], command: &[Bytes]) -> Bytes {
     let mut args: Vec<&[u8]> = vec![b"ACL", b"DRYRUN", user];
     args.extend(command.iter().map(|b| &b[..]));
-    Bytes::from(crate::upstream::encode_command(&args))
+    Bytes::from(encode_command(&args))
 }
 
 /// Turns Redis's answer to `ACL DRYRUN` into what the client gets, with
@@ -315,7 +474,7 @@ mod tests {
     use crate::command::with_words as with_args;
 
     fn user(words: &[&str]) -> Option<Bytes> {
-        with_args(words, |a| login_user(classify(a), a))
+        with_args(words, |a| login_credentials(classify(a), a).map(|(u, _)| u))
     }
 
     #[test]
@@ -329,6 +488,96 @@ mod tests {
             Some(Bytes::from_static(b"b"))
         );
         assert_eq!(user(&["HELLO", "3", "AUTH", "a"]), None);
+        let login = |w: &[&str]| with_args(w, |a| login_credentials(classify(a), a));
+        assert_eq!(
+            login(&["HELLO", "2", "AUTH", "a", "p", "AUTH", "b", "q"]),
+            Some((Bytes::from_static(b"b"), Bytes::from_static(b"q")))
+        );
+        assert_eq!(
+            login(&["AUTH", "p"]),
+            Some((Bytes::from_static(b"default"), Bytes::from_static(b"p")))
+        );
+    }
+
+    #[test]
+    fn hello_state_beyond_the_login() {
+        let keeps = |w: &[&str]| with_args(w, hello_keeps_state);
+        assert!(!keeps(&["HELLO", "2", "AUTH", "u", "p"]));
+        assert!(keeps(&["HELLO", "3", "AUTH", "u", "p"]));
+        assert!(keeps(&["HELLO", "2", "AUTH", "u", "p", "setname", "n"]));
+        assert!(!keeps(&["AUTH", "u", "p"]));
+    }
+
+    #[test]
+    fn the_proxys_password() {
+        let p = Password::new(b"secret");
+        assert!(p.matches(b"secret"));
+        assert!(!p.matches(b"secreT"));
+        assert!(!p.matches(b""));
+    }
+
+    fn frame(words: &[&[u8]]) -> Bytes {
+        Bytes::from(encode_command(words))
+    }
+
+    #[test]
+    fn proxy_logins_fail_where_the_clients_would() {
+        let p = Password::new(b"secret");
+        let judge = |w: &[&str], anonymous: bool| with_args(w, |a| proxy_login(a, &p, anonymous));
+        assert_eq!(
+            judge(&["AUTH", "secret"], true),
+            ProxyLogin::Rewritten(frame(&[b"AUTH", b"default", b"secret"]))
+        );
+        assert_eq!(
+            judge(&["AUTH", "nope"], true),
+            ProxyLogin::Rewritten(frame(&[b"AUTH", NO_SUCH_USER, b"nope"]))
+        );
+        assert_eq!(
+            judge(&["AUTH", "default", "secret"], true),
+            ProxyLogin::AsIs
+        );
+        assert_eq!(judge(&["AUTH", "u", "nope"], true), ProxyLogin::AsIs);
+        assert_eq!(judge(&["AUTH", "a", "b", "c"], true), ProxyLogin::AsIs);
+        assert_eq!(judge(&["HELLO"], true), ProxyLogin::Reply(NOAUTH_HELLO));
+        assert_eq!(judge(&["HELLO"], false), ProxyLogin::AsIs);
+        assert_eq!(
+            judge(
+                &["HELLO", "3", "SETNAME", "n", "AUTH", "default", "x", "BAD"],
+                true
+            ),
+            ProxyLogin::Rewritten(frame(&[
+                b"HELLO",
+                b"3",
+                b"SETNAME",
+                b"n",
+                b"AUTH",
+                NO_SUCH_USER,
+                b"x",
+                b"BAD"
+            ]))
+        );
+        assert_eq!(
+            judge(&["HELLO", "3", "AUTH", "default", "secret"], true),
+            ProxyLogin::AsIs
+        );
+        assert_eq!(
+            judge(&["HELLO", "3", "SETNAME", "n"], true),
+            ProxyLogin::WithoutLogin(frame(&[
+                b"HELLO",
+                b"3",
+                b"SETNAME",
+                b"n",
+                b"AUTH",
+                NO_SUCH_USER,
+                b"-"
+            ]))
+        );
+        assert_eq!(
+            judge(&["HELLO", "3", "SETNAME", "n"], false),
+            ProxyLogin::AsIs
+        );
+        // Redis's syntax error comes first.
+        assert_eq!(judge(&["HELLO", "3", "SETNAME"], true), ProxyLogin::AsIs);
     }
 
     #[test]

@@ -31,6 +31,13 @@ pub struct Cli {
     /// Number of shared (multiplexed) upstream connections.
     #[arg(long, env = "ACKPROXY_SHARED_CONNECTIONS")]
     pub shared_connections: Option<usize>,
+    /// Most shared connections kept for logged-in users (one per user and
+    /// password; 0: logged-in clients keep a connection of their own).
+    #[arg(long, env = "ACKPROXY_USER_CONNECTIONS_MAX")]
+    pub user_connections_max: Option<usize>,
+    /// Password clients must give (AUTH) while Redis itself needs no login.
+    #[arg(long, env = "ACKPROXY_REQUIREPASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
     /// Give every client its own upstream connection (no multiplexing).
     #[arg(long, env = "ACKPROXY_DEDICATED_PER_CLIENT")]
     pub dedicated_per_client: bool,
@@ -119,6 +126,11 @@ pub struct Config {
     pub upstream_tls_key_file: Option<PathBuf>,
     pub upstream_tls_server_name: Option<String>,
     pub shared_connections: usize,
+    /// Shared connections of logged-in users kept at most.
+    pub user_connections_max: usize,
+    /// The password of the `default` user as clients of the proxy see it,
+    /// for a Redis that needs no login (empty: none, as in Redis).
+    pub requirepass: Option<String>,
     pub dedicated_per_client: bool,
     pub threads: Option<usize>,
     pub metrics: Option<String>,
@@ -151,6 +163,8 @@ impl Default for Config {
             upstream_tls_key_file: None,
             upstream_tls_server_name: None,
             shared_connections: 1,
+            user_connections_max: 64,
+            requirepass: None,
             dedicated_per_client: false,
             threads: None,
             metrics: None,
@@ -351,6 +365,12 @@ impl Config {
         }
         if let Some(v) = cli.shared_connections {
             cfg.shared_connections = v;
+        }
+        if let Some(v) = cli.user_connections_max {
+            cfg.user_connections_max = v;
+        }
+        if let Some(v) = &cli.requirepass {
+            cfg.requirepass = Some(v.clone());
         }
         if cli.dedicated_per_client {
             cfg.dedicated_per_client = true;
@@ -595,6 +615,27 @@ impl Config {
                 )
             }
         );
+        let _ = writeln!(
+            s,
+            "client password     {}",
+            if self.client_password().is_some() {
+                "set (clients log in with AUTH while Redis needs no login)"
+            } else {
+                "none (as Redis)"
+            }
+        );
+        let _ = writeln!(
+            s,
+            "user connections    {}",
+            if self.user_connections_max == 0 || self.dedicated_per_client {
+                "none: logged-in clients keep their own".to_string()
+            } else {
+                format!(
+                    "up to {}, one shared per logged-in user and password",
+                    self.user_connections_max
+                )
+            }
+        );
         let _ = writeln!(s, "threads             {}", self.threads.unwrap_or(1));
         let _ = writeln!(
             s,
@@ -669,6 +710,11 @@ impl Config {
         s
     }
 
+    /// The proxy's password for clients, if one is set (empty is none).
+    pub fn client_password(&self) -> Option<&str> {
+        self.requirepass.as_deref().filter(|p| !p.is_empty())
+    }
+
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
     }
@@ -711,6 +757,11 @@ mod tests {
                 d.idle_timeout_secs
             )
         );
+        assert_eq!(
+            cfg.user_connections_max,
+            Config::default().user_connections_max
+        );
+        assert_eq!(cfg.requirepass, None);
         let r = ReaperConfig::default();
         assert_eq!(
             (cfg.reaper.interval_ms, cfg.reaper.batch),
@@ -766,6 +817,20 @@ mod tests {
                 .contains("needs an upstream")
         );
         assert!(err("upstream_tls_ca_cert_file = \"ca.pem\"\n").contains("upstream_tls = true"));
+    }
+
+    #[test]
+    fn the_client_password_is_shown_as_set_only() {
+        let cfg =
+            Config::from_toml("requirepass = \"hunter2\"\nuser_connections_max = 3\n").unwrap();
+        assert_eq!(cfg.client_password(), Some("hunter2"));
+        let summary = cfg.summary();
+        assert!(!summary.contains("hunter2"), "{summary}");
+        assert!(summary.contains("client password     set"), "{summary}");
+        assert!(summary.contains("up to 3"), "{summary}");
+        let empty = Config::from_toml("requirepass = \"\"\n").unwrap();
+        assert_eq!(empty.client_password(), None);
+        assert_eq!(Config::default().user_connections_max, 64);
     }
 
     #[test]

@@ -3,7 +3,11 @@
 //! password, are restricted ACL users or full ones, after RESET and after a
 //! failed AUTH; queue operations only for users Redis would let pop the
 //! list; Redis's limits on requests before login; CONFIG SET requirepass
-//! and SIGHUP keep the proxy's own connections working.
+//! and SIGHUP keep the proxy's own connections working. Logged-in clients
+//! share one connection per user and password, which ends (and takes its
+//! clients with it) as Redis ends a user's connections. The proxy's own
+//! password in front of a Redis that needs none answers as a Redis with
+//! `requirepass` does.
 
 mod common;
 
@@ -13,24 +17,76 @@ use common::*;
 
 const QUEUE_CONFIG: &str = "[[queue]]\npattern = \"jobs\"\nlease_ms = 600000\n";
 
+const RESTRICTED: &[&str] = &[
+    "ACL",
+    "SETUSER",
+    "restricted",
+    "on",
+    ">rpass",
+    "~allowed:*",
+    "+get",
+    "+set",
+    "+rpop",
+    "+lpush",
+    "+acl|whoami",
+];
+
+fn ok() -> Value {
+    Value::Simple("OK".into())
+}
+
 fn secured_redis() -> Redis {
     let r = Redis::start_with(&["--requirepass", "secret"]);
     let mut admin = r.client();
-    assert_eq!(admin.cmd(&["AUTH", "secret"]), Value::Simple("OK".into()));
-    let setuser = [
-        "ACL",
-        "SETUSER",
-        "restricted",
-        "on",
-        ">rpass",
-        "~allowed:*",
-        "+get",
-        "+set",
-        "+rpop",
-        "+lpush",
-    ];
-    assert_eq!(admin.cmd(&setuser), Value::Simple("OK".into()));
+    assert_eq!(admin.cmd(&["AUTH", "secret"]), ok());
+    assert_eq!(admin.cmd(RESTRICTED), ok());
     r
+}
+
+/// A Redis that needs no login, with the same restricted user.
+fn open_redis() -> Redis {
+    let r = Redis::start();
+    assert_eq!(r.client().cmd(RESTRICTED), ok());
+    r
+}
+
+/// A connection with every right, whether Redis needs a login or not.
+fn superuser(r: &Redis) -> Client {
+    let mut c = r.client();
+    if c.raw(&["PING"]) != b"+PONG\r\n" {
+        assert_eq!(c.cmd(&["AUTH", "secret"]), ok());
+    }
+    c
+}
+
+/// Redis's connections logged in as `user`.
+fn connections_of(r: &Redis, user: &str) -> usize {
+    let Value::Bulk(list) = superuser(r).cmd(&["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST");
+    };
+    let needle = format!(" user={user} ");
+    String::from_utf8(list)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .count()
+}
+
+/// Waits until Redis has `want` connections of `user` (connections the
+/// proxy closes go away in Redis a little later).
+fn settles(r: &Redis, user: &str, want: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = connections_of(r, user);
+        if n == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} connections of {user}, not {want}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn admin(r: &Redis) -> Client {
@@ -41,6 +97,14 @@ fn admin(r: &Redis) -> Client {
 
 fn proxy(r: &Redis, extra: &[&str]) -> Proxy {
     let mut args = vec!["--upstream-password", "secret"];
+    args.extend_from_slice(extra);
+    Proxy::start_with_config(r.port, QUEUE_CONFIG, &args)
+}
+
+/// The proxy asking for its own password, in front of a Redis that needs
+/// none.
+fn guarding_proxy(r: &Redis, extra: &[&str]) -> Proxy {
+    let mut args = vec!["--requirepass", "secret"];
     args.extend_from_slice(extra);
     Proxy::start_with_config(r.port, QUEUE_CONFIG, &args)
 }
@@ -79,6 +143,32 @@ const SCENARIOS: &[(&str, &[&[&str]])] = &[
             &["HELLO", "2", "AUTH", "default", "x"],
         ],
     ),
+    (
+        "HELLO forms before logging in",
+        &[
+            &["HELLO"],
+            &["HELLO", "3", "SETNAME", "n"],
+            &["HELLO", "3", "SETNAME"],
+            &["HELLO", "3", "SETNAME", "a b"],
+            &["HELLO", "4", "AUTH", "default", "secret"],
+            &["HELLO", "x"],
+            &["HELLO", "3", "AUTH", "default", "wrong", "SETNAME", "n"],
+            &["HELLO", "2", "SETNAME", "n", "AUTH", "default", "wrong"],
+            &["AUTH", "a", "b", "c"],
+            &["AUTH"],
+        ],
+    ),
+    (
+        "HELLO 3 AUTH as the full user",
+        &[&["HELLO", "3", "AUTH", "default", "secret"]],
+    ),
+    (
+        "from one user to another",
+        &[
+            &["AUTH", "default", "secret"],
+            &["AUTH", "restricted", "rpass"],
+        ],
+    ),
 ];
 
 /// Run the same way in every scenario, directly and through the proxy.
@@ -100,6 +190,10 @@ const COMMANDS: &[&[&str]] = &[
     &["CONFIG", "NOPE"],
     &["CONFIG"],
     &["DEBUG", "SLEEP", "0"],
+    &["MODULE", "LIST"],
+    &["MODULE", "LOAD", "/nonexistent.so"],
+    &["FLUSHALL"],
+    &["SET", "allowed:k", "v"],
     &["MULTI"],
     &["SET", "allowed:m", "1"],
     &["RPOP", "jobs"],
@@ -122,36 +216,93 @@ fn mask_client_id(reply: &[u8]) -> Vec<u8> {
     [&reply[..start], b"N".as_slice(), &reply[end..]].concat()
 }
 
-fn run_matrix(extra: &[&str]) {
+/// Redis's own setting, which differs behind a proxy that asks for its
+/// own password.
+const REDIS_SETTING: &[&str] = &["CONFIG", "GET", "requirepass"];
+
+/// The same requests, directly to a Redis with `requirepass` and through
+/// the proxy: either to a Redis with the same `requirepass`, or (`guard`)
+/// to a Redis that needs no login behind a proxy asking for that password.
+fn run_matrix(extra: &[&str], guard: bool) {
     let direct = secured_redis();
-    let behind = secured_redis();
-    let p = proxy(&behind, extra);
+    let behind = if guard { open_redis() } else { secured_redis() };
+    let p = if guard {
+        guarding_proxy(&behind, extra)
+    } else {
+        proxy(&behind, extra)
+    };
     for (name, preamble) in SCENARIOS {
         let mut a = direct.client();
         let mut b = p.client();
         for cmd in preamble.iter().chain(COMMANDS.iter()) {
+            if guard && *cmd == REDIS_SETTING {
+                continue;
+            }
             let ra = mask_client_id(&a.raw(cmd));
             let rb = mask_client_id(&b.raw(cmd));
             assert_eq!(
                 String::from_utf8_lossy(&ra),
                 String::from_utf8_lossy(&rb),
-                "{name}: {cmd:?} ({extra:?})"
+                "{name}: {cmd:?} ({extra:?}, guard {guard})"
             );
         }
+        // Nothing ran through the proxy that Redis refused directly.
+        assert_eq!(
+            superuser(&direct).cmd(&["DBSIZE"]),
+            superuser(&behind).cmd(&["DBSIZE"]),
+            "{name}"
+        );
         // Both are left as they were: clean up for the next scenario.
-        admin(&direct).cmd(&["FLUSHALL"]);
-        admin(&behind).cmd(&["FLUSHALL"]);
+        superuser(&direct).cmd(&["FLUSHALL"]);
+        superuser(&behind).cmd(&["FLUSHALL"]);
+    }
+
+    // Clients logged in as one user share one connection of that user,
+    // which has the user's rights and no more.
+    let mut clients = Vec::new();
+    for i in 0..20 {
+        let key = format!("allowed:{i}");
+        let value = i.to_string();
+        let mut a = direct.client();
+        let mut b = p.client();
+        let cmds: [&[&str]; 5] = [
+            &["AUTH", "restricted", "rpass"],
+            &["SET", &key, &value],
+            &["GET", &key],
+            &["GET", "k"],
+            &["ACL", "WHOAMI"],
+        ];
+        for cmd in cmds {
+            assert_eq!(a.raw(cmd), b.raw(cmd), "{cmd:?} ({extra:?})");
+        }
+        clients.push(b);
+    }
+    let own_each = extra.contains(&"--dedicated-per-client");
+    settles(&behind, "restricted", if own_each { 20 } else { 1 });
+    for (i, c) in clients.iter_mut().enumerate() {
+        let key = format!("allowed:{i}");
+        assert_eq!(c.cmd(&["GET", &key]), Value::bulk(&i.to_string()));
     }
 }
 
 #[test]
 fn matrix_multiplexed() {
-    run_matrix(&[]);
+    run_matrix(&[], false);
 }
 
 #[test]
 fn matrix_dedicated_per_client() {
-    run_matrix(&["--dedicated-per-client"]);
+    run_matrix(&["--dedicated-per-client"], false);
+}
+
+#[test]
+fn matrix_proxy_password_multiplexed() {
+    run_matrix(&[], true);
+}
+
+#[test]
+fn matrix_proxy_password_dedicated_per_client() {
+    run_matrix(&["--dedicated-per-client"], true);
 }
 
 /// A user with the rights to pop `jobs` directly.
@@ -262,8 +413,24 @@ fn queue_operations_follow_the_users_rights() {
 
 #[test]
 fn unauthenticated_request_limits() {
+    request_limits(false);
+}
+
+#[test]
+fn unauthenticated_request_limits_with_the_proxys_password() {
+    request_limits(true);
+}
+
+/// Directly to a Redis with `requirepass`, and through the proxy (to the
+/// same Redis, or, with `guard`, asking for the password itself).
+fn request_limits(guard: bool) {
     let r = secured_redis();
-    let p = proxy(&r, &[]);
+    let open = open_redis();
+    let p = if guard {
+        guarding_proxy(&open, &[])
+    } else {
+        proxy(&r, &[])
+    };
     let mut big_bulk = b"*2\r\n$4\r\nECHO\r\n$16385\r\n".to_vec();
     big_bulk.extend_from_slice(&[b'x'; 16385]);
     big_bulk.extend_from_slice(b"\r\n");
@@ -450,4 +617,306 @@ fn dryrun_answers_are_reused_for_a_second() {
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(w.cmd(&["RPOP", "jobs"]), Value::Nil);
     assert_eq!(dryruns(&mut adm), first + 1);
+}
+
+/// Each client's commands run as the user it logged in as last, on that
+/// user's connection; a failed AUTH changes nothing; RESET logs out.
+#[test]
+fn logging_in_as_another_user_moves_the_client() {
+    let d = secured_redis();
+    let r = secured_redis();
+    add_worker(&d);
+    add_worker(&r);
+    let p = proxy(&r, &[]);
+    let mut direct = d.client();
+    let mut c = p.client();
+    let steps: &[&[&str]] = &[
+        &["AUTH", "restricted", "rpass"],
+        &["ACL", "WHOAMI"],
+        &["SET", "allowed:a", "1"],
+        &["GET", "k"],
+        &["AUTH", "worker", "wpass"],
+        &["ACL", "WHOAMI"],
+        &["GET", "allowed:a"],
+        &["LPUSH", "jobs", "x"],
+        &["AUTH", "worker", "nope"],
+        &["ACL", "WHOAMI"],
+        &["HELLO", "2", "AUTH", "restricted", "rpass"],
+        &["ACL", "WHOAMI"],
+        &["GET", "allowed:a"],
+        &["AUTH", "default", "secret"],
+        &["ACL", "WHOAMI"],
+        &["GET", "k"],
+        &["RESET"],
+        &["ACL", "WHOAMI"],
+        &["GET", "allowed:a"],
+    ];
+    for cmd in steps {
+        let want = mask_client_id(&direct.raw(cmd));
+        assert_eq!(
+            String::from_utf8_lossy(&want),
+            String::from_utf8_lossy(&mask_client_id(&c.raw(cmd))),
+            "{cmd:?}"
+        );
+    }
+    // One connection per user, kept for the next client of that login.
+    settles(&r, "restricted", 1);
+    settles(&r, "worker", 1);
+    let mut again = p.client();
+    assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
+    assert_eq!(again.cmd(&["GET", "allowed:a"]), Value::bulk("1"));
+    settles(&r, "restricted", 1);
+}
+
+/// A client in a pool pipelines a push on its user's connection and a pop
+/// of the queue, which runs on the proxy's: they run in order.
+#[test]
+fn a_pooled_clients_queue_operations_run_in_order() {
+    let r = secured_redis();
+    add_worker(&r);
+    let more = ["ACL", "SETUSER", "worker", "+brpop", "+multi", "+exec"];
+    assert_eq!(admin(&r).cmd(&more), ok());
+    let p = proxy(&r, &[]);
+    let mut w = p.client();
+    assert_eq!(w.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
+    let mut pipeline = Vec::new();
+    for cmd in [
+        &["LPUSH", "jobs", "a", "b"][..],
+        &["RPOP", "jobs"],
+        &["LPUSH", "jobs", "c"],
+        &["LRANGE", "jobs", "0", "-1"],
+    ] {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+        pipeline.extend(Client::encode(&args));
+    }
+    w.send_raw(&pipeline);
+    assert_eq!(w.read_value(), Value::Int(2));
+    assert_eq!(w.read_value(), Value::bulk("a"));
+    assert_eq!(w.read_value(), Value::Int(2));
+    assert_eq!(
+        w.read_value(),
+        Value::Array(vec![Value::bulk("c"), Value::bulk("b")])
+    );
+    assert_eq!(w.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
+    // Blocking and transactions on the client's own connection, as the user.
+    assert_eq!(
+        w.cmd(&["BRPOP", "jobs", "0"]),
+        Value::Array(vec![Value::bulk("jobs"), Value::bulk("b")])
+    );
+    assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    assert_eq!(
+        w.cmd(&["LRANGE", "jobs", "0", "-1"]),
+        Value::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        w.cmd(&["GET", "k"]),
+        Value::Error("NOPERM this user has no permissions to run the 'get' command".into())
+    );
+    assert_eq!(
+        w.cmd(&["EXEC"]),
+        Value::Error("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+}
+
+/// Waits for the proxy (or Redis) to close the connection, and returns
+/// what it received before.
+fn closed(c: &Client) -> Vec<u8> {
+    read_to_close(&mut c.stream().try_clone().unwrap())
+}
+
+/// Redis disconnects the clients of a deleted user; through the proxy, so
+/// are the clients of that user's shared connection. Turned off, or with
+/// its password changed, a user's clients stay, as in Redis 7.0.
+#[test]
+fn a_deleted_user_is_disconnected_as_by_redis() {
+    let r = secured_redis();
+    let mut adm = admin(&r);
+    for user in ["doomed", "paused", "rotated"] {
+        let setuser = ["ACL", "SETUSER", user, "on", ">pw", "~*", "+@all"];
+        assert_eq!(adm.cmd(&setuser), ok());
+    }
+    let p = proxy(&r, &[]);
+    let login = |c: &mut Client, user: &str| {
+        assert_eq!(c.raw(&["AUTH", user, "pw"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["SET", user, user]), ok());
+    };
+    let mut direct = r.client();
+    login(&mut direct, "doomed");
+    let mut pooled: Vec<Client> = (0..3).map(|_| p.client()).collect();
+    for c in &mut pooled {
+        login(c, "doomed");
+    }
+    let mut bystander = p.client();
+    login(&mut bystander, "paused");
+    let mut rotated = p.client();
+    login(&mut rotated, "rotated");
+    // Directly, and one shared by the proxy's three.
+    settles(&r, "doomed", 2);
+
+    assert_eq!(adm.cmd(&["ACL", "DELUSER", "doomed"]), Value::Int(1));
+    assert_eq!(closed(&direct), b"");
+    for c in &pooled {
+        assert_eq!(closed(c), b"");
+    }
+    let mut fresh = p.client();
+    let refused = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    assert_eq!(fresh.raw(&["AUTH", "doomed", "pw"]), refused);
+
+    // Turned off: logged-in clients go on, new logins are refused.
+    assert_eq!(adm.cmd(&["ACL", "SETUSER", "paused", "off"]), ok());
+    assert_eq!(bystander.cmd(&["GET", "paused"]), Value::bulk("paused"));
+    assert_eq!(fresh.raw(&["AUTH", "paused", "pw"]), refused);
+    assert_eq!(bystander.cmd(&["INCR", "n"]), Value::Int(1));
+
+    // A new password: the old login goes on; the new one gets a
+    // connection of its own.
+    assert_eq!(
+        adm.cmd(&["ACL", "SETUSER", "rotated", "resetpass", ">new"]),
+        ok()
+    );
+    assert_eq!(rotated.cmd(&["INCR", "n"]), Value::Int(2));
+    // A connection of its own needs a new login, which Redis refuses now.
+    let Value::Error(e) = rotated.cmd(&["MULTI"]) else {
+        panic!("MULTI with a changed password");
+    };
+    assert!(
+        e.starts_with("ERR upstream unavailable") && e.contains("WRONGPASS"),
+        "{e}"
+    );
+    assert_eq!(rotated.cmd(&["GET", "rotated"]), Value::bulk("rotated"));
+    assert_eq!(fresh.raw(&["AUTH", "rotated", "pw"]), refused);
+    assert_eq!(fresh.raw(&["AUTH", "rotated", "new"]), b"+OK\r\n");
+    assert_eq!(fresh.cmd(&["INCR", "n"]), Value::Int(3));
+    settles(&r, "rotated", 2);
+}
+
+/// When the shared connection of a user ends (killed here), its clients
+/// are disconnected, as they would be if it were their own; a new login
+/// gets a new connection. Other users' clients are untouched.
+#[test]
+fn clients_of_a_lost_user_connection_are_disconnected() {
+    let r = secured_redis();
+    add_worker(&r);
+    assert_eq!(
+        admin(&r).cmd(&["ACL", "SETUSER", "restricted", "+multi"]),
+        ok()
+    );
+    let p = proxy(&r, &[]);
+    let mut members: Vec<Client> = (0..3).map(|_| p.client()).collect();
+    for c in &mut members {
+        assert_eq!(c.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["GET", "allowed:x"]), Value::Nil);
+    }
+    // One of them is in a transaction on its own connection: it goes too.
+    assert_eq!(members[2].cmd(&["MULTI"]), ok());
+    let mut other = p.client();
+    assert_eq!(other.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["LPUSH", "jobs", "m"]), Value::Int(1));
+    settles(&r, "restricted", 2);
+    let mut adm = admin(&r);
+    let Value::Bulk(list) = adm.cmd(&["CLIENT", "LIST"]) else {
+        panic!("CLIENT LIST");
+    };
+    // The shared one has served GETs; the transaction's only MULTI.
+    let pool_id = String::from_utf8(list)
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(" cmd=get user=restricted "))
+        .and_then(|l| l.strip_prefix("id="))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .expect("the shared connection of restricted");
+    assert_eq!(adm.cmd(&["CLIENT", "KILL", "ID", &pool_id]), Value::Int(1));
+    for c in &members {
+        assert_eq!(closed(c), b"");
+    }
+    assert_eq!(
+        other.cmd(&["LRANGE", "jobs", "0", "-1"]),
+        Value::Array(vec![Value::bulk("m")])
+    );
+    let mut again = p.client();
+    assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
+    assert_eq!(again.cmd(&["GET", "allowed:x"]), Value::Nil);
+    settles(&r, "restricted", 1);
+}
+
+/// At most `user_connections_max` users' connections: past it, the least
+/// recently used one nobody uses is closed, and while all are in use a
+/// newly logged-in client keeps a connection of its own.
+#[test]
+fn user_connections_are_bounded() {
+    let r = secured_redis();
+    add_worker(&r);
+    let p = proxy(&r, &["--user-connections-max", "1"]);
+    let mut first = p.client();
+    assert_eq!(first.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
+    assert_eq!(first.cmd(&["GET", "allowed:x"]), Value::Nil);
+    let mut second = p.client();
+    assert_eq!(second.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
+    assert_eq!(second.cmd(&["LPUSH", "jobs", "a"]), Value::Int(1));
+    assert_eq!(
+        second.cmd(&["ACL", "WHOAMI"]),
+        Value::Error("NOPERM this user has no permissions to run the 'acl|whoami' command".into())
+    );
+    settles(&r, "restricted", 1);
+    settles(&r, "worker", 1);
+    drop(first);
+    drop(second);
+    // Once the proxy has seen `first` go, the next login takes the place
+    // of its user's idle connection.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut clients = Vec::new();
+    loop {
+        let mut c = p.client();
+        assert_eq!(c.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
+        assert_eq!(
+            c.cmd(&["LRANGE", "jobs", "0", "-1"]),
+            Value::Array(vec![Value::bulk("a")])
+        );
+        clients.push(c);
+        if connections_of(&r, "restricted") == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle connection stays");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settles(&r, "worker", 1);
+}
+
+/// With the proxy's password, queue operations wait for it like
+/// everything else, then run as for any client of a Redis without login.
+#[test]
+fn the_proxys_password_guards_queue_operations() {
+    let r = open_redis();
+    let p = guarding_proxy(&r, &[]);
+    assert_eq!(r.client().cmd(&["LPUSH", "jobs", "m1"]), Value::Int(1));
+    let mut c = p.client();
+    for cmd in [
+        &["RPOP", "jobs"][..],
+        &["ACK", "jobs", "m1"],
+        &["QUEUE", "INFO", "jobs"],
+        &["LPUSH", "jobs", "x"],
+    ] {
+        assert_eq!(
+            c.raw(cmd),
+            b"-NOAUTH Authentication required.\r\n",
+            "{cmd:?}"
+        );
+    }
+    assert!(c.raw(&["AUTH", "wrong"]).starts_with(b"-WRONGPASS"));
+    assert_eq!(
+        c.raw(&["RPOP", "jobs"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(c.raw(&["AUTH", "secret"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("m1"));
+    assert_eq!(c.cmd(&["ACK", "jobs", "m1"]), Value::Int(1));
+    assert_eq!(c.raw(&["RESET"]), b"+RESET\r\n");
+    assert_eq!(
+        c.raw(&["GET", "k"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    // A user of Redis's own logs in as with Redis directly.
+    assert_eq!(c.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["ACL", "WHOAMI"]), Value::bulk("restricted"));
+    assert_eq!(r.client().cmd(&["LLEN", "jobs"]), Value::Int(0));
 }

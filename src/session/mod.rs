@@ -22,6 +22,7 @@ use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
+use crate::upstream::users::{Member, Users};
 use crate::upstream::Endpoint;
 use mode::Mode;
 use route::{oversized, route, Facts, Pause, Route};
@@ -40,6 +41,10 @@ pub struct Context {
     maybe_paused: std::sync::atomic::AtomicBool,
     /// `ACL DRYRUN` answers for queue operations.
     permissions: crate::auth::Permissions,
+    /// Shared connections of logged-in users.
+    users: Arc<Users>,
+    /// The proxy's own password for clients, if it asks for one.
+    requirepass: Option<crate::auth::Password>,
 }
 
 impl Context {
@@ -52,7 +57,18 @@ impl Context {
         let shared = (0..config.shared_connections)
             .map(|_| SharedUpstream::spawn(endpoint.clone()))
             .collect();
+        let pools = if config.dedicated_per_client {
+            0
+        } else {
+            config.user_connections_max
+        };
+        let users = Users::new(endpoint.clone(), pools);
+        let requirepass = config
+            .client_password()
+            .map(|p| crate::auth::Password::new(p.as_bytes()));
         Context {
+            users,
+            requirepass,
             config,
             endpoint,
             shared: Mutex::new(shared),
@@ -171,12 +187,13 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
         pinned: ctx.config.dedicated_per_client,
         mode: Mode::default(),
         auth: crate::auth::State::Open,
+        member: None,
         started: Instant::now(),
         ctx,
     };
-    session.set_auth(crate::auth::State::at_connect());
+    session.set_auth(crate::auth::State::at_connect(session.proxy_password()));
     // A client that must log in never uses the proxy's connections.
-    session.pinned |= session.auth != crate::auth::State::Open;
+    session.pinned |= !session.shares();
     metrics::gauge!("ackproxy_connections").increment(1.0);
     let stop = session.read_loop().await;
     if let Stop::Finish = stop {
@@ -201,6 +218,9 @@ struct Session {
     pinned: bool,
     mode: Mode,
     auth: crate::auth::State,
+    /// The pool of the user the client logged in as: its stateless
+    /// commands go on that connection rather than the proxy's.
+    member: Option<Member>,
     /// When the client connected.
     started: Instant,
 }
@@ -324,8 +344,19 @@ impl Session {
         }
         metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
         let bytes = self.buf.split_to(len).freeze();
-        self.avoid_congestion();
-        self.shared.send(bytes, count, &self.out, None);
+        self.send_shared(bytes, count);
+    }
+
+    /// Stateless requests, on the connection of the client's user: its
+    /// pool's, or the proxy's.
+    fn send_shared(&mut self, bytes: Bytes, count: u32) {
+        match &self.member {
+            Some(m) => m.shared().send(bytes, count, &self.out, None),
+            None => {
+                self.avoid_congestion();
+                self.shared.send(bytes, count, &self.out, None);
+            }
+        }
     }
 
     async fn handle(
@@ -336,9 +367,9 @@ impl Session {
     ) -> Option<Stop> {
         let args = Args::new(&frame, ranges);
         // A RESET logs out a client that needed no login when it connected
-        // if Redis wants one now.
-        if self.auth != crate::auth::State::Open || (kind == Kind::Reset && crate::auth::required())
-        {
+        // if a login is wanted now; a login may change the connection the
+        // client's commands go on.
+        if self.auth != crate::auth::State::Open || matches!(kind, Kind::Reset | Kind::Sticky) {
             if let Some(done) = self.guard(kind, args, &frame).await {
                 return done;
             }
@@ -426,11 +457,12 @@ impl Session {
             }
         } else {
             metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
-            self.avoid_congestion();
-            self.shared.send(frame, 1, &self.out, None);
+            self.send_shared(frame, 1);
             if reload {
                 // Right behind the flush on the same connection, so pops that
-                // follow find their scripts rather than retrying later.
+                // follow find their scripts rather than retrying later (for a
+                // logged-in user's flush, on the proxy's own: a pop that
+                // still finds no script sends it in full).
                 let loads = Bytes::from_static(self.ctx.endpoint.script_loads());
                 self.shared.send_discarded(
                     loads,
@@ -572,8 +604,16 @@ impl Session {
                 }
             }
             metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
-            self.avoid_congestion();
-            self.shared.send(request, 1, &self.out, Some(transform));
+            if self.member.is_some() {
+                // Two connections: what the client sent on its user's runs
+                // first, and what it sends next waits for this.
+                self.out.shared_drained().await;
+                self.shared.send(request, 1, &self.out, Some(transform));
+                self.out.shared_drained().await;
+            } else {
+                self.avoid_congestion();
+                self.shared.send(request, 1, &self.out, Some(transform));
+            }
         }
     }
 
@@ -587,6 +627,8 @@ impl Session {
                 d.idle().await;
             }
         }
+        // And what it sent on its user's shared connection.
+        self.out.shared_drained().await;
         let caller = crate::queue::call::Caller {
             shared: self.shared.clone(),
             client: self.out.clone(),
@@ -634,13 +676,19 @@ impl Session {
         if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
             return true;
         }
+        // A client in a pool logs in again with the pool's credentials,
+        // which it proved.
+        let pool_login = self.member.as_ref().and_then(Member::credentials);
         let opened = if self.auth == crate::auth::State::Open {
             Dedicated::open(&self.ctx.endpoint, self.out.clone()).await
+        } else if let Some(credentials) = pool_login {
+            Dedicated::open_as(&self.ctx.endpoint, &credentials, self.out.clone()).await
         } else {
-            if self.dedicated.is_some() {
-                // The connection the client logged in on is gone; a new one
-                // starts as Redis starts every connection.
-                self.set_auth(crate::auth::State::after_reset());
+            if self.dedicated.is_some() || self.member.is_some() {
+                // The connection the client logged in on is gone (or its
+                // pool, which disconnects it); a new one starts as Redis
+                // starts every connection.
+                self.set_auth(crate::auth::State::after_reset(self.proxy_password()));
             }
             Dedicated::open_plain(&self.ctx.endpoint, self.out.clone()).await
         };
@@ -725,10 +773,7 @@ impl Session {
     /// Back to the shared connection once the client is in no stateful mode
     /// and its dedicated connection has answered everything.
     fn maybe_unpin(&mut self) {
-        if self.ctx.config.dedicated_per_client
-            || self.mode.any()
-            || self.auth != crate::auth::State::Open
-        {
+        if self.ctx.config.dedicated_per_client || self.mode.any() || !self.shares() {
             return;
         }
         if self.dedicated.as_ref().is_none_or(|d| d.is_idle()) {

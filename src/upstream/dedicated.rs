@@ -82,6 +82,19 @@ impl Dedicated {
         Ok(Dedicated::start(endpoint.connect_plain().await?, out))
     }
 
+    /// A connection logged in as a client's user, with the credentials the
+    /// client proved (see `users`).
+    pub async fn open_as(
+        endpoint: &Endpoint,
+        credentials: &super::Credentials,
+        out: Arc<ClientState>,
+    ) -> Result<Dedicated, UpstreamError> {
+        Ok(Dedicated::start(
+            endpoint.connect_as(credentials).await?,
+            out,
+        ))
+    }
+
     fn start(stream: Stream, out: Arc<ClientState>) -> Dedicated {
         let (rd, wr) = stream.split();
         let shared = Arc::new(Shared {

@@ -5,6 +5,7 @@
 pub mod control;
 pub mod dedicated;
 pub mod shared;
+pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,7 +94,8 @@ impl Endpoint {
             .map_err(|e| self.unavailable(format!("TLS handshake: {e}")))
     }
 
-    async fn connect_as(&self, credentials: &Credentials) -> Result<Stream, UpstreamError> {
+    /// Opens a connection that logs in with `credentials` (none: as nobody).
+    pub async fn connect_as(&self, credentials: &Credentials) -> Result<Stream, UpstreamError> {
         let unavailable = |e: String| self.unavailable(e);
         let stream = self.connect_stream().await?;
         if let Some(password) = &credentials.password {

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Endpoint;
+use super::{Credentials, Endpoint};
 use crate::error::UpstreamError;
 use crate::net::Stream;
 use crate::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
@@ -87,6 +87,25 @@ impl SharedUpstream {
         let congested = Arc::new(AtomicBool::new(false));
         tokio::spawn(manage(endpoint, rx, congested.clone()));
         SharedUpstream { tx, congested }
+    }
+
+    /// A connection logged in with a client's credentials (see `users`):
+    /// opened on first use and never opened again, since a new login
+    /// could be refused (user deleted, password changed). The receiver
+    /// hears when it is gone, or could not be opened.
+    pub fn spawn_as(
+        endpoint: Arc<Endpoint>,
+        credentials: Credentials,
+    ) -> (SharedUpstream, oneshot::Receiver<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let congested = Arc::new(AtomicBool::new(false));
+        let (ended_tx, ended) = oneshot::channel();
+        let flag = congested.clone();
+        tokio::spawn(async move {
+            manage_once(endpoint, credentials, rx, flag).await;
+            let _ = ended_tx.send(());
+        });
+        (SharedUpstream { tx, congested }, ended)
     }
 
     pub fn is_congested(&self) -> bool {
@@ -182,6 +201,38 @@ async fn manage(
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
+        }
+    }
+}
+
+/// One connection with `credentials`, for as long as it lasts. Requests
+/// that arrive afterwards are answered with an error when the receiver
+/// is dropped.
+async fn manage_once(
+    endpoint: Arc<Endpoint>,
+    credentials: Credentials,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    congested: Arc<AtomicBool>,
+) {
+    let Some(first) = rx.recv().await else {
+        return;
+    };
+    let connected = endpoint.connect_as(&credentials).await;
+    // The password is not needed any more here.
+    drop(credentials);
+    match connected {
+        Ok(stream) => {
+            metrics::counter!("ackproxy_upstream_connects_total").increment(1);
+            // The proxy's scripts never run as a client's user.
+            if let Err(e) = run(stream, first, &mut rx, None, &congested).await {
+                metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+                tracing::info!("connection of a logged-in user ended: {e}");
+            }
+        }
+        Err(e) => {
+            metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+            tracing::info!("connection of a logged-in user could not open: {e}");
+            first.pending.deliver(Err(e));
         }
     }
 }
