@@ -26,4 +26,6 @@ for i = RULE_SIZE + 2, #ARGV do
     budget = budget - looked
   end
 end
-return { released, late }
+tally(k, 'acks', released)
+tally(k, 'late_acks', late)
+return reply({ released, late })

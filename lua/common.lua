@@ -1,13 +1,14 @@
 -- common.lua: functions shared by every ackproxy script. It follows the
--- generated calling-convention prelude (group(i), rule(i), GROUP_SIZE,
--- RULE_SIZE: see src/queue/scripts.rs) and precedes each script's own text,
--- so each script stays one atomic EVAL.
+-- generated prelude (group(i), rule(i), GROUP_SIZE, RULE_SIZE, EVENT,
+-- STATS_TTL_MS: see src/queue/scripts.rs) and precedes each script's own
+-- text, so each script stays one atomic EVAL.
 --
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
 -- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
--- retry (hash), dead (list). A queue's rule arrives as RULE_SIZE consecutive
--- ARGV, read with rule(i): lease, max, field ('' = whole payload),
--- redeliver ('next' | 'last'), pop_end ('L' | 'R').
+-- retry (hash), dead (list), delayed (zset), stats (hash); `base` is i. A
+-- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
+-- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
+-- pop_end ('L' | 'R').
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
@@ -19,6 +20,14 @@
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued);
 --        '#cancelled' -> cancelled copies still in the list, all ids together.
+-- delayed: score = when due (ms), member = a 15-digit sequence number, a
+--        flag ('p': enters where producers push), then the payload, so any
+--        number of identical payloads can wait at once.
+-- stats: event name -> total (see src/queue/tally.rs); '#seq' -> the last
+--        sequence number of delayed.
+--
+-- Every script returns reply(result): {events, result}, where events lists
+-- what it tallied (see tally below) for the proxy's counters.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -27,6 +36,83 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
+
+-- What this call did, as flat (group base, event number, amount) triples,
+-- and the stats hashes it changed.
+local TALLIED = {}
+local TOUCHED = {}
+
+-- Counts n of event `name` for queue k: in its stats hash at once (so an
+-- error later in the script does not lose it) and in the reply.
+local function tally(k, name, n)
+  if not n or n == 0 then return end
+  local e = EVENT[name] or error('ackproxy: unknown event ' .. name)
+  redis.call('HINCRBY', k.stats, name, n)
+  TOUCHED[k.stats] = true
+  TALLIED[#TALLIED + 1] = k.base
+  TALLIED[#TALLIED + 1] = e
+  TALLIED[#TALLIED + 1] = n
+end
+
+-- The reply of every script. A stats hash lives STATS_TTL_MS past its last
+-- change. A nil result would end the reply array: false stands for nothing.
+local function reply(result)
+  for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  if result == nil then result = false end
+  return { TALLIED, result }
+end
+
+local function is_list_or_none(key)
+  local t = redis.call('TYPE', key)['ok']
+  return t == 'list' or t == 'none'
+end
+
+-- Pushes vals (at most a few hundred) where producers push, so that
+-- vals[1] is popped first, as a plain LPUSH of them in order would.
+local function push_new(k, r, vals)
+  if #vals > 0 then redis.call(r.pop_end == 'R' and 'LPUSH' or 'RPUSH', k.q, unpack(vals)) end
+end
+
+-- Puts payload in the delayed set, due at `due` (ms). flag 'p': it will
+-- enter the list where producers push. Returns its member.
+local SEQ_DIGITS = 15
+local function delay(k, payload, due, flag)
+  while true do
+    -- The counter restarts if the stats hash expired: NX keeps a member
+    -- still waiting from being overwritten, and the next number is tried.
+    local seq = redis.call('HINCRBY', k.stats, '#seq', 1)
+    TOUCHED[k.stats] = true
+    local m = string.format('%0' .. SEQ_DIGITS .. '.0f', seq % 1e15) .. flag .. payload
+    if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then return m end
+  end
+end
+
+-- Values pushed per command, well below Lua's unpack limit.
+local PUSH_CHUNK = 100
+
+-- Moves up to n messages due by `now` from the delayed set into the list,
+-- the earliest due first, so that they are popped in the order they fell
+-- due. Nothing moves while the list key holds another type (the pop then
+-- reports WRONGTYPE). Returns how many moved.
+local function promote(k, r, now, n)
+  if n < 1 then return 0 end
+  local due = redis.call('ZRANGEBYSCORE', k.delayed, '-inf', now, 'LIMIT', 0, n)
+  if #due == 0 or not is_list_or_none(k.q) then return 0 end
+  local chunk = {}
+  for _, m in ipairs(due) do
+    chunk[#chunk + 1] = string.sub(m, SEQ_DIGITS + 2)
+    if #chunk == PUSH_CHUNK then
+      push_new(k, r, chunk)
+      chunk = {}
+    end
+  end
+  push_new(k, r, chunk)
+  -- Everything due has a lower score than anything not due: the ones just
+  -- read are the lowest ranks.
+  redis.call('ZREMRANGEBYRANK', k.delayed, 0, #due - 1)
+  tally(k, 'promoted', #due)
+  return #due
+end
 
 -- JSON scanning, for the text of a number exactly as written: cjson turns
 -- 1234567890123456789 into a double, and two ids 1 apart would collide.
@@ -187,8 +273,9 @@ end
 
 -- Ends a lease without an ACK: the message goes back to the list (and a
 -- retry entry keeps its delivery count), or past max deliveries its raw
--- payload goes to the dead-letter list. Returns requeued, deadlettered.
-local function expire(k, r, token)
+-- payload goes to the dead-letter list. why: 'expired' | 'nacked'.
+-- Returns requeued, deadlettered.
+local function expire(k, r, token, why)
   local payload, id, deliveries, dest = record(k, token)
   if not payload then
     redis.call('ZREM', k.leases, token)
@@ -196,10 +283,13 @@ local function expire(k, r, token)
     return 0, 0
   end
   drop(k, token, payload, dest)
+  if why == 'expired' then tally(k, 'expiries', 1) else tally(k, 'nacks', 1) end
   if deliveries >= r.max then
     redis.call('RPUSH', k.dead, payload)
+    tally(k, 'dead_lettered', 1)
     return 0, 1
   end
+  tally(k, 'redeliveries', 1)
   redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
   local rk = id_key(id)
   local pending, seen, cancelled = 0, 0, 0
@@ -284,7 +374,7 @@ local function requeue_expired(k, r, now, n)
   local from, to, step = 1, #expired, 1
   if r.redeliver == 'next' then from, to, step = #expired, 1, -1 end
   for i = from, to, step do
-    local a, b = expire(k, r, expired[i])
+    local a, b = expire(k, r, expired[i], 'expired')
     requeued, dead = requeued + a, dead + b
   end
   return requeued, dead

@@ -21,4 +21,4 @@ for i = 1, math.min(n, #all) do
     out[#out + 1] = { id, payload, deliveries, all[i][2] - now, dest }
   end
 end
-return out
+return reply(out)

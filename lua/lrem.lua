@@ -23,4 +23,5 @@ if removed > 0 then
     released = released + 1
   end
 end
-return { removed, released }
+tally(k, 'acks', released)
+return reply({ removed, released })

@@ -8,7 +8,8 @@
 -- list). A move lease is only marked due: its destination is a key this
 -- script was not given, so the caller ends it at once with expire_move.lua.
 -- Returns {ended, token1, dest1, token2, dest2, ...}: the count of leases
--- ended or marked, and the marked move leases.
+-- ended or marked, and the marked move leases (expire_move.lua counts
+-- their NACK when it ends them).
 
 local k = group(1)
 local r = rule(1)
@@ -22,10 +23,10 @@ for i = RULE_SIZE + 1, #ARGV do
       out[#out + 1] = token
       out[#out + 1] = dest or ''
     else
-      expire(k, r, token)
+      expire(k, r, token, 'nacked')
     end
     n = n + 1
   end
 end
 out[1] = n
-return out
+return reply(out)

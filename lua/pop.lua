@@ -12,17 +12,21 @@
 -- ARGV[5] at most this many expired leases, over all queue sources, are
 --         returned to their queues before popping
 -- ARGV[6] at most this many copies cancelled by a late ACK are skipped
+-- ARGV[7] at most this many delayed messages, over all queue sources, are
+--         moved into their lists when due, before popping
 -- then per source: 'q' followed by its rule (RULE_SIZE values), or 'p'.
 --
--- Returns false when no source has anything. Otherwise {status, g, v1..vn}:
+-- Returns (inside reply()) false when no source has anything. Otherwise
+-- {status, g, v1..vn}:
 -- g is the 1-based source popped from (just {0, g} when count is 0 and
 -- source g exists); status 0 means the pop is complete (fewer than count
 -- values: source g has no more), status 1 means the skip bound stopped it
 -- early: call again from source g to go on.
 -- A source holding a non-list, or a destination that is not a list, gives
 -- Redis's WRONGTYPE error and nothing is popped.
--- Work per call: ARGV[5] requeues, count pops and ARGV[6] skips, whatever
--- the queue holds; the caller bounds count and the number of sources.
+-- Work per call: ARGV[5] requeues, ARGV[7] promotions, count pops and
+-- ARGV[6] skips, whatever the queue holds; the caller bounds count and the
+-- number of sources.
 
 local G = tonumber(ARGV[1])
 local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
@@ -30,6 +34,7 @@ local count = tonumber(ARGV[3])
 local push = ARGV[4]
 local requeue_budget = tonumber(ARGV[5])
 local skip_budget = tonumber(ARGV[6])
+local promote_budget = tonumber(ARGV[7])
 local dest = ''
 if push ~= '' then
   dest = KEYS[#KEYS]
@@ -46,8 +51,8 @@ local function exists(key)
   return false
 end
 
--- Sources' ARGV start after the 6 fixed ones above.
-local ki, ai = 1, 7
+-- Sources' ARGV start after the 7 fixed ones above.
+local ki, ai = 1, 8
 for g = 1, G do
   local kind = ARGV[ai]
   ai = ai + 1
@@ -57,10 +62,11 @@ for g = 1, G do
     ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
     local back = requeue_expired(k, r, now, requeue_budget)
     requeue_budget = requeue_budget - back
+    promote_budget = promote_budget - promote(k, r, now, promote_budget)
     if count == 0 then
       local found, err = exists(k.q)
       if err then return err end
-      if found then return { 0, g } end
+      if found then return reply({ 0, g }) end
     else
       local out = { 0, g }
       while #out - 2 < count do
@@ -76,12 +82,16 @@ for g = 1, G do
           skip_budget = skip_budget - 1
           if skip_budget <= 0 then
             out[1] = 1
-            return out
+            tally(k, 'deliveries', #out - 2)
+            return reply(out)
           end
         end
       end
       -- A list that held only cancelled copies counts as empty.
-      if #out > 2 then return out end
+      if #out > 2 then
+        tally(k, 'deliveries', #out - 2)
+        return reply(out)
+      end
     end
   else
     local key = KEYS[ki]
@@ -89,7 +99,7 @@ for g = 1, G do
     if count == 0 then
       local found, err = exists(key)
       if err then return err end
-      if found then return { 0, g } end
+      if found then return reply({ 0, g }) end
     else
       local vs = redis.pcall(pop_cmd, key, count)
       if type(vs) == 'table' and vs['err'] then return vs end
@@ -99,9 +109,9 @@ for g = 1, G do
           if dest ~= '' then redis.call(push_cmd, dest, v) end
           out[#out + 1] = v
         end
-        return out
+        return reply(out)
       end
     end
   end
 end
-return false
+return reply(false)

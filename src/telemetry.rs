@@ -47,11 +47,19 @@ const QUEUE_COUNTERS: &[(&str, &str)] = &[
     ("ackproxy_nacks_total", "Leases ended by NACK."),
     (
         "ackproxy_redeliveries_total",
-        "Expired leases whose message went back to the queue.",
+        "Leases ended without an ACK whose message went back to the queue.",
     ),
     (
         "ackproxy_dead_letters_total",
-        "Expired leases whose message went to the dead-letter list.",
+        "Leases ended without an ACK whose message went to the dead-letter list.",
+    ),
+    (
+        "ackproxy_expiries_total",
+        "Leases that ran out (a crashed or slow worker), as opposed to NACKs.",
+    ),
+    (
+        "ackproxy_delayed_promoted_total",
+        "Delayed messages moved into their list when due.",
     ),
 ];
 

@@ -10,6 +10,7 @@ use super::job::Job;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
 use super::scripts;
+use super::tally;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
@@ -17,10 +18,12 @@ use crate::resp::reply;
 
 pub const HELP: &[&str] = &[
     "QUEUE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "PUSH <queue> <payload> [<payload> ...] [DELAY <ms> | AT <unix-ms>]",
+    "    Push messages, now or when due (they wait in the queue's delayed set).",
     "EXTEND <queue> <id> <ms>",
     "    Renew the leases of the messages with this id for <ms> milliseconds from now.",
     "INFO <queue>",
-    "    Ready, leased and dead message counts, oldest lease age, and the queue's rule.",
+    "    Ready, leased, delayed and dead counts, oldest lease age, totals, and the rule.",
     "LEASES <queue> [COUNT <n>]",
     "    The leases that expire first (default 10): id, payload, deliveries, ms left, destination.",
     "HELP",
@@ -86,12 +89,10 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
     call
 }
 
-fn count_acks(q: &Queue, v: &Value) -> i64 {
+/// ACK's reply: leases released plus late ACKs.
+fn count_acks(v: &Value) -> i64 {
     let released = v.array().first().map(Value::int).unwrap_or(0);
     let late = v.array().get(1).map(Value::int).unwrap_or(0);
-    let queue = q.rule.pattern.clone();
-    metrics::counter!("ackproxy_acks_total", "rule" => queue.clone()).increment(released as u64);
-    metrics::counter!("ackproxy_late_acks_total", "rule" => queue).increment(late as u64);
     released + late
 }
 
@@ -111,13 +112,13 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     let ids = ids_of(args, 2);
     if ids.len() <= IDS_PER_CALL || one_call {
         let call = ack_call(&q, &ids);
-        return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
+        return rewrite(call, full, move |v| int_reply(count_acks(&v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
             match caller.run(&ack_call(&q, chunk)).await {
-                Ok(v) => total += count_acks(&q, &v),
+                Ok(v) => total += count_acks(&v),
                 Err(e) => return e.to_reply(),
             }
         }
@@ -149,15 +150,12 @@ pub fn nack(
         Err(e) => return e,
     };
     let ids = ids_of(args, 2);
-    let queue = q.rule.pattern.clone();
     if one_call {
         // Move leases are only marked due here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, &ids);
         return rewrite(call, full, move |v| {
-            let n = v.array().first().map(Value::int).unwrap_or(0);
-            metrics::counter!("ackproxy_nacks_total", "rule" => queue.clone()).increment(n as u64);
-            int_reply(n)
+            int_reply(v.array().first().map(Value::int).unwrap_or(0))
         });
     }
     let registry = registry.clone();
@@ -174,151 +172,306 @@ pub fn nack(
             // message is back in the queue before the client hears back.
             for pair in items.get(1..).unwrap_or_default().chunks(2) {
                 let [token, dest] = pair else { break };
-                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
+                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes(), "nacked")
+                    .await;
             }
         }
         registry.touch(&q.name);
-        metrics::counter!("ackproxy_nacks_total", "rule" => queue).increment(total as u64);
         int_reply(total)
     }))
 }
 
 /// QUEUE subcommand ...
-pub fn queue(
-    args: Args<'_>,
-    rules: &Rules,
-    registry: &Arc<Registry>,
-    protocol: u8,
-    full: bool,
-) -> Intercept {
+pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let Some(sub_raw) = args.get(1) else {
         return wrong_arity("queue");
     };
     let sub = String::from_utf8_lossy(sub_raw).to_ascii_uppercase();
-    match sub.as_str() {
-        "HELP" if args.len() == 2 => {
-            let mut out = BytesMut::new();
-            reply::array(&mut out, HELP.len());
-            for line in HELP {
-                reply::simple(&mut out, line);
-            }
-            Intercept::Reply(out.freeze())
-        }
-        "EXTEND" if args.len() == 5 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let Some(ms) = args
-                .get(4)
-                .and_then(parse_i64)
-                .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
-            else {
-                return Intercept::Reply(reply::error(&format!(
-                    "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
-                )));
-            };
-            // A shorter lease may now be due before the reaper expected.
-            registry.touch(&q.name);
-            let call = Call::new(&scripts::EXTEND)
-                .queue(&q)
-                .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
-                .arg(ms.to_string());
-            rewrite(call, full, |v| int_reply(v.int()))
-        }
-        "INFO" if args.len() == 3 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let call = Call::new(&scripts::INFO).queue(&q);
-            let rule = q.rule.clone();
-            let dead = Bytes::copy_from_slice(q.keys.dead());
-            rewrite(call, full, move |v| {
-                let a = v.array();
-                let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
-                let mut out = BytesMut::new();
-                reply::map(&mut out, 8, protocol);
-                for (name, value) in [
-                    ("ready", field(0)),
-                    ("leased", field(1)),
-                    ("dead", field(2)),
-                    ("oldest-lease-age-ms", field(3)),
-                    ("requeued", field(4)),
-                    ("lease-ms", rule.lease_ms as i64),
-                    ("max-deliveries", rule.max_deliveries as i64),
-                ] {
-                    reply::bulk(&mut out, name.as_bytes());
-                    reply::integer(&mut out, value);
-                }
-                reply::bulk(&mut out, b"dead-letter-key");
-                reply::bulk(&mut out, &dead);
-                out.freeze()
-            })
-        }
-        "LEASES" if args.len() == 3 || args.len() == 5 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let mut count = 10;
-            if args.len() == 5 {
-                if !args.is(3, "COUNT") {
-                    return Intercept::Reply(reply::error("syntax error"));
-                }
-                match args.get(4).and_then(parse_i64) {
-                    Some(c) if c > 0 => count = c.min(1000),
-                    _ => {
-                        return Intercept::Reply(reply::error(
-                            "value is out of range, must be positive",
-                        ))
-                    }
-                }
-            }
-            let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
-            rewrite(call, full, move |v| {
-                let leases = v.array();
-                let mut out = BytesMut::new();
-                reply::array(&mut out, leases.len());
-                for l in leases {
-                    let f = l.array();
-                    reply::map(&mut out, 5, protocol);
-                    for (i, name) in [
-                        "id",
-                        "payload",
-                        "deliveries",
-                        "expires-in-ms",
-                        "destination",
-                    ]
-                    .iter()
-                    .enumerate()
-                    {
-                        reply::bulk(&mut out, name.as_bytes());
-                        match f.get(i) {
-                            Some(Value::Int(n)) => reply::integer(&mut out, *n),
-                            Some(v) => reply::bulk(&mut out, v.bytes()),
-                            None => reply::null_bulk(&mut out, protocol),
-                        }
-                    }
-                }
-                out.freeze()
-            })
-        }
-        "HELP" | "EXTEND" | "INFO" | "LEASES" => Intercept::Reply(reply::error(&format!(
-            "wrong number of arguments for 'queue|{}' command",
-            sub.to_ascii_lowercase()
-        ))),
+    let n = args.len();
+    let arity_ok = match sub.as_str() {
+        "HELP" => n == 2,
+        "EXTEND" => n == 5,
+        "INFO" => n == 3,
+        "LEASES" => n == 3 || n == 5,
+        "PUSH" => n >= 4,
         _ => {
             let shown: String = String::from_utf8_lossy(sub_raw)
                 .chars()
                 .filter(|c| !c.is_control())
                 .take(128)
                 .collect();
-            Intercept::Reply(reply::error(&format!(
+            return Intercept::Reply(reply::error(&format!(
                 "unknown subcommand '{shown}'. Try QUEUE HELP."
-            )))
+            )));
+        }
+    };
+    if !arity_ok {
+        return Intercept::Reply(reply::error(&format!(
+            "wrong number of arguments for 'queue|{}' command",
+            sub.to_ascii_lowercase()
+        )));
+    }
+    if sub == "HELP" {
+        let mut out = BytesMut::new();
+        reply::array(&mut out, HELP.len());
+        for line in HELP {
+            reply::simple(&mut out, line);
+        }
+        return Intercept::Reply(out.freeze());
+    }
+    let q = match resolve(rules, args.get(2)) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    match sub.as_str() {
+        "EXTEND" => extend(args, q, registry, how.full),
+        "INFO" => info(q, how),
+        "LEASES" => leases(args, q, how),
+        _ => push(args, q, registry, how),
+    }
+}
+
+/// How a QUEUE subcommand is carried out and answered.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub protocol: u8,
+    /// One script call (inside MULTI, or during a pause).
+    pub one_call: bool,
+    pub full: bool,
+}
+
+fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, Intercept> {
+    if args.len() == at {
+        return Ok(default);
+    }
+    if args.len() != at + 2 || !args.is(at, "COUNT") {
+        return Err(Intercept::Reply(reply::error("syntax error")));
+    }
+    match args.get(at + 1).and_then(parse_i64) {
+        Some(c) if c > 0 => Ok(c.min(max)),
+        _ => Err(Intercept::Reply(reply::error(
+            "value is out of range, must be positive",
+        ))),
+    }
+}
+
+/// QUEUE EXTEND queue id ms
+fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry, full: bool) -> Intercept {
+    let Some(ms) = args
+        .get(4)
+        .and_then(parse_i64)
+        .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
+    else {
+        return Intercept::Reply(reply::error(&format!(
+            "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
+        )));
+    };
+    // A shorter lease may now be due before the reaper expected.
+    registry.touch(&q.name);
+    let call = Call::new(&scripts::EXTEND)
+        .queue(&q)
+        .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
+        .arg(ms.to_string());
+    rewrite(call, full, |v| int_reply(v.int()))
+}
+
+/// A map of names to integers and strings, as Redis answers `XINFO`: a map
+/// in RESP3, a flat array in RESP2.
+enum Field {
+    Int(i64),
+    Str(Bytes),
+    Nil,
+}
+
+fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
+    reply::map(out, fields.len(), protocol);
+    for (name, value) in fields {
+        reply::bulk(out, name.as_bytes());
+        match value {
+            Field::Int(n) => reply::integer(out, *n),
+            Field::Str(s) => reply::bulk(out, s),
+            Field::Nil => reply::null_bulk(out, protocol),
         }
     }
+}
+
+/// QUEUE INFO queue
+fn info(q: Arc<Queue>, how: Shape) -> Intercept {
+    let call = Call::new(&scripts::INFO).queue(&q);
+    rewrite(call, how.full, move |v| {
+        let a = v.array();
+        let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
+        let mut fields: Vec<(String, Field)> = vec![
+            ("ready".into(), int(0)),
+            ("leased".into(), int(1)),
+            ("delayed".into(), int(5)),
+            ("dead".into(), int(2)),
+            ("oldest-lease-age-ms".into(), int(3)),
+            ("requeued".into(), int(4)),
+        ];
+        let totals = a.get(6).map(Value::array).unwrap_or_default();
+        fields
+            .extend(tally::totals(totals).map(|(name, n)| (name.replace('_', "-"), Field::Int(n))));
+        let rule = &q.rule;
+        fields.extend([
+            ("lease-ms".into(), Field::Int(rule.lease_ms as i64)),
+            (
+                "max-deliveries".into(),
+                Field::Int(rule.max_deliveries as i64),
+            ),
+            (
+                "dead-letter-key".into(),
+                Field::Str(Bytes::copy_from_slice(q.keys.dead())),
+            ),
+        ]);
+        let mut out = BytesMut::new();
+        map_reply(&mut out, &fields, how.protocol);
+        out.freeze()
+    })
+}
+
+/// QUEUE LEASES queue [COUNT n]
+fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, 10, 1000) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
+    rewrite(call, how.full, move |v| {
+        let leases = v.array();
+        let mut out = BytesMut::new();
+        reply::array(&mut out, leases.len());
+        for l in leases {
+            let f = l.array();
+            let fields: Vec<(String, Field)> = [
+                "id",
+                "payload",
+                "deliveries",
+                "expires-in-ms",
+                "destination",
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let value = match f.get(i) {
+                    Some(Value::Int(n)) => Field::Int(*n),
+                    Some(v) => Field::Str(Bytes::copy_from_slice(v.bytes())),
+                    None => Field::Nil,
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+            map_reply(&mut out, &fields, how.protocol);
+        }
+        out.freeze()
+    })
+}
+
+/// Messages one QUEUE PUSH call takes: a delayed one costs a sequence
+/// number and a sorted-set insert, a few µs.
+pub const PUSH_PER_CALL: usize = 100;
+/// The latest time QUEUE PUSH accepts (AT, or now plus DELAY): within the
+/// integers a Lua number holds exactly.
+pub const MAX_DUE_MS: i64 = 1 << 52;
+
+/// When QUEUE PUSH makes its messages due.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Due {
+    Now,
+    /// Milliseconds from now (Redis time).
+    Delay(i64),
+    /// Unix time in milliseconds (Redis time).
+    At(i64),
+}
+
+/// The payloads and due time of `QUEUE PUSH queue payload [payload ...]
+/// [DELAY ms | AT unix-ms]`. The option counts only after at least one
+/// payload, so `QUEUE PUSH q DELAY 5` pushes the two payloads `DELAY`, `5`.
+pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), &'static str> {
+    let n = args.len();
+    let mut end = n;
+    let mut due = Due::Now;
+    if n >= 6 {
+        let kind = if args.is(n - 2, "DELAY") {
+            Some(false)
+        } else if args.is(n - 2, "AT") {
+            Some(true)
+        } else {
+            None
+        };
+        if let Some(at) = kind {
+            let ms = args
+                .get(n - 1)
+                .and_then(parse_i64)
+                .filter(|&ms| (0..=MAX_DUE_MS).contains(&ms))
+                .ok_or("value is not an integer or out of range")?;
+            due = if at { Due::At(ms) } else { Due::Delay(ms) };
+            end = n - 2;
+        }
+    }
+    let payloads = args
+        .iter()
+        .take(end)
+        .skip(3)
+        .map(Bytes::copy_from_slice)
+        .collect();
+    Ok((payloads, due))
+}
+
+fn push_call(q: &Queue, due: Due, payloads: &[Bytes]) -> Call {
+    let (when, ms): (&'static [u8], String) = match due {
+        Due::Now => (b"", String::new()),
+        Due::Delay(ms) => (b"D", ms.to_string()),
+        Due::At(ms) => (b"A", ms.to_string()),
+    };
+    let mut call = Call::new(&scripts::PUSH)
+        .queue(q)
+        .rule(q)
+        .arg(Bytes::from_static(when))
+        .arg(ms);
+    for p in payloads {
+        call = call.arg(p.clone());
+    }
+    call
+}
+
+/// After a delayed push: the reaper looks at the queue when the messages
+/// are due (`ms` from now, as the script measured it on Redis's clock).
+fn note_delayed(registry: &Registry, q: &Queue, v: &Value) {
+    let ms = v.array().get(1).map(Value::int).unwrap_or(-1);
+    if ms >= 0 {
+        let wait = std::time::Duration::from_millis(ms as u64).min(super::registry::MAX_WAIT);
+        registry.note(&q.name, tokio::time::Instant::now() + wait);
+    }
+}
+
+/// QUEUE PUSH queue payload [payload ...] [DELAY ms | AT unix-ms]
+fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
+    let (payloads, due) = match parse_push(args) {
+        Ok(p) => p,
+        Err(e) => return Intercept::Reply(reply::error(e)),
+    };
+    let registry = registry.clone();
+    if payloads.len() <= PUSH_PER_CALL || how.one_call {
+        let call = push_call(&q, due, &payloads);
+        return rewrite(call, how.full, move |v| {
+            note_delayed(&registry, &q, &v);
+            int_reply(v.array().first().map(Value::int).unwrap_or(0))
+        });
+    }
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        for chunk in payloads.chunks(PUSH_PER_CALL) {
+            match caller.run(&push_call(&q, due, chunk)).await {
+                Ok(v) => {
+                    note_delayed(&registry, &q, &v);
+                    total += v.array().first().map(Value::int).unwrap_or(0);
+                }
+                Err(e) => return e.to_reply(),
+            }
+        }
+        int_reply(total)
+    }))
 }
 
 /// LREM destination count payload, where the destination received messages
@@ -335,11 +488,7 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    let queue = q.rule.pattern.clone();
     rewrite(call, full, move |v| {
-        let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "rule" => queue.clone())
-            .increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
 }

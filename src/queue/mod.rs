@@ -15,6 +15,7 @@ pub mod reaper;
 pub mod registry;
 pub mod rules;
 pub mod scripts;
+pub mod tally;
 pub mod value;
 pub mod waiters;
 
@@ -168,7 +169,16 @@ impl Queues {
             }
             Kind::Ack => commands::ack(args, &self.rules, one_call, full),
             Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call, full),
-            Kind::Queue => commands::queue(args, &self.rules, &self.registry, protocol, full),
+            Kind::Queue => commands::queue(
+                args,
+                &self.rules,
+                &self.registry,
+                commands::Shape {
+                    protocol,
+                    one_call,
+                    full,
+                },
+            ),
             _ => Intercept::Pass,
         }
     }
@@ -245,14 +255,10 @@ impl Queues {
     }
 }
 
-/// Bookkeeping after a pop leased messages: the reaper learns the queue,
-/// and the messages are counted under their rule.
+/// Bookkeeping after a pop leased messages: the reaper learns the queue.
+/// (The script's reply counted them.)
 fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
     registry.record(done);
-    if let Some(q) = &done.queue {
-        metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
-            .increment(done.count as u64);
-    }
 }
 
 /// The upstream's reply, unchanged.

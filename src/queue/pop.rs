@@ -24,6 +24,9 @@ pub const SOURCES_PER_CALL: usize = 16;
 const REQUEUE_PER_CALL: &str = "16";
 /// Copies cancelled by a late ACK skipped per call.
 const SKIP_PER_CALL: &str = "100";
+/// Delayed messages that fell due moved into their lists per call, before
+/// popping: a pop finds what is due even between two reaper passes.
+const PROMOTE_PER_CALL: &str = "100";
 
 pub enum Source {
     Queue(Arc<Queue>),
@@ -281,7 +284,8 @@ impl Pop {
             .arg(count.to_string())
             .arg(push)
             .arg(REQUEUE_PER_CALL)
-            .arg(SKIP_PER_CALL);
+            .arg(SKIP_PER_CALL)
+            .arg(PROMOTE_PER_CALL);
         for s in sources {
             match s {
                 Source::Queue(q) => {

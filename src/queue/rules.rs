@@ -56,8 +56,6 @@ pub const RULE_ARGS: usize = RULE.len();
 pub struct Queue {
     pub name: Bytes,
     pub keys: QueueKeys,
-    /// `keys` in the order every script takes them, cheap to clone.
-    group: [Bytes; QUEUE_GROUP],
     pub rule: QueueRule,
     /// The rule as script arguments, in [`RULE`] order.
     args: [Bytes; RULE_ARGS],
@@ -66,11 +64,9 @@ pub struct Queue {
 impl Queue {
     fn new(name: &[u8], rule: &QueueRule) -> Queue {
         let keys = QueueKeys::new(name, rule.dead_letter.as_deref());
-        let group = keys.all().map(Bytes::copy_from_slice);
         Queue {
             name: Bytes::copy_from_slice(name),
             keys,
-            group,
             rule: rule.clone(),
             args: RULE.map(|(_, _, f)| f(rule)),
         }
@@ -78,7 +74,7 @@ impl Queue {
 
     /// The queue's keys in the order every script takes them.
     pub fn key_group(&self) -> &[Bytes; QUEUE_GROUP] {
-        &self.group
+        self.keys.group()
     }
 
     /// The queue's rule in the order every script takes it.
@@ -86,8 +82,9 @@ impl Queue {
         &self.args
     }
 
-    /// Bytes this queue holds besides its name: every key is stored twice
-    /// (`keys` and `group`), so a long name costs about fourteen times over.
+    /// Bytes this queue holds besides its name: its keys hold the name once
+    /// or (aux keys: tag and name) twice, so a long name costs about twenty
+    /// times over.
     fn footprint(&self) -> usize {
         let keys: usize = self.keys.all().iter().map(|k| k.len()).sum();
         let args: usize = self.args.iter().map(Bytes::len).sum();
@@ -97,7 +94,7 @@ impl Queue {
                 AckId::Payload => 0,
                 AckId::JsonField(f) => f.len(),
             };
-        std::mem::size_of::<Queue>() + 2 * keys + args + rule
+        std::mem::size_of::<Queue>() + keys + args + rule
     }
 }
 
@@ -109,9 +106,9 @@ pub struct Rules {
 }
 
 /// Bytes of resolved queues kept. Clients choose the key names, and a queue
-/// holds about fourteen copies of its name, so a count limit let a few
+/// holds about twenty copies of its name, so a count limit let a few
 /// hundred ACKs on 64 KB names grow the proxy by hundreds of MB. 8 MiB still
-/// holds over six thousand queues with short names (about 1.3 KB each), more
+/// holds over six thousand queues with short names (about 1.2 KB each), more
 /// than a deployment uses at once, while a 64 KB name is kept only a handful
 /// of times.
 const RESOLVED_CACHE_BYTES: usize = 8 << 20;

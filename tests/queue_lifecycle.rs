@@ -1,0 +1,391 @@
+//! The message lifecycle beyond one lease: delayed delivery (`QUEUE PUSH
+//! … DELAY|AT`), NACK with a delay and per-rule retry backoff, dead letters
+//! with their history (`QUEUE DEAD`, `REDRIVE`, `PURGE`), the totals of
+//! `QUEUE INFO`, the `next-pop` ack policy, requeue on disconnect and
+//! shadow mode. Delays are short (100–300 ms); every wait is for a
+//! condition, with a generous deadline, never for a fixed time.
+
+mod common;
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CONFIG: &str = r#"
+[[queue]]
+pattern = "d*"
+lease_ms = 600000
+max_deliveries = 3
+ack_id = "payload"
+
+[[queue]]
+pattern = "short*"
+lease_ms = 100
+max_deliveries = 100
+ack_id = "payload"
+
+[[queue]]
+pattern = "left*"
+lease_ms = 600000
+ack_id = "payload"
+pop_end = "left"
+
+[reaper]
+interval_ms = 20
+"#;
+
+/// How long a condition may take on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn as_str(v: &Value) -> String {
+    match v {
+        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::Simple(s) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn as_int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// A field/value reply (RESP2 flat array or RESP3 map) as a map.
+fn fields(v: &Value) -> HashMap<String, Value> {
+    let Value::Array(items) = v else {
+        panic!("expected a field/value reply, got {v:?}")
+    };
+    assert!(items.len() % 2 == 0, "odd field/value array: {v:?}");
+    items
+        .chunks(2)
+        .map(|kv| (as_str(&kv[0]), kv[1].clone()))
+        .collect()
+}
+
+fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
+    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
+}
+
+fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
+    let i = info(p, q);
+    as_int(
+        i.get(field)
+            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
+    )
+}
+
+/// Polls `f` until it gives a value, failing after [`PATIENCE`].
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Pops with `RPOP` until a message comes; returns it.
+fn pop_eventually(c: &mut Client, q: &str) -> String {
+    eventually(&format!("a message in {q}"), || match c.cmd(&["RPOP", q]) {
+        Value::Nil => None,
+        Value::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        other => panic!("RPOP {q}: {other:?}"),
+    })
+}
+
+fn pop_all(c: &mut Client, q: &str) -> Vec<String> {
+    match c.cmd(&["RPOP", q, "1000"]) {
+        Value::Nil => vec![],
+        Value::Array(items) => items.iter().map(as_str).collect(),
+        other => panic!("RPOP {q} 1000: {other:?}"),
+    }
+}
+
+fn start() -> (Redis, Proxy) {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    (redis, proxy)
+}
+
+/// A proxy with its metrics endpoint; returns the endpoint's port too.
+fn start_with_metrics(config: &str) -> (Redis, Proxy, u16) {
+    let redis = Redis::start();
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start_with_config(redis.port, config, &["--metrics", &addr]);
+    (redis, proxy, metrics)
+}
+
+/// The value of a series of the metrics endpoint (0 while it is absent).
+fn metric(port: u16, series: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0.0;
+    };
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the proxy has `n` blocking pops parked.
+fn wait_parked(metrics: u16, n: usize) {
+    eventually(&format!("{n} parked pops"), || {
+        (metric(metrics, "ackproxy_parked_clients") == n as f64).then_some(())
+    });
+}
+
+// ------------------------------------------------------- delayed delivery
+
+#[test]
+fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let pushed = Instant::now();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d1", "later", "DELAY", "300"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d1"]), Value::Nil, "popped before its time");
+    assert_eq!(info_int(&proxy, "d1", "delayed"), 1);
+    assert_eq!(info_int(&proxy, "d1", "ready"), 0);
+    assert_eq!(pop_eventually(&mut c, "d1"), "later");
+    let waited = pushed.elapsed();
+    // Due 300 ms after Redis received the push, which was after `pushed`.
+    assert!(
+        waited >= Duration::from_millis(290),
+        "delivered after {waited:?}"
+    );
+    let i = info(&proxy, "d1");
+    assert_eq!(as_int(&i["delayed"]), 0);
+    assert_eq!(as_int(&i["leased"]), 1);
+    assert_eq!(as_int(&i["promoted"]), 1);
+    assert_eq!(c.cmd(&["ACK", "d1", "later"]), Value::Int(1));
+}
+
+#[test]
+fn a_parked_blocking_pop_is_woken_when_a_delayed_message_falls_due() {
+    let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut parked = proxy.client();
+    parked.send(&["BRPOP", "d2", "0"]);
+    // Parked before the push; nobody pushes afterwards.
+    wait_parked(metrics, 1);
+    let mut c = proxy.client();
+    let pushed = Instant::now();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d2", "wake", "DELAY", "200"]),
+        Value::Int(1)
+    );
+    parked.set_read_timeout(Some(PATIENCE));
+    assert_eq!(
+        parked.read_value(),
+        Value::Array(vec![Value::bulk("d2"), Value::bulk("wake")])
+    );
+    let waited = pushed.elapsed();
+    assert!(
+        waited >= Duration::from_millis(190),
+        "woken after {waited:?}"
+    );
+    assert_eq!(info_int(&proxy, "d2", "leased"), 1);
+}
+
+#[test]
+fn at_takes_a_unix_time_and_a_past_one_pushes_now() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let now_ms = |direct: &mut Client| -> i64 {
+        let Value::Array(t) = direct.cmd(&["TIME"]) else {
+            panic!("TIME")
+        };
+        let s: i64 = as_str(&t[0]).parse().unwrap();
+        let us: i64 = as_str(&t[1]).parse().unwrap();
+        s * 1000 + us / 1000
+    };
+    let mut direct = redis.client();
+    let past = (now_ms(&mut direct) - 10_000).to_string();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d3", "a", "b", "AT", &past]),
+        Value::Int(2)
+    );
+    assert_eq!(info_int(&proxy, "d3", "ready"), 2);
+    assert_eq!(pop_all(&mut c, "d3"), vec!["a", "b"]);
+    let due = now_ms(&mut direct) + 250;
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d3", "c", "AT", &due.to_string()]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d3"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d3"), "c");
+    assert!(now_ms(&mut direct) >= due, "popped before its time");
+}
+
+#[test]
+fn due_messages_enter_where_lpush_would_put_them_in_due_order() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d4", "ready1"]);
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d4", "x1", "x2", "x3", "DELAY", "150"]),
+        Value::Int(3)
+    );
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d4", "y", "DELAY", "100"]),
+        Value::Int(1)
+    );
+    eventually("the reaper to move them", || {
+        (info_int(&proxy, "d4", "delayed") == 0).then_some(())
+    });
+    c.cmd(&["LPUSH", "d4", "ready2"]);
+    // The list as a legacy consumer sees it: nothing marks the promoted ones.
+    let Value::Array(list) = redis.client().cmd(&["LRANGE", "d4", "0", "-1"]) else {
+        panic!("LRANGE")
+    };
+    assert_eq!(
+        list.iter().map(as_str).collect::<Vec<_>>(),
+        vec!["ready2", "x3", "x2", "x1", "y", "ready1"]
+    );
+    assert_eq!(
+        pop_all(&mut c, "d4"),
+        vec!["ready1", "y", "x1", "x2", "x3", "ready2"]
+    );
+    // Consumers that pop from the left: producers push at the right.
+    c.cmd(&["RPUSH", "left1", "r1"]);
+    c.cmd(&["QUEUE", "PUSH", "left1", "z1", "z2", "DELAY", "100"]);
+    eventually("left1 promoted", || {
+        (info_int(&proxy, "left1", "delayed") == 0).then_some(())
+    });
+    assert_eq!(
+        c.cmd(&["LPOP", "left1", "10"]),
+        Value::Array(vec![
+            Value::bulk("r1"),
+            Value::bulk("z1"),
+            Value::bulk("z2")
+        ])
+    );
+}
+
+#[test]
+fn pops_move_due_messages_in_without_the_reaper() {
+    let redis = Redis::start();
+    // A reaper that never comes round in this test: only pops promote.
+    let config = CONFIG.replace("interval_ms = 20", "interval_ms = 600000");
+    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "d5", "m", "DELAY", "100"]);
+    assert_eq!(c.cmd(&["RPOP", "d5"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d5"), "m");
+}
+
+#[test]
+fn many_delayed_messages_come_out_whole_and_in_order() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let payloads: Vec<String> = (0..450).map(|i| format!("m{i:03}")).collect();
+    let mut args = vec!["QUEUE", "PUSH", "d6"];
+    args.extend(payloads.iter().map(String::as_str));
+    args.extend(["DELAY", "200"]);
+    assert_eq!(c.cmd(&args), Value::Int(450));
+    // The same payload many times: every copy waits on its own.
+    let mut dups = vec!["QUEUE", "PUSH", "d6"];
+    dups.extend(std::iter::repeat_n("dup", 5));
+    dups.extend(["DELAY", "200"]);
+    assert_eq!(c.cmd(&dups), Value::Int(5));
+    assert_eq!(info_int(&proxy, "d6", "delayed"), 455);
+    eventually("all of them due", || {
+        (info_int(&proxy, "d6", "ready") == 455).then_some(())
+    });
+    let got = pop_all(&mut c, "d6");
+    let mut want = payloads.clone();
+    want.extend(std::iter::repeat_n("dup".to_string(), 5));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn push_errors_follow_redis() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let err = |v: Value| match v {
+        Value::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "d7"])),
+        "ERR wrong number of arguments for 'queue|push' command"
+    );
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "plain", "x"])),
+        "ERR no queue rule matches key 'plain'"
+    );
+    for bad in ["-1", "soon", "1.5", "99999999999999999999"] {
+        assert_eq!(
+            err(c.cmd(&["QUEUE", "PUSH", "d7", "x", "DELAY", bad])),
+            "ERR value is not an integer or out of range",
+            "DELAY {bad}"
+        );
+    }
+    // The option needs a payload before it: these are two payloads.
+    assert_eq!(c.cmd(&["QUEUE", "PUSH", "d7", "DELAY", "5"]), Value::Int(2));
+    assert_eq!(pop_all(&mut c, "d7"), vec!["DELAY", "5"]);
+    // DELAY 0 is now.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d7", "z", "delay", "0"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d7"]), Value::bulk("z"));
+    let mut direct = redis.client();
+    direct.cmd(&["SET", "d8", "string"]);
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "d8", "x", "DELAY", "100"])),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+    assert_eq!(c.cmd(&["PING"]), Value::Simple("PONG".into()));
+}
+
+#[test]
+fn a_long_delay_does_not_meet_the_lease() {
+    // Lease 100 ms, delay 400 ms: the message is not leased while it waits,
+    // so it is neither redelivered early nor counted as a delivery.
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "400"]);
+    let pushed = Instant::now();
+    assert_eq!(c.cmd(&["RPOP", "short1"]), Value::Nil);
+    assert_eq!(info_int(&proxy, "short1", "leased"), 0);
+    assert_eq!(pop_eventually(&mut c, "short1"), "slow");
+    assert!(pushed.elapsed() >= Duration::from_millis(390));
+    let i = info(&proxy, "short1");
+    assert_eq!(as_int(&i["deliveries"]), 1);
+    assert_eq!(as_int(&i["expiries"]), 0);
+    assert_eq!(c.cmd(&["ACK", "short1", "slow"]), Value::Int(1));
+}
+
+#[test]
+fn totals_outlive_the_messages_but_expire() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "d9", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "d9"]), Value::bulk("m"));
+    assert_eq!(c.cmd(&["ACK", "d9", "m"]), Value::Int(1));
+    let mut direct = redis.client();
+    let Value::Array(left) = direct.cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{d9}:d9:stats")]);
+    let ttl = as_int(&direct.cmd(&["PTTL", "ackq:{d9}:d9:stats"]));
+    assert!(
+        ttl > 29 * 24 * 3600 * 1000 && ttl <= 30 * 24 * 3600 * 1000,
+        "PTTL {ttl}"
+    );
+    let i = info(&proxy, "d9");
+    assert_eq!(as_int(&i["deliveries"]), 1);
+    assert_eq!(as_int(&i["acks"]), 1);
+}
