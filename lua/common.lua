@@ -8,21 +8,25 @@
 -- retry (hash), dead (list), delayed (zset), stats (hash); `base` is i. A
 -- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
--- pop_end ('L' | 'R').
+-- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
+-- jitter (0..1).
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
 -- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
 -- flight), which is indexed in ids.
--- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end, started_ms)
+-- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
+--       started_ms, nacks, expiries, first_delivery_ms[, 'nacked', delay])
 -- ids:  score 0, members: the longer tokens, and for move leases
 --       'd'..sha1(dest.."\0"..payload)..'|'..token.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
---        copies cancelled by a late ACK, the last payload requeued);
+--        copies cancelled by a late ACK, the last payload requeued, nacks,
+--        expiries, first delivery, delayed member of a copy waiting for its
+--        backoff or false);
 --        '#cancelled' -> cancelled copies still in the list, all ids together.
 -- delayed: score = when due (ms), member = a 15-digit sequence number, a
---        flag ('p': enters where producers push), then the payload, so any
---        number of identical payloads can wait at once.
+--        flag ('p': enters where producers push, 'n': where consumers pop),
+--        then the payload, so any number of identical payloads can wait.
 -- stats: event name -> total (see src/queue/tally.rs); '#seq' -> the last
 --        sequence number of delayed.
 --
@@ -90,23 +94,50 @@ end
 -- Values pushed per command, well below Lua's unpack limit.
 local PUSH_CHUNK = 100
 
--- Moves up to n messages due by `now` from the delayed set into the list,
--- the earliest due first, so that they are popped in the order they fell
--- due. Nothing moves while the list key holds another type (the pop then
--- reports WRONGTYPE). Returns how many moved.
-local function promote(k, r, now, n)
-  if n < 1 then return 0 end
-  local due = redis.call('ZRANGEBYSCORE', k.delayed, '-inf', now, 'LIMIT', 0, n)
-  if #due == 0 or not is_list_or_none(k.q) then return 0 end
+-- Pushes vals (any number) where producers push, so that vals[1] is popped
+-- first, as LPUSH of them in order would.
+local function push_all_new(k, r, vals)
   local chunk = {}
-  for _, m in ipairs(due) do
-    chunk[#chunk + 1] = string.sub(m, SEQ_DIGITS + 2)
+  for _, v in ipairs(vals) do
+    chunk[#chunk + 1] = v
     if #chunk == PUSH_CHUNK then
       push_new(k, r, chunk)
       chunk = {}
     end
   end
   push_new(k, r, chunk)
+end
+
+-- Pushes vals (any number) at the end consumers pop from, so that vals[1]
+-- is popped first: the last one is pushed first.
+local function push_all_next(k, r, vals)
+  local cmd = r.pop_end == 'R' and 'RPUSH' or 'LPUSH'
+  local i = #vals
+  while i >= 1 do
+    local chunk = {}
+    for j = i, math.max(1, i - PUSH_CHUNK + 1), -1 do chunk[#chunk + 1] = vals[j] end
+    redis.call(cmd, k.q, unpack(chunk))
+    i = i - PUSH_CHUNK
+  end
+end
+
+-- Moves up to n messages due by `now` from the delayed set into the list,
+-- the earliest due first, so that they are popped in the order they fell
+-- due: new messages ('p') where producers push, redeliveries of a
+-- redeliver = 'next' rule ('n') where consumers pop. Nothing moves while
+-- the list key holds another type (the pop then reports WRONGTYPE).
+-- Returns how many moved.
+local function promote(k, r, now, n)
+  if n < 1 then return 0 end
+  local due = redis.call('ZRANGEBYSCORE', k.delayed, '-inf', now, 'LIMIT', 0, n)
+  if #due == 0 or not is_list_or_none(k.q) then return 0 end
+  local new, next = {}, {}
+  for _, m in ipairs(due) do
+    local into = string.byte(m, SEQ_DIGITS + 1) == 110 and next or new
+    into[#into + 1] = string.sub(m, SEQ_DIGITS + 2)
+  end
+  push_all_new(k, r, new)
+  push_all_next(k, r, next)
   -- Everything due has a lower score than anything not due: the ones just
   -- read are the lowest ranks.
   redis.call('ZREMRANGEBYRANK', k.delayed, 0, #due - 1)
@@ -233,10 +264,12 @@ local function tokens_in_dest(k, dest, payload, n)
   return out
 end
 
-local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
+-- A message's history as a lease carries it: deliveries so far (this one
+-- included), NACKs and expiries so far, when it was first delivered.
+local function new_lease(k, r, payload, h, dest, dest_end, now)
   local id = ack_id(payload, r.field)
   local token = id_key(id)
-  local rec = cmsgpack.pack(payload, id, deliveries, dest, dest_end, now)
+  local rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first)
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
     -- past the highest in flight, so any number of duplicates fit.
@@ -251,11 +284,24 @@ local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
   if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
 end
 
--- Reads a lease record: payload, id, deliveries, dest, dest_end, started.
+-- Reads a lease record: payload, id, deliveries, dest, dest_end, started,
+-- nacks, expiries, first delivery, and, for a move lease a NACK ended,
+-- why it ends and the delay asked for ('' = the rule's backoff). Records
+-- written before the history was kept lack the fields after started.
 local function record(k, token)
   local raw = redis.call('HGET', k.msgs, token)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
+end
+
+-- Marks a move lease as ended by a NACK, with the delay asked for: the
+-- script that removes its copy from the destination then ends it so.
+local function mark_nacked(k, token, delay_ms)
+  local f = { record(k, token) }
+  f[7], f[8], f[9] = f[7] or 0, f[8] or 0, f[9] or f[6]
+  f[10], f[11] = 'nacked', delay_ms
+  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 11)))
+  redis.call('ZADD', k.mleases, 0, token)
 end
 
 -- Removes every trace of a lease.
@@ -271,32 +317,76 @@ local function requeue_right(r)
   return (r.pop_end == 'R') == (r.redeliver == 'next')
 end
 
--- Ends a lease without an ACK: the message goes back to the list (and a
--- retry entry keeps its delivery count), or past max deliveries its raw
--- payload goes to the dead-letter list. why: 'expired' | 'nacked'.
--- Returns requeued, deadlettered.
-local function expire(k, r, token, why)
-  local payload, id, deliveries, dest = record(k, token)
+-- How long a message waits before its next delivery, after `deliveries`
+-- that ended without an ACK: the rule's backoff, capped, less up to the
+-- jitter fraction at random.
+local function backoff(r, deliveries)
+  if r.backoff == 'none' then return 0 end
+  local d = r.base
+  if r.backoff == 'exp' then d = r.base * 2 ^ (deliveries - 1) end
+  d = math.min(d, r.cap)
+  if r.jitter > 0 then d = d - d * r.jitter * math.random() end
+  return math.floor(d)
+end
+
+-- The retry entry of an id: copies back in the list (or waiting to be),
+-- the highest delivery count, copies a late ACK cancelled, the last payload
+-- requeued, NACKs, expiries, first delivery, and the delayed-set member of
+-- the last copy that waits for a backoff (false if none).
+local function retry_entry(k, rk)
+  local raw = redis.call('HGET', k.retry, rk)
+  if not raw then return 0, 0, 0, false, 0, 0, false, false end
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = cmsgpack.unpack(raw)
+  return pending, seen, cancelled, last, nacks or 0, expiries or 0, first or false, waiting or false
+end
+
+local function set_retry(k, rk, pending, seen, cancelled, last, nacks, expiries, first, waiting)
+  if pending <= 0 then
+    redis.call('HDEL', k.retry, rk)
+  else
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last, nacks, expiries, first, waiting))
+  end
+end
+
+-- Ends a lease without an ACK. why: 'expired' | 'nacked'; delay_ms: the
+-- wait a NACK asked for, or nil for the rule's backoff. The message goes
+-- back to the list, at once or after the wait (and a retry entry keeps its
+-- history), or past max deliveries its raw payload goes to the dead-letter
+-- list. Returns requeued, deadlettered.
+local function expire(k, r, token, why, delay_ms, now)
+  local payload, id, deliveries, dest, _, started, nacks, expiries, first, ending, ending_delay = record(k, token)
   if not payload then
     redis.call('ZREM', k.leases, token)
     redis.call('ZREM', k.mleases, token)
     return 0, 0
   end
   drop(k, token, payload, dest)
-  if why == 'expired' then tally(k, 'expiries', 1) else tally(k, 'nacks', 1) end
+  if ending then why, delay_ms = ending, tonumber(ending_delay) end
+  nacks, expiries, first = nacks or 0, expiries or 0, first or started
+  if why == 'nacked' then
+    nacks = nacks + 1
+    tally(k, 'nacks', 1)
+  else
+    expiries = expiries + 1
+    tally(k, 'expiries', 1)
+  end
   if deliveries >= r.max then
     redis.call('RPUSH', k.dead, payload)
     tally(k, 'dead_lettered', 1)
     return 0, 1
   end
   tally(k, 'redeliveries', 1)
-  redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
+  local wait = delay_ms or backoff(r, deliveries)
+  local waiting = false
+  if wait > 0 then
+    waiting = delay(k, payload, now + wait, r.redeliver == 'next' and 'n' or 'p')
+  else
+    redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
+  end
   local rk = id_key(id)
-  local pending, seen, cancelled = 0, 0, 0
-  local raw = redis.call('HGET', k.retry, rk)
-  if raw then pending, seen, cancelled = cmsgpack.unpack(raw) end
+  local pending, seen, cancelled = retry_entry(k, rk)
   if deliveries > seen then seen = deliveries end
-  redis.call('HSET', k.retry, rk, cmsgpack.pack(pending + 1, seen, cancelled, payload))
+  set_retry(k, rk, pending + 1, seen, cancelled, payload, nacks, expiries, first, waiting)
   return 1, 0
 end
 
@@ -304,26 +394,20 @@ local function add_cancelled(k, n)
   if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
 end
 
--- Bookkeeping for a payload just popped from a queue. Returns the delivery
--- number this pop is, or nil when a late ACK cancelled this copy.
-local function popped(k, r, payload)
+-- Bookkeeping for a payload just popped from a queue. Returns its history
+-- as its new lease carries it, or nil when a late ACK cancelled this copy.
+local function popped(k, r, payload, now)
   local rk = id_key(ack_id(payload, r.field))
-  local raw = redis.call('HGET', k.retry, rk)
-  if not raw then return 1 end
-  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
-  pending = pending - 1
-  local deliveries = seen + 1
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
+  if pending == 0 then return { deliveries = 1, nacks = 0, expiries = 0, first = now } end
+  local h = { deliveries = seen + 1, nacks = nacks, expiries = expiries, first = first or now }
   if cancelled > 0 then
     cancelled = cancelled - 1
-    deliveries = nil
+    h = nil
     add_cancelled(k, -1)
   end
-  if pending <= 0 then
-    redis.call('HDEL', k.retry, rk)
-  else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
-  end
-  return deliveries
+  set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
+  return h
 end
 
 -- Takes one copy of payload out of the list, looking at no more than maxlen
@@ -341,24 +425,22 @@ local function remove_copy(k, r, payload, maxlen)
   return true
 end
 
--- A late ACK for id key rk: the copy back in the list is removed when it is
--- found within maxlen elements, else marked so that the next pop skips it.
+-- A late ACK for id key rk: the copy waiting for its backoff is taken out
+-- of the delayed set; one back in the list is removed when it is found
+-- within maxlen elements, else marked so that the next pop skips it.
 -- Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
 -- have looked at.
 local function late_ack(k, r, rk, maxlen)
-  local raw = redis.call('HGET', k.retry, rk)
-  if not raw then return 0, 0 end
-  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
   if pending <= cancelled then return 0, 0 end
+  if waiting and redis.call('ZREM', k.delayed, waiting) == 1 then
+    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, false)
+    return 1, 0
+  end
   if last and remove_copy(k, r, last, maxlen) then
-    pending = pending - 1
-    if pending <= 0 then
-      redis.call('HDEL', k.retry, rk)
-    else
-      redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
-    end
+    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
   else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled + 1, last))
+    set_retry(k, rk, pending, seen, cancelled + 1, last, nacks, expiries, first, waiting)
     add_cancelled(k, 1)
   end
   return 1, maxlen
@@ -374,7 +456,7 @@ local function requeue_expired(k, r, now, n)
   local from, to, step = 1, #expired, 1
   if r.redeliver == 'next' then from, to, step = #expired, 1, -1 end
   for i = from, to, step do
-    local a, b = expire(k, r, expired[i], 'expired')
+    local a, b = expire(k, r, expired[i], 'expired', nil, now)
     requeued, dead = requeued + a, dead + b
   end
   return requeued, dead

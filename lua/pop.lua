@@ -73,10 +73,10 @@ for g = 1, G do
         local v = redis.pcall(pop_cmd, k.q)
         if type(v) == 'table' then return v end
         if not v then break end
-        local deliveries = popped(k, r, v)
-        if deliveries then
+        local h = popped(k, r, v, now)
+        if h then
           if dest ~= '' then redis.call(push_cmd, dest, v) end
-          new_lease(k, r, v, deliveries, dest, push, now)
+          new_lease(k, r, v, h, dest, push, now)
           out[#out + 1] = v
         else
           skip_budget = skip_budget - 1

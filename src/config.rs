@@ -198,6 +198,20 @@ pub enum End {
     Right,
 }
 
+/// How long a message whose lease ended without an ACK (expired, or
+/// NACK without DELAY) waits before it is back in the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backoff {
+    /// Back at once.
+    #[default]
+    None,
+    /// `retry_base_ms` every time.
+    Fixed,
+    /// `retry_base_ms` doubled for each delivery before: base, 2×base, 4×base, ….
+    Exp,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckId {
     /// The whole payload is the ack id.
@@ -250,10 +264,31 @@ pub struct QueueRule {
     pub redeliver: Redeliver,
     #[serde(default)]
     pub pop_end: End,
+    #[serde(default)]
+    pub retry_backoff: Backoff,
+    /// The first wait of a backoff, ms.
+    #[serde(default = "default_retry_base_ms")]
+    pub retry_base_ms: u64,
+    /// No wait of a backoff is longer, ms.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: u64,
+    /// Up to this fraction of each wait is taken off at random, so that
+    /// messages that failed together do not come back together.
+    #[serde(default = "default_retry_jitter")]
+    pub retry_jitter: f64,
 }
 
 fn default_lease_ms() -> u64 {
     30_000
+}
+fn default_retry_base_ms() -> u64 {
+    1_000
+}
+fn default_retry_max_ms() -> u64 {
+    300_000
+}
+fn default_retry_jitter() -> f64 {
+    0.1
 }
 fn default_max_deliveries() -> u32 {
     5
@@ -339,6 +374,20 @@ impl Config {
             if rule.max_deliveries == 0 {
                 return Err(format!(
                     "queue {:?}: max_deliveries must be at least 1",
+                    rule.pattern
+                ));
+            }
+            if !(0.0..=1.0).contains(&rule.retry_jitter) {
+                return Err(format!(
+                    "queue {:?}: retry_jitter must be between 0 and 1",
+                    rule.pattern
+                ));
+            }
+            if rule.retry_backoff != Backoff::None
+                && (rule.retry_base_ms == 0 || rule.retry_max_ms < rule.retry_base_ms)
+            {
+                return Err(format!(
+                    "queue {:?}: retry_base_ms must be positive and retry_max_ms at least as large",
                     rule.pattern
                 ));
             }
@@ -437,9 +486,23 @@ impl Config {
             let _ = writeln!(s, "queue rules         none: every command passes through");
         }
         for q in &self.queues {
+            let retry = match q.retry_backoff {
+                Backoff::None => "at once".to_string(),
+                b => format!(
+                    "{} backoff from {} ms up to {} ms, jitter {}",
+                    if b == Backoff::Fixed {
+                        "fixed"
+                    } else {
+                        "exponential"
+                    },
+                    q.retry_base_ms,
+                    q.retry_max_ms,
+                    q.retry_jitter
+                ),
+            };
             let _ = writeln!(
                 s,
-                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {}, \
+                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {} ({retry}), \
                  consumers pop from the {}, dead letters {}",
                 q.pattern,
                 q.lease_ms,
@@ -538,5 +601,16 @@ mod tests {
         assert_eq!(q.ack_id, AckId::Payload);
         assert_eq!(q.redeliver, Redeliver::Next);
         assert_eq!(q.pop_end, End::Right);
+        assert_eq!(q.retry_backoff, Backoff::None);
+    }
+
+    #[test]
+    fn retry_policies_are_checked() {
+        let rule = |extra: &str| Config::from_toml(&format!("[[queue]]\npattern = \"q\"\n{extra}"));
+        assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 800\n").is_ok());
+        assert!(rule("retry_backoff = \"fixed\"\nretry_base_ms = 0\n").is_err());
+        assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 50\n").is_err());
+        assert!(rule("retry_jitter = 1.5\n").is_err());
+        assert!(rule("retry_backoff = \"linear\"\n").is_err());
     }
 }

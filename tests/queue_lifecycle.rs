@@ -32,6 +32,34 @@ lease_ms = 600000
 ack_id = "payload"
 pop_end = "left"
 
+[[queue]]
+pattern = "exp*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "exp"
+retry_base_ms = 100
+retry_max_ms = 400
+retry_jitter = 0.0
+
+[[queue]]
+pattern = "jit*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "fixed"
+retry_base_ms = 200
+retry_jitter = 0.5
+
+[[queue]]
+pattern = "back*"
+lease_ms = 100
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "fixed"
+retry_base_ms = 300
+retry_jitter = 0.0
+
 [reaper]
 interval_ms = 20
 "#;
@@ -388,4 +416,224 @@ fn totals_outlive_the_messages_but_expire() {
     let i = info(&proxy, "d9");
     assert_eq!(as_int(&i["deliveries"]), 1);
     assert_eq!(as_int(&i["acks"]), 1);
+}
+
+// ------------------------------------------------------ NACK and retries
+
+fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
+    match p.client().cmd(&["QUEUE", "LEASES", q]) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("QUEUE LEASES {q}: {other:?}"),
+    }
+}
+
+/// Redis's clock, in ms.
+fn redis_ms(direct: &mut Client) -> i64 {
+    let Value::Array(t) = direct.cmd(&["TIME"]) else {
+        panic!("TIME")
+    };
+    let s: i64 = as_str(&t[0]).parse().unwrap();
+    let us: i64 = as_str(&t[1]).parse().unwrap();
+    s * 1000 + us / 1000
+}
+
+/// How far in the future (ms, Redis time) the only delayed message of
+/// queue `q` is due: read right after the NACK or expiry that put it there,
+/// it is the wait it was given, less the few ms since.
+fn due_in(direct: &mut Client, q: &str) -> i64 {
+    let key = format!("ackq:{{{q}}}:{q}:delayed");
+    let Value::Array(z) = direct.cmd(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]) else {
+        panic!("ZRANGE {key}")
+    };
+    assert_eq!(z.len(), 2, "one delayed message in {q}: {z:?}");
+    let due: i64 = as_str(&z[1]).parse().unwrap();
+    due - redis_ms(direct)
+}
+
+#[test]
+fn nack_delay_is_honoured() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d10", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "d10"]), Value::bulk("m"));
+    let nacked = Instant::now();
+    assert_eq!(c.cmd(&["NACK", "d10", "m", "DELAY", "250"]), Value::Int(1));
+    assert_eq!(c.cmd(&["NACK", "d10", "m", "DELAY", "250"]), Value::Int(0));
+    let wait = due_in(&mut redis.client(), "d10");
+    assert!((150..=250).contains(&wait), "due in {wait} ms");
+    assert_eq!(c.cmd(&["RPOP", "d10"]), Value::Nil, "back before its delay");
+    let i = info(&proxy, "d10");
+    assert_eq!((as_int(&i["delayed"]), as_int(&i["leased"])), (1, 0));
+    assert_eq!(pop_eventually(&mut c, "d10"), "m");
+    assert!(nacked.elapsed() >= Duration::from_millis(240));
+    let l = &leases(&proxy, "d10")[0];
+    assert_eq!(
+        (
+            as_int(&l["deliveries"]),
+            as_int(&l["nacks"]),
+            as_int(&l["expiries"])
+        ),
+        (2, 1, 0),
+        "{l:?}"
+    );
+    // DELAY 0 is at once, whatever the rule says.
+    assert_eq!(c.cmd(&["NACK", "exp0", "none"]), Value::Int(0));
+    c.cmd(&["LPUSH", "exp0", "e"]);
+    c.cmd(&["RPOP", "exp0"]);
+    assert_eq!(c.cmd(&["NACK", "exp0", "e", "DELAY", "0"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "exp0"]), Value::bulk("e"));
+    // Bad delays are refused, and nothing is nacked.
+    assert_eq!(
+        c.cmd(&["NACK", "exp0", "e", "DELAY", "-3"]),
+        Value::Error("ERR value is not an integer or out of range".into())
+    );
+    assert_eq!(info_int(&proxy, "exp0", "leased"), 1);
+}
+
+#[test]
+fn exponential_backoff_grows_and_caps() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "exp1", "m"]);
+    // base 100, doubled per delivery, capped at 400; no jitter.
+    for want in [100, 200, 400, 400, 400] {
+        assert_eq!(pop_eventually(&mut c, "exp1"), "m");
+        assert_eq!(c.cmd(&["NACK", "exp1", "m"]), Value::Int(1));
+        let wait = due_in(&mut direct, "exp1");
+        assert!(
+            wait <= want && wait > want - 80,
+            "wait {wait} ms, expected {want}"
+        );
+    }
+    assert_eq!(pop_eventually(&mut c, "exp1"), "m");
+    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["deliveries"]), 6);
+    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["nacks"]), 5);
+    assert_eq!(c.cmd(&["ACK", "exp1", "m"]), Value::Int(1));
+}
+
+#[test]
+fn jitter_shortens_waits_within_its_fraction() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "jit1", "m"]);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        assert_eq!(pop_eventually(&mut c, "jit1"), "m");
+        assert_eq!(c.cmd(&["NACK", "jit1", "m"]), Value::Int(1));
+        let wait = due_in(&mut direct, "jit1");
+        // 200 ms less up to half of it.
+        assert!((20..=200).contains(&wait), "wait {wait} ms");
+        waits.push(wait);
+    }
+    waits.sort();
+    assert!(
+        waits[5] - waits[0] > 5,
+        "six jittered waits all alike: {waits:?}"
+    );
+}
+
+#[test]
+fn expiries_and_nacks_are_counted_apart() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "short2", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
+    // Lease 100 ms: it expires (a crash, not a rejection) and comes back.
+    assert_eq!(pop_eventually(&mut c, "short2"), "m");
+    assert_eq!(c.cmd(&["NACK", "short2", "m"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
+    let l = &leases(&proxy, "short2")[0];
+    assert_eq!(
+        (
+            as_int(&l["deliveries"]),
+            as_int(&l["nacks"]),
+            as_int(&l["expiries"])
+        ),
+        (3, 1, 1),
+        "{l:?}"
+    );
+    assert_eq!(c.cmd(&["ACK", "short2", "m"]), Value::Int(1));
+    let i = info(&proxy, "short2");
+    let got: Vec<i64> = ["deliveries", "nacks", "expiries", "redeliveries", "acks"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![3, 1, 1, 2, 1], "{i:?}");
+    let series = |name: &str| metric(metrics, &format!("{name}{{rule=\"short*\"}}"));
+    assert_eq!(series("ackproxy_expiries_total"), 1.0);
+    assert_eq!(series("ackproxy_nacks_total"), 1.0);
+    assert_eq!(series("ackproxy_pops_total"), 3.0);
+    assert_eq!(series("ackproxy_redeliveries_total"), 2.0);
+    drop(redis);
+}
+
+#[test]
+fn an_expired_lease_waits_for_the_backoff_too() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "back1", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "back1"]), Value::bulk("m"));
+    // Lease 100 ms, then 300 ms of backoff before it is back in the list.
+    eventually("the expiry", || {
+        (info_int(&proxy, "back1", "expiries") == 1).then_some(())
+    });
+    let i = info(&proxy, "back1");
+    assert_eq!(
+        (as_int(&i["delayed"]), as_int(&i["ready"])),
+        (1, 0),
+        "{i:?}"
+    );
+    let wait = due_in(&mut direct, "back1");
+    assert!(wait <= 300, "due in {wait} ms");
+    assert_eq!(pop_eventually(&mut c, "back1"), "m");
+    let l = &leases(&proxy, "back1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+}
+
+#[test]
+fn a_late_ack_cancels_a_redelivery_waiting_for_its_backoff() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "exp2", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "exp2"]), Value::bulk("m"));
+    assert_eq!(c.cmd(&["NACK", "exp2", "m", "DELAY", "200"]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "exp2", "delayed"), 1);
+    // The worker finished after all: the waiting copy is withdrawn.
+    assert_eq!(c.cmd(&["ACK", "exp2", "m"]), Value::Int(1));
+    let i = info(&proxy, "exp2");
+    assert_eq!((as_int(&i["delayed"]), as_int(&i["late-acks"])), (0, 1));
+    // Past the delay, nothing comes back; nothing is left but the totals.
+    c.cmd(&["QUEUE", "PUSH", "exp2", "marker", "DELAY", "300"]);
+    assert_eq!(pop_eventually(&mut c, "exp2"), "marker");
+    assert_eq!(c.cmd(&["RPOP", "exp2"]), Value::Nil);
+    assert_eq!(c.cmd(&["ACK", "exp2", "marker"]), Value::Int(1));
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{exp2}:exp2:stats")]);
+}
+
+#[test]
+fn nack_delay_of_a_move_lease_clears_the_destination_and_waits() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d11", "job"]);
+    assert_eq!(
+        c.cmd(&["RPOPLPUSH", "d11", "d11:doing"]),
+        Value::bulk("job")
+    );
+    assert_eq!(
+        c.cmd(&["NACK", "d11", "job", "DELAY", "200"]),
+        Value::Int(1)
+    );
+    let mut direct = redis.client();
+    assert_eq!(direct.cmd(&["LLEN", "d11:doing"]), Value::Int(0));
+    assert_eq!(info_int(&proxy, "d11", "delayed"), 1);
+    assert_eq!(c.cmd(&["RPOP", "d11"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d11"), "job");
+    let l = &leases(&proxy, "d11")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (2, 1));
 }

@@ -14,6 +14,7 @@ use super::tally;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
+use crate::config::Backoff;
 use crate::resp::reply;
 
 pub const HELP: &[&str] = &[
@@ -25,11 +26,13 @@ pub const HELP: &[&str] = &[
     "INFO <queue>",
     "    Ready, leased, delayed and dead counts, oldest lease age, totals, and the rule.",
     "LEASES <queue> [COUNT <n>]",
-    "    The leases that expire first (default 10): id, payload, deliveries, ms left, destination.",
+    "    The leases that expire first (default 10): id, payload, deliveries, NACKs, expiries,",
+    "    ms left, destination.",
     "HELP",
     "    Print this help.",
     "Outside QUEUE: ACK <queue> <id> [<id> ...] releases leases; NACK <queue> <id> [<id> ...]",
-    "returns leased messages to the queue at once.",
+    "[DELAY <ms>] returns leased messages to the queue, at once (or after the rule's retry",
+    "backoff) or after <ms>.",
 ];
 
 fn wrong_arity(cmd: &str) -> Intercept {
@@ -126,15 +129,41 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     }))
 }
 
-fn nack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    let mut call = Call::new(&scripts::NACK).queue(q).rule(q);
+/// Where a command's values end, and the trailing option found after them:
+/// its index in the options asked for, and its number.
+type Trailing = (usize, Option<(usize, i64)>);
+
+/// A trailing `<OPTION> <ms>` (one of `options`, any case) after at least
+/// one value from `args[first]` on: where the values end, and which option
+/// with its number if present. Options before the last two arguments, or
+/// with no value before them, are values themselves (`NACK q DELAY 5`
+/// acknowledges the ids `DELAY` and `5`).
+fn trailing_ms(args: Args<'_>, first: usize, options: &[&str]) -> Result<Trailing, &'static str> {
+    let n = args.len();
+    if n < first + 3 {
+        return Ok((n, None));
+    }
+    let Some(which) = options.iter().position(|o| args.is(n - 2, o)) else {
+        return Ok((n, None));
+    };
+    let ms = args
+        .get(n - 1)
+        .and_then(parse_i64)
+        .filter(|&ms| (0..=MAX_DUE_MS).contains(&ms))
+        .ok_or("value is not an integer or out of range")?;
+    Ok((n - 2, Some((which, ms))))
+}
+
+fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
+    let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
+    let mut call = Call::new(&scripts::NACK).queue(q).rule(q).arg(delay);
     for id in ids {
         call = call.arg(id.clone());
     }
     call
 }
 
-/// NACK queue id [id ...]
+/// NACK queue id [id ...] [DELAY ms]
 pub fn nack(
     args: Args<'_>,
     rules: &Rules,
@@ -149,11 +178,21 @@ pub fn nack(
         Ok(q) => q,
         Err(e) => return e,
     };
-    let ids = ids_of(args, 2);
+    let (end, delay) = match trailing_ms(args, 2, &["DELAY"]) {
+        Ok(t) => t,
+        Err(e) => return Intercept::Reply(reply::error(e)),
+    };
+    let delay = delay.map(|(_, ms)| ms);
+    let ids: Vec<Bytes> = args
+        .iter()
+        .take(end)
+        .skip(2)
+        .map(Bytes::copy_from_slice)
+        .collect();
     if one_call {
-        // Move leases are only marked due here; the reaper ends them.
+        // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
-        let call = nack_call(&q, &ids);
+        let call = nack_call(&q, delay, &ids);
         return rewrite(call, full, move |v| {
             int_reply(v.array().first().map(Value::int).unwrap_or(0))
         });
@@ -162,7 +201,7 @@ pub fn nack(
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
-            let v = match caller.run(&nack_call(&q, chunk)).await {
+            let v = match caller.run(&nack_call(&q, delay, chunk)).await {
                 Ok(v) => v,
                 Err(e) => return e.to_reply(),
             };
@@ -172,10 +211,10 @@ pub fn nack(
             // message is back in the queue before the client hears back.
             for pair in items.get(1..).unwrap_or_default().chunks(2) {
                 let [token, dest] = pair else { break };
-                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes(), "nacked")
-                    .await;
+                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
             }
         }
+        // Messages waiting for their delay are due later: the reaper looks.
         registry.touch(&q.name);
         int_reply(total)
     }))
@@ -323,6 +362,14 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
                 "dead-letter-key".into(),
                 Field::Str(Bytes::copy_from_slice(q.keys.dead())),
             ),
+            (
+                "retry-backoff".into(),
+                Field::Str(Bytes::from_static(match rule.retry_backoff {
+                    Backoff::None => b"none",
+                    Backoff::Fixed => b"fixed",
+                    Backoff::Exp => b"exp",
+                })),
+            ),
         ]);
         let mut out = BytesMut::new();
         map_reply(&mut out, &fields, how.protocol);
@@ -343,16 +390,18 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         reply::array(&mut out, leases.len());
         for l in leases {
             let f = l.array();
+            // (name, index in the script's answer)
             let fields: Vec<(String, Field)> = [
-                "id",
-                "payload",
-                "deliveries",
-                "expires-in-ms",
-                "destination",
+                ("id", 0),
+                ("payload", 1),
+                ("deliveries", 2),
+                ("nacks", 5),
+                ("expiries", 6),
+                ("expires-in-ms", 3),
+                ("destination", 4),
             ]
             .iter()
-            .enumerate()
-            .map(|(i, name)| {
+            .map(|&(name, i)| {
                 let value = match f.get(i) {
                     Some(Value::Int(n)) => Field::Int(*n),
                     Some(v) => Field::Str(Bytes::copy_from_slice(v.bytes())),
@@ -385,30 +434,14 @@ pub enum Due {
 }
 
 /// The payloads and due time of `QUEUE PUSH queue payload [payload ...]
-/// [DELAY ms | AT unix-ms]`. The option counts only after at least one
-/// payload, so `QUEUE PUSH q DELAY 5` pushes the two payloads `DELAY`, `5`.
+/// [DELAY ms | AT unix-ms]`.
 pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), &'static str> {
-    let n = args.len();
-    let mut end = n;
-    let mut due = Due::Now;
-    if n >= 6 {
-        let kind = if args.is(n - 2, "DELAY") {
-            Some(false)
-        } else if args.is(n - 2, "AT") {
-            Some(true)
-        } else {
-            None
-        };
-        if let Some(at) = kind {
-            let ms = args
-                .get(n - 1)
-                .and_then(parse_i64)
-                .filter(|&ms| (0..=MAX_DUE_MS).contains(&ms))
-                .ok_or("value is not an integer or out of range")?;
-            due = if at { Due::At(ms) } else { Due::Delay(ms) };
-            end = n - 2;
-        }
-    }
+    let (end, option) = trailing_ms(args, 3, &["DELAY", "AT"])?;
+    let due = match option {
+        None => Due::Now,
+        Some((0, ms)) => Due::Delay(ms),
+        Some((_, ms)) => Due::At(ms),
+    };
     let payloads = args
         .iter()
         .take(end)

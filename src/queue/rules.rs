@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::bounded::ByteBoundedMap;
 use super::keys::{QueueKeys, QUEUE_GROUP};
-use crate::config::{AckId, End, QueueRule, Redeliver};
+use crate::config::{AckId, Backoff, End, QueueRule, Redeliver};
 
 /// How the Lua side reads a rule argument.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -23,7 +23,7 @@ pub enum LuaType {
 /// it (`rule(i).<name>`) and how it is encoded. Adding a rule argument is
 /// one line here.
 #[allow(clippy::type_complexity)]
-pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 5] = [
+pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 9] = [
     ("lease", LuaType::Number, |r| {
         Bytes::from(r.lease_ms.to_string())
     }),
@@ -46,6 +46,22 @@ pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 5] = [
             End::Left => b"L",
             End::Right => b"R",
         })
+    }),
+    ("backoff", LuaType::Text, |r| {
+        Bytes::from_static(match r.retry_backoff {
+            Backoff::None => b"none",
+            Backoff::Fixed => b"fixed",
+            Backoff::Exp => b"exp",
+        })
+    }),
+    ("base", LuaType::Number, |r| {
+        Bytes::from(r.retry_base_ms.to_string())
+    }),
+    ("cap", LuaType::Number, |r| {
+        Bytes::from(r.retry_max_ms.to_string())
+    }),
+    ("jitter", LuaType::Number, |r| {
+        Bytes::from(r.retry_jitter.to_string())
     }),
 ];
 
