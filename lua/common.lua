@@ -5,11 +5,12 @@
 --
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
 -- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
--- retry (hash), dead (list), delayed (zset), stats (hash); `base` is i. A
+-- retry (hash), dead (list), delayed (zset), stats (hash), history (hash),
+-- horder (zset); `base` is i. A
 -- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
--- jitter (0..1).
+-- jitter (0..1), dead_max (0: no limit).
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
@@ -29,6 +30,10 @@
 --        then the payload, so any number of identical payloads can wait.
 -- stats: event name -> total (see src/queue/tally.rs); '#seq' -> the last
 --        sequence number of delayed.
+-- history: 'h'..sha1(payload) -> cmsgpack(copies of payload in the dead
+--        letter list, ack id, deliveries, nacks, expiries, first and last
+--        delivery (ms), last reason, when dead-lettered (ms));
+-- horder: the same fields -> when dead-lettered, to keep DEAD_HISTORY.
 --
 -- Every script returns reply(result): {events, result}, where events lists
 -- what it tallied (see tally below) for the proxy's counters.
@@ -348,6 +353,52 @@ local function set_retry(k, rk, pending, seen, cancelled, last, nacks, expiries,
   end
 end
 
+local function history_key(payload) return 'h' .. redis.sha1hex(payload) end
+
+-- One copy of payload left the dead-letter list: its history goes with the
+-- last copy.
+local function forget_dead(k, payload)
+  local hk = history_key(payload)
+  local raw = redis.call('HGET', k.history, hk)
+  if not raw then return end
+  local f = { cmsgpack.unpack(raw) }
+  if f[1] <= 1 then
+    redis.call('HDEL', k.history, hk)
+    redis.call('ZREM', k.horder, hk)
+  else
+    f[1] = f[1] - 1
+    redis.call('HSET', k.history, hk, cmsgpack.pack(unpack(f, 1, 9)))
+  end
+end
+
+-- Dead letters dropped per call to bring the list back under dead_max (one
+-- per new dead letter is always enough; a lowered limit catches up over
+-- the next ones).
+local DEAD_DROP_PER_CALL = 10
+
+-- Puts payload at the end of the dead-letter list and its history beside
+-- it, keeping at most DEAD_HISTORY histories and dead_max dead letters.
+local function dead_letter(k, r, payload, h, now)
+  redis.call('RPUSH', k.dead, payload)
+  tally(k, 'dead_lettered', 1)
+  local hk = history_key(payload)
+  local raw = redis.call('HGET', k.history, hk)
+  local copies = raw and cmsgpack.unpack(raw) or 0
+  redis.call('HSET', k.history, hk, cmsgpack.pack(copies + 1, h.id, h.deliveries, h.nacks,
+    h.expiries, h.first, h.last, h.why, now))
+  redis.call('ZADD', k.horder, now, hk)
+  if redis.call('ZCARD', k.horder) > DEAD_HISTORY then
+    local oldest = redis.call('ZRANGE', k.horder, 0, 0)[1]
+    redis.call('ZREM', k.horder, oldest)
+    redis.call('HDEL', k.history, oldest)
+  end
+  if r.dead_max > 0 then
+    local over = math.min(redis.call('LLEN', k.dead) - r.dead_max, DEAD_DROP_PER_CALL)
+    for _ = 1, over do forget_dead(k, redis.call('LPOP', k.dead)) end
+    if over > 0 then tally(k, 'dead_dropped', over) end
+  end
+end
+
 -- Ends a lease without an ACK. why: 'expired' | 'nacked'; delay_ms: the
 -- wait a NACK asked for, or nil for the rule's backoff. The message goes
 -- back to the list, at once or after the wait (and a retry entry keeps its
@@ -370,9 +421,11 @@ local function expire(k, r, token, why, delay_ms, now)
     expiries = expiries + 1
     tally(k, 'expiries', 1)
   end
-  if deliveries >= r.max then
-    redis.call('RPUSH', k.dead, payload)
-    tally(k, 'dead_lettered', 1)
+  -- A dead-letter key holding another type cannot take it: the message is
+  -- redelivered rather than lost.
+  if deliveries >= r.max and is_list_or_none(k.dead) then
+    dead_letter(k, r, payload, { id = id, deliveries = deliveries, nacks = nacks,
+      expiries = expiries, first = first, last = started, why = why }, now)
     return 0, 1
   end
   tally(k, 'redeliveries', 1)

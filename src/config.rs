@@ -276,6 +276,10 @@ pub struct QueueRule {
     /// messages that failed together do not come back together.
     #[serde(default = "default_retry_jitter")]
     pub retry_jitter: f64,
+    /// The dead-letter list holds at most this many messages (0: no limit);
+    /// past it the oldest are dropped, and counted.
+    #[serde(default)]
+    pub dead_max: u64,
 }
 
 fn default_lease_ms() -> u64 {
@@ -503,7 +507,7 @@ impl Config {
             let _ = writeln!(
                 s,
                 "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {} ({retry}), \
-                 consumers pop from the {}, dead letters {}",
+                 consumers pop from the {}, dead letters {} ({})",
                 q.pattern,
                 q.lease_ms,
                 q.max_deliveries,
@@ -522,7 +526,12 @@ impl Config {
                 q.dead_letter
                     .as_deref()
                     .map(|d| format!("in {d:?}"))
-                    .unwrap_or_else(|| "in the default list (`{queue}:dead`)".to_string())
+                    .unwrap_or_else(|| "in the default list (`{queue}:dead`)".to_string()),
+                if q.dead_max == 0 {
+                    "no limit".to_string()
+                } else {
+                    format!("at most {}", q.dead_max)
+                }
             );
         }
         s

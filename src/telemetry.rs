@@ -61,6 +61,14 @@ const QUEUE_COUNTERS: &[(&str, &str)] = &[
         "ackproxy_delayed_promoted_total",
         "Delayed messages moved into their list when due.",
     ),
+    (
+        "ackproxy_redriven_total",
+        "Dead letters returned to their queue by QUEUE REDRIVE.",
+    ),
+    (
+        "ackproxy_dead_dropped_total",
+        "Oldest dead letters dropped to keep the list within dead_max.",
+    ),
 ];
 
 /// Describes every series and sets it to 0 for each rule.

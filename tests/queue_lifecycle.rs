@@ -60,6 +60,25 @@ retry_backoff = "fixed"
 retry_base_ms = 300
 retry_jitter = 0.0
 
+[[queue]]
+pattern = "hist*"
+lease_ms = 100
+max_deliveries = 3
+ack_id = "json:id"
+
+[[queue]]
+pattern = "one*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+
+[[queue]]
+pattern = "cap*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_max = 2
+
 [reaper]
 interval_ms = 20
 "#;
@@ -636,4 +655,205 @@ fn nack_delay_of_a_move_lease_clears_the_destination_and_waits() {
     assert_eq!(pop_eventually(&mut c, "d11"), "job");
     let l = &leases(&proxy, "d11")[0];
     assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (2, 1));
+}
+
+// ---------------------------------------------------------- dead letters
+
+fn dead(p: &Proxy, q: &str, count: Option<&str>) -> Vec<HashMap<String, Value>> {
+    let mut args = vec!["QUEUE", "DEAD", q];
+    if let Some(n) = count {
+        args.extend(["COUNT", n]);
+    }
+    match p.client().cmd(&args) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("QUEUE DEAD {q}: {other:?}"),
+    }
+}
+
+fn lrange(c: &mut Client, key: &str) -> Vec<String> {
+    match c.cmd(&["LRANGE", key, "0", "-1"]) {
+        Value::Array(items) => items.iter().map(as_str).collect(),
+        other => panic!("LRANGE {key}: {other:?}"),
+    }
+}
+
+/// Pops and NACKs every message of `q` (a rule with max_deliveries 1):
+/// each goes to the dead-letter list.
+fn kill_all(c: &mut Client, q: &str) -> usize {
+    let popped = pop_all(c, q);
+    let mut args = vec!["NACK", q];
+    args.extend(popped.iter().map(String::as_str));
+    assert_eq!(c.cmd(&args), Value::Int(popped.len() as i64));
+    popped.len()
+}
+
+#[test]
+fn a_dead_letter_keeps_its_history() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let msg = r#"{"id":"j1","task":"resize"}"#;
+    c.cmd(&["LPUSH", "hist1", msg]);
+    let t0 = redis_ms(&mut direct);
+    // Delivery 1 expires (lease 100 ms), 2 and 3 are rejected.
+    assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
+    assert_eq!(pop_eventually(&mut c, "hist1"), msg);
+    assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
+    let last = redis_ms(&mut direct);
+    assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
+    let t1 = redis_ms(&mut direct);
+    // The raw payload, readable by any Redis tool.
+    assert_eq!(lrange(&mut direct, "{hist1}:dead"), vec![msg]);
+    let d = dead(&proxy, "hist1", None);
+    assert_eq!(d.len(), 1);
+    let h = &d[0];
+    assert_eq!(as_str(&h["payload"]), msg);
+    assert_eq!(as_str(&h["id"]), "j1");
+    let counts: Vec<i64> = ["deliveries", "nacks", "expiries"]
+        .iter()
+        .map(|f| as_int(&h[*f]))
+        .collect();
+    assert_eq!(counts, vec![3, 2, 1], "{h:?}");
+    assert_eq!(as_str(&h["last-reason"]), "nacked");
+    let (first, last_d, died) = (
+        as_int(&h["first-delivery-ms"]),
+        as_int(&h["last-delivery-ms"]),
+        as_int(&h["dead-lettered-ms"]),
+    );
+    assert!(t0 <= first && first <= last_d, "{h:?}");
+    assert!((last - 5..=t1).contains(&last_d), "{h:?} ({last}..{t1})");
+    assert!(last_d <= died && died <= t1, "{h:?}");
+    let i = info(&proxy, "hist1");
+    assert_eq!((as_int(&i["dead"]), as_int(&i["dead-lettered"])), (1, 1));
+    // A payload someone else put there has no history.
+    direct.cmd(&["RPUSH", "{hist1}:dead", "stranger"]);
+    let d = dead(&proxy, "hist1", None);
+    assert_eq!(as_str(&d[1]["payload"]), "stranger");
+    assert_eq!(d[1]["deliveries"], Value::Nil);
+    assert_eq!(dead(&proxy, "hist1", Some("1")).len(), 1);
+}
+
+#[test]
+fn redrive_brings_dead_letters_back_with_fresh_counts() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one1", "a", "b"]);
+    assert_eq!(kill_all(&mut c, "one1"), 2);
+    assert_eq!(info_int(&proxy, "one1", "dead"), 2);
+    assert_eq!(
+        c.cmd(&["QUEUE", "REDRIVE", "one1", "COUNT", "1"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("a"));
+    let l = &leases(&proxy, "one1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (1, 0));
+    assert_eq!(c.cmd(&["ACK", "one1", "a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(0));
+    assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("b"));
+    assert_eq!(c.cmd(&["ACK", "one1", "b"]), Value::Int(1));
+    let i = info(&proxy, "one1");
+    assert_eq!((as_int(&i["dead"]), as_int(&i["redriven"])), (0, 2));
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{one1}:one1:stats")]);
+}
+
+#[test]
+fn redrive_of_many_is_whole_and_in_order() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let payloads: Vec<String> = (0..250).map(|i| format!("m{i:03}")).collect();
+    let mut args = vec!["LPUSH", "one2"];
+    args.extend(payloads.iter().map(String::as_str));
+    c.cmd(&args);
+    assert_eq!(kill_all(&mut c, "one2"), 250);
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one2"]), Value::Int(250));
+    assert_eq!(pop_all(&mut c, "one2"), payloads);
+}
+
+#[test]
+fn purge_dead_empties_the_dead_letters_and_their_history() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one3", "a", "b", "c"]);
+    kill_all(&mut c, "one3");
+    assert_eq!(
+        c.cmd(&["QUEUE", "PURGE", "one3", "READY"]),
+        Value::Error("ERR syntax error".into())
+    );
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "one3", "dead"]), Value::Int(3));
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "one3", "DEAD"]), Value::Int(0));
+    assert!(dead(&proxy, "one3", None).is_empty());
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{one3}:one3:stats")]);
+}
+
+#[test]
+fn the_dead_letter_cap_drops_the_oldest_and_counts_them() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "cap1", "a", "b", "c", "d"]);
+    // One at a time, so the order they die in is known.
+    for p in ["a", "b", "c", "d"] {
+        assert_eq!(c.cmd(&["RPOP", "cap1"]), Value::bulk(p));
+        assert_eq!(c.cmd(&["NACK", "cap1", p]), Value::Int(1));
+    }
+    let mut direct = redis.client();
+    assert_eq!(lrange(&mut direct, "{cap1}:dead"), vec!["c", "d"]);
+    let i = info(&proxy, "cap1");
+    assert_eq!(
+        (
+            as_int(&i["dead"]),
+            as_int(&i["dead-lettered"]),
+            as_int(&i["dead-dropped"])
+        ),
+        (2, 4, 2)
+    );
+    let d = dead(&proxy, "cap1", None);
+    assert_eq!(d.len(), 2);
+    assert!(d.iter().all(|h| as_int(&h["deliveries"]) == 1), "{d:?}");
+    // Histories of the dropped ones went with them.
+    assert_eq!(
+        direct.cmd(&["HLEN", "ackq:{cap1}:cap1:history"]),
+        Value::Int(2)
+    );
+}
+
+#[test]
+fn dead_letter_commands_check_their_arguments() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    for (args, want) in [
+        (
+            vec!["QUEUE", "DEAD"],
+            "ERR wrong number of arguments for 'queue|dead' command",
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "one4", "COUNT"],
+            "ERR wrong number of arguments for 'queue|redrive' command",
+        ),
+        (
+            vec!["QUEUE", "PURGE", "one4"],
+            "ERR wrong number of arguments for 'queue|purge' command",
+        ),
+        (
+            vec!["QUEUE", "DEAD", "one4", "COUNT", "0"],
+            "ERR value is out of range, must be positive",
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "one4", "LIMIT", "3"],
+            "ERR syntax error",
+        ),
+        (
+            vec!["QUEUE", "DEAD", "plain"],
+            "ERR no queue rule matches key 'plain'",
+        ),
+    ] {
+        assert_eq!(c.cmd(&args), Value::Error(want.into()), "{args:?}");
+    }
 }

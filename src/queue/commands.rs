@@ -25,6 +25,13 @@ pub const HELP: &[&str] = &[
     "    Renew the leases of the messages with this id for <ms> milliseconds from now.",
     "INFO <queue>",
     "    Ready, leased, delayed and dead counts, oldest lease age, totals, and the rule.",
+    "DEAD <queue> [COUNT <n>]",
+    "    The oldest dead letters (default 10), each with its history: id, deliveries, NACKs,",
+    "    expiries, first and last delivery, last reason, when it was dead-lettered.",
+    "REDRIVE <queue> [COUNT <n>]",
+    "    Return dead letters (all, or the <n> oldest) to the queue as new messages.",
+    "PURGE <queue> DEAD",
+    "    Delete the dead letters and their histories.",
     "LEASES <queue> [COUNT <n>]",
     "    The leases that expire first (default 10): id, payload, deliveries, NACKs, expiries,",
     "    ms left, destination.",
@@ -233,6 +240,8 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         "INFO" => n == 3,
         "LEASES" => n == 3 || n == 5,
         "PUSH" => n >= 4,
+        "DEAD" | "REDRIVE" => n == 3 || n == 5,
+        "PURGE" => n == 4,
         _ => {
             let shown: String = String::from_utf8_lossy(sub_raw)
                 .chars()
@@ -266,6 +275,9 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         "EXTEND" => extend(args, q, registry, how.full),
         "INFO" => info(q, how),
         "LEASES" => leases(args, q, how),
+        "DEAD" => dead(args, q, how),
+        "REDRIVE" => redrive(args, q, how),
+        "PURGE" => purge(args, q, how),
         _ => push(args, q, registry, how),
     }
 }
@@ -524,4 +536,98 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
     rewrite(call, full, move |v| {
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
+}
+
+/// QUEUE DEAD queue [COUNT n]
+fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, 10, 1000) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let call = Call::new(&scripts::DEAD).queue(&q).arg(count.to_string());
+    rewrite(call, how.full, move |v| {
+        let letters = v.array();
+        let mut out = BytesMut::new();
+        reply::array(&mut out, letters.len());
+        for l in letters {
+            let f = l.array();
+            let fields: Vec<(String, Field)> = [
+                "payload",
+                "id",
+                "deliveries",
+                "nacks",
+                "expiries",
+                "first-delivery-ms",
+                "last-delivery-ms",
+                "last-reason",
+                "dead-lettered-ms",
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let value = match f.get(i) {
+                    Some(Value::Int(n)) => Field::Int(*n),
+                    Some(Value::Str(s)) => Field::Str(s.clone()),
+                    // No history kept (dropped past the bound, or the
+                    // payload was put there by something else).
+                    _ => Field::Nil,
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+            map_reply(&mut out, &fields, how.protocol);
+        }
+        out.freeze()
+    })
+}
+
+/// Dead letters one QUEUE REDRIVE call moves.
+pub const REDRIVE_PER_CALL: i64 = 100;
+
+fn redrive_call(q: &Queue, n: i64) -> Call {
+    Call::new(&scripts::REDRIVE)
+        .queue(q)
+        .rule(q)
+        .arg(n.to_string())
+}
+
+/// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
+fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
+    if how.one_call || count <= REDRIVE_PER_CALL {
+        // One call, bounded by what the dead-letter list holds, as an LPOP
+        // with that COUNT would be.
+        let call = redrive_call(&q, count);
+        return rewrite(call, how.full, move |v| int_reply(moved(&v)));
+    }
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        while total < count {
+            let ask = (count - total).min(REDRIVE_PER_CALL);
+            match caller.run(&redrive_call(&q, ask)).await {
+                Ok(v) => {
+                    let n = moved(&v);
+                    total += n;
+                    if n < ask {
+                        break;
+                    }
+                }
+                Err(e) => return e.to_reply(),
+            }
+        }
+        int_reply(total)
+    }))
+}
+
+/// QUEUE PURGE queue DEAD
+fn purge(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    if !args.is(3, "DEAD") {
+        return Intercept::Reply(reply::error("syntax error"));
+    }
+    let call = Call::new(&scripts::PURGE).queue(&q);
+    rewrite(call, how.full, |v| int_reply(v.int()))
 }

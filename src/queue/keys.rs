@@ -19,6 +19,8 @@
 //! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |
 //! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
 //! | dead letter | list | raw payloads past max deliveries |
+//! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason) |
+//! | `…:horder` | zset | the same fields → when dead-lettered, to keep at most [`DEAD_HISTORY`] |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
 //! (`{jobs}:dead`), `Q:dead` for one with a tag (`{user1}jobs:dead`), and
@@ -41,7 +43,7 @@ pub enum Role {
 /// a queue, in the order a script receives them as a group of consecutive
 /// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
 /// `scripts.rs`). Adding a key is one line here.
-pub const GROUP: [(&str, Role); 9] = [
+pub const GROUP: [(&str, Role); 11] = [
     ("q", Role::Queue),
     ("leases", Role::Aux("leases")),
     ("mleases", Role::Aux("mleases")),
@@ -51,6 +53,8 @@ pub const GROUP: [(&str, Role); 9] = [
     ("dead", Role::Dead),
     ("delayed", Role::Aux("delayed")),
     ("stats", Role::Aux("stats")),
+    ("history", Role::Aux("history")),
+    ("horder", Role::Aux("horder")),
 ];
 
 /// Keys a script takes per queue.
@@ -65,6 +69,10 @@ pub const REAPED_SUFFIXES: [&str; 3] = ["leases", "mleases", "delayed"];
 /// ever used would grow Redis without bound. They expire this long after
 /// their last change: 30 days.
 pub const STATS_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// Histories of dead letters kept per queue at most; past it the oldest is
+/// dropped (its payload stays in the dead-letter list, shown without one).
+pub const DEAD_HISTORY: u64 = 10_000;
 
 use bytes::Bytes;
 

@@ -23,7 +23,7 @@ pub enum LuaType {
 /// it (`rule(i).<name>`) and how it is encoded. Adding a rule argument is
 /// one line here.
 #[allow(clippy::type_complexity)]
-pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 9] = [
+pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 10] = [
     ("lease", LuaType::Number, |r| {
         Bytes::from(r.lease_ms.to_string())
     }),
@@ -62,6 +62,10 @@ pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 9] = [
     }),
     ("jitter", LuaType::Number, |r| {
         Bytes::from(r.retry_jitter.to_string())
+    }),
+    // 0 = no limit.
+    ("dead_max", LuaType::Number, |r| {
+        Bytes::from(r.dead_max.to_string())
     }),
 ];
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 
-use super::keys::{GROUP, STATS_TTL_MS};
+use super::keys::{DEAD_HISTORY, GROUP, STATS_TTL_MS};
 use super::rules::{LuaType, RULE};
 use super::tally::EVENTS;
 
@@ -36,6 +36,9 @@ script!(LREM, "lrem");
 script!(INFO, "info");
 script!(LEASES, "leases");
 script!(PUSH, "push");
+script!(DEAD, "dead");
+script!(REDRIVE, "redrive");
+script!(PURGE, "purge");
 
 pub const ALL: &[&Script] = &[
     &POP,
@@ -48,6 +51,9 @@ pub const ALL: &[&Script] = &[
     &INFO,
     &LEASES,
     &PUSH,
+    &DEAD,
+    &REDRIVE,
+    &PURGE,
 ];
 
 /// `SCRIPT LOAD` of every script, as one write, for the upstream
@@ -78,6 +84,7 @@ fn prelude() -> String {
     let _ = writeln!(s, "local GROUP_SIZE = {}", GROUP.len());
     let _ = writeln!(s, "local RULE_SIZE = {}", RULE.len());
     let _ = writeln!(s, "local STATS_TTL_MS = {STATS_TTL_MS}");
+    let _ = writeln!(s, "local DEAD_HISTORY = {DEAD_HISTORY}");
     s.push_str("local EVENT = {");
     for (i, (name, _)) in EVENTS.iter().enumerate() {
         let _ = write!(s, " {name} = {},", i + 1);

@@ -21,6 +21,8 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("redeliveries", "ackproxy_redeliveries_total"),
     ("dead_lettered", "ackproxy_dead_letters_total"),
     ("promoted", "ackproxy_delayed_promoted_total"),
+    ("redriven", "ackproxy_redriven_total"),
+    ("dead_dropped", "ackproxy_dead_dropped_total"),
 ];
 
 /// The queues of one script call: where each one's key group starts in
