@@ -857,3 +857,71 @@ fn dead_letter_commands_check_their_arguments() {
         assert_eq!(c.cmd(&args), Value::Error(want.into()), "{args:?}");
     }
 }
+
+// ------------------------------------------------------ INFO and HELP
+
+#[test]
+fn info_reports_counts_and_totals_in_both_protocols() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one5", "a", "b", "c", "d"]);
+    c.cmd(&["QUEUE", "PUSH", "one5", "later", "DELAY", "600000"]);
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("a"));
+    assert_eq!(c.cmd(&["ACK", "one5", "a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("b"));
+    assert_eq!(c.cmd(&["NACK", "one5", "b"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("c"));
+    let i = info(&proxy, "one5");
+    let want: &[(&str, i64)] = &[
+        ("ready", 1),
+        ("leased", 1),
+        ("delayed", 1),
+        ("dead", 1),
+        ("deliveries", 3),
+        ("acks", 1),
+        ("nacks", 1),
+        ("expiries", 0),
+        ("late-acks", 0),
+        ("dead-lettered", 1),
+        ("redriven", 0),
+        ("redeliveries", 0),
+        ("promoted", 0),
+        ("dead-dropped", 0),
+    ];
+    for (f, n) in want {
+        assert_eq!(as_int(&i[*f]), *n, "{f}: {i:?}");
+    }
+    assert!(as_int(&i["oldest-lease-age-ms"]) >= 0);
+    // RESP2: a flat array, as XINFO; RESP3: a map with the same fields.
+    let raw2 = c.raw(&["QUEUE", "INFO", "one5"]);
+    assert_eq!(raw2[0], b'*');
+    let mut c3 = proxy.client();
+    assert!(matches!(c3.cmd(&["HELLO", "3"]), Value::Array(_)));
+    let raw3 = c3.raw(&["QUEUE", "INFO", "one5"]);
+    assert_eq!(raw3[0], b'%');
+    let (v3, _) = decode(&raw3);
+    let mut k3: Vec<String> = fields(&v3).into_keys().collect();
+    let mut k2: Vec<String> = i.into_keys().collect();
+    k3.sort();
+    k2.sort();
+    assert_eq!(k2, k3);
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let (_redis, proxy) = start();
+    let Value::Array(lines) = proxy.client().cmd(&["QUEUE", "HELP"]) else {
+        panic!("QUEUE HELP")
+    };
+    let text: Vec<String> = lines.iter().map(as_str).collect();
+    for sub in [
+        "PUSH", "EXTEND", "INFO", "LEASES", "DEAD", "REDRIVE", "PURGE", "HELP",
+    ] {
+        assert!(
+            text.iter()
+                .any(|l| l.starts_with(&format!("{sub} ")) || l == sub),
+            "QUEUE HELP does not list {sub}: {text:#?}"
+        );
+    }
+    assert!(text.iter().any(|l| l.contains("NACK")));
+}
