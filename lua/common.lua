@@ -6,18 +6,23 @@
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
 -- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
 -- retry (hash), dead (list), delayed (zset), stats (hash), history (hash),
--- horder (zset); `base` is i. A
+-- horder (zset), owned (zset); `base` is i. A
 -- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
--- jitter (0..1), dead_max (0: no limit).
+-- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
+-- track (1: record which connection holds each lease).
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
 -- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
 -- flight), which is indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
---       started_ms, nacks, expiries, first_delivery_ms[, 'nacked', delay])
+--       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay])
+-- owned: score 0, members owner..'|'..token: the leases a client
+--       connection took on a rule that tracks them (ack = 'next-pop' or
+--       requeue_on_disconnect). An owner is a proxy-wide connection name
+--       without '|'.
 -- ids:  score 0, members: the longer tokens, and for move leases
 --       'd'..sha1(dest.."\0"..payload)..'|'..token.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
@@ -271,10 +276,11 @@ end
 
 -- A message's history as a lease carries it: deliveries so far (this one
 -- included), NACKs and expiries so far, when it was first delivered.
-local function new_lease(k, r, payload, h, dest, dest_end, now)
+-- owner: the connection taking it, on a rule that tracks it, else ''.
+local function new_lease(k, r, payload, h, dest, dest_end, now, owner)
   local id = ack_id(payload, r.field)
   local token = id_key(id)
-  local rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first)
+  local rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
     -- past the highest in flight, so any number of duplicates fit.
@@ -287,34 +293,69 @@ local function new_lease(k, r, payload, h, dest, dest_end, now)
   end
   redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
   if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
+  if owner ~= '' then redis.call('ZADD', k.owned, 0, owner .. '|' .. token) end
 end
 
 -- Reads a lease record: payload, id, deliveries, dest, dest_end, started,
--- nacks, expiries, first delivery, and, for a move lease a NACK ended,
--- why it ends and the delay asked for ('' = the rule's backoff). Records
--- written before the history was kept lack the fields after started.
+-- nacks, expiries, first delivery, owner, and, for a move lease that a
+-- NACK or a closed connection ended, why it ends and the delay ('' = the
+-- rule's backoff). Records written before the history was kept lack the
+-- fields after started.
 local function record(k, token)
   local raw = redis.call('HGET', k.msgs, token)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
 end
 
--- Marks a move lease as ended by a NACK, with the delay asked for: the
--- script that removes its copy from the destination then ends it so.
-local function mark_nacked(k, token, delay_ms)
+-- Marks a move lease as ended (why: 'nacked' | 'disconnected'), with the
+-- delay asked for, and due now: the script that removes its copy from the
+-- destination then ends it so.
+local function mark_ending(k, token, why, delay_ms)
   local f = { record(k, token) }
-  f[7], f[8], f[9] = f[7] or 0, f[8] or 0, f[9] or f[6]
-  f[10], f[11] = 'nacked', delay_ms
-  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 11)))
+  f[7], f[8], f[9], f[10] = f[7] or 0, f[8] or 0, f[9] or f[6], f[10] or ''
+  f[11], f[12] = why, delay_ms
+  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 12)))
   redis.call('ZADD', k.mleases, 0, token)
 end
 
 -- Removes every trace of a lease.
-local function drop(k, token, payload, dest)
+local function drop(k, token, payload, dest, owner)
   redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
   redis.call('HDEL', k.msgs, token)
   if #token > ID_KEY_LEN then redis.call('ZREM', k.ids, token) end
   if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
+  if owner and owner ~= '' then redis.call('ZREM', k.owned, owner .. '|' .. token) end
+end
+
+-- Up to n of the leases owner holds on queue k (n < 0: all), and whether
+-- it holds more.
+local function owned_by(k, owner, n)
+  local members = redis.call('ZRANGEBYLEX', k.owned, '[' .. owner .. '|', '(' .. owner .. '}',
+    'LIMIT', 0, n < 0 and -1 or n + 1)
+  local more = n >= 0 and #members > n
+  if more then members[#members] = nil end
+  local tokens = {}
+  for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 2) end
+  return tokens, more
+end
+
+-- ack = 'next-pop': a connection that pops again has finished the messages
+-- it popped before from this queue. Acknowledges up to n of them (n < 0:
+-- all); returns how many, and whether it holds more.
+local function release_owned(k, owner, n)
+  local tokens, more = owned_by(k, owner, n)
+  local done = 0
+  for _, token in ipairs(tokens) do
+    local payload, _, _, dest = record(k, token)
+    if payload then
+      drop(k, token, payload, dest, owner)
+      done = done + 1
+    else
+      redis.call('ZREM', k.owned, owner .. '|' .. token)
+    end
+  end
+  tally(k, 'acks', done)
+  return done, more
 end
 
 -- Whether a redelivered copy goes in at the right end of the list.
@@ -399,27 +440,29 @@ local function dead_letter(k, r, payload, h, now)
   end
 end
 
--- Ends a lease without an ACK. why: 'expired' | 'nacked'; delay_ms: the
--- wait a NACK asked for, or nil for the rule's backoff. The message goes
+-- Ends a lease without an ACK. why: 'expired' | 'nacked' | 'disconnected';
+-- delay_ms: the wait asked for, or nil for the rule's backoff. The message goes
 -- back to the list, at once or after the wait (and a retry entry keeps its
 -- history), or past max deliveries its raw payload goes to the dead-letter
 -- list. Returns requeued, deadlettered.
 local function expire(k, r, token, why, delay_ms, now)
-  local payload, id, deliveries, dest, _, started, nacks, expiries, first, ending, ending_delay = record(k, token)
+  local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay = record(k, token)
   if not payload then
     redis.call('ZREM', k.leases, token)
     redis.call('ZREM', k.mleases, token)
     return 0, 0
   end
-  drop(k, token, payload, dest)
+  drop(k, token, payload, dest, owner)
   if ending then why, delay_ms = ending, tonumber(ending_delay) end
   nacks, expiries, first = nacks or 0, expiries or 0, first or started
   if why == 'nacked' then
     nacks = nacks + 1
     tally(k, 'nacks', 1)
   else
+    -- A lease that ran out and a connection that closed are both a worker
+    -- that failed (not a rejection); the queue's totals tell them apart.
     expiries = expiries + 1
-    tally(k, 'expiries', 1)
+    tally(k, why == 'expired' and 'expiries' or 'disconnects', 1)
   end
   -- A dead-letter key holding another type cannot take it: the message is
   -- redelivered rather than lost.

@@ -22,7 +22,7 @@ for i = RULE_SIZE + 2, #ARGV do
   local token, _, _, _, dest = first_lease(k, id_key(ARGV[i]))
   if token then
     if dest ~= '' then
-      mark_nacked(k, token, wait)
+      mark_ending(k, token, 'nacked', wait)
       out[#out + 1] = token
       out[#out + 1] = dest or ''
     else

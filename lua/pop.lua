@@ -14,6 +14,11 @@
 -- ARGV[6] at most this many copies cancelled by a late ACK are skipped
 -- ARGV[7] at most this many delayed messages, over all queue sources, are
 --         moved into their lists when due, before popping
+-- ARGV[8] the client connection popping ('' if none): leases on rules that
+--         track it record it
+-- ARGV[9] at most this many earlier leases of that connection, over all
+--         queue sources with ack = 'next-pop', are acknowledged before
+--         popping (0: none, -1: all)
 -- then per source: 'q' followed by its rule (RULE_SIZE values), or 'p'.
 --
 -- Returns (inside reply()) false when no source has anything. Otherwise
@@ -21,11 +26,13 @@
 -- g is the 1-based source popped from (just {0, g} when count is 0 and
 -- source g exists); status 0 means the pop is complete (fewer than count
 -- values: source g has no more), status 1 means the skip bound stopped it
--- early: call again from source g to go on.
+-- early: call again from source g to go on; status 2 (nothing popped)
+-- means the connection's earlier leases were not all acknowledged yet:
+-- call again.
 -- A source holding a non-list, or a destination that is not a list, gives
 -- Redis's WRONGTYPE error and nothing is popped.
--- Work per call: ARGV[5] requeues, ARGV[7] promotions, count pops and
--- ARGV[6] skips, whatever the queue holds; the caller bounds count and the
+-- Work per call: ARGV[5] requeues, ARGV[7] promotions, ARGV[9] releases,
+-- count pops and ARGV[6] skips, whatever the queue holds; the caller bounds count and the
 -- number of sources.
 
 local G = tonumber(ARGV[1])
@@ -35,6 +42,9 @@ local push = ARGV[4]
 local requeue_budget = tonumber(ARGV[5])
 local skip_budget = tonumber(ARGV[6])
 local promote_budget = tonumber(ARGV[7])
+local owner = ARGV[8]
+local releasing = ARGV[9] ~= '0'
+local release_budget = tonumber(ARGV[9])
 local dest = ''
 if push ~= '' then
   dest = KEYS[#KEYS]
@@ -51,8 +61,8 @@ local function exists(key)
   return false
 end
 
--- Sources' ARGV start after the 7 fixed ones above.
-local ki, ai = 1, 8
+-- Sources' ARGV start after the 9 fixed ones above.
+local ki, ai = 1, 10
 for g = 1, G do
   local kind = ARGV[ai]
   ai = ai + 1
@@ -60,6 +70,11 @@ for g = 1, G do
     local k = group(ki)
     local r = rule(ai)
     ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
+    if releasing and owner ~= '' and r.ack == 'next-pop' and count > 0 then
+      local done, more = release_owned(k, owner, release_budget)
+      if release_budget > 0 then release_budget = release_budget - done end
+      if more then return reply({ 2, g }) end
+    end
     local back = requeue_expired(k, r, now, requeue_budget)
     requeue_budget = requeue_budget - back
     promote_budget = promote_budget - promote(k, r, now, promote_budget)
@@ -76,7 +91,7 @@ for g = 1, G do
         local h = popped(k, r, v, now)
         if h then
           if dest ~= '' then redis.call(push_cmd, dest, v) end
-          new_lease(k, r, v, h, dest, push, now)
+          new_lease(k, r, v, h, dest, push, now, r.track == 1 and owner or '')
           out[#out + 1] = v
         else
           skip_budget = skip_budget - 1

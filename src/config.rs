@@ -198,6 +198,17 @@ pub enum End {
     Right,
 }
 
+/// What acknowledges a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AckPolicy {
+    /// `ACK queue id`, or `LREM` of the payload from a move destination.
+    #[default]
+    Explicit,
+    /// Also: the next pop on the same connection from the same queue.
+    NextPop,
+}
+
 /// How long a message whose lease ended without an ACK (expired, or
 /// NACK without DELAY) waits before it is back in the list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -280,6 +291,19 @@ pub struct QueueRule {
     /// past it the oldest are dropped, and counted.
     #[serde(default)]
     pub dead_max: u64,
+    #[serde(default)]
+    pub ack: AckPolicy,
+    /// When a client connection closes, the leases it took end at once
+    /// rather than when they run out.
+    #[serde(default)]
+    pub requeue_on_disconnect: bool,
+}
+
+impl QueueRule {
+    /// Whether each lease records the connection that took it.
+    pub fn tracks_connections(&self) -> bool {
+        self.ack == AckPolicy::NextPop || self.requeue_on_disconnect
+    }
 }
 
 fn default_lease_ms() -> u64 {
@@ -506,14 +530,23 @@ impl Config {
             };
             let _ = writeln!(
                 s,
-                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {} ({retry}), \
-                 consumers pop from the {}, dead letters {} ({})",
+                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, ack {}{}, \
+                 redeliver {} ({retry}), consumers pop from the {}, dead letters {} ({})",
                 q.pattern,
                 q.lease_ms,
                 q.max_deliveries,
                 match &q.ack_id {
                     AckId::Payload => "the whole payload".to_string(),
                     AckId::JsonField(f) => format!("JSON field {f:?}"),
+                },
+                match q.ack {
+                    AckPolicy::Explicit => "explicit",
+                    AckPolicy::NextPop => "next-pop",
+                },
+                if q.requeue_on_disconnect {
+                    ", requeued on disconnect"
+                } else {
+                    ""
                 },
                 match q.redeliver {
                     Redeliver::Next => "next (popped next)",
@@ -611,6 +644,11 @@ mod tests {
         assert_eq!(q.redeliver, Redeliver::Next);
         assert_eq!(q.pop_end, End::Right);
         assert_eq!(q.retry_backoff, Backoff::None);
+        assert_eq!(q.ack, AckPolicy::Explicit);
+        assert!(!q.tracks_connections());
+        let next = Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"next-pop\"\n").unwrap();
+        assert!(next.queues[0].tracks_connections());
+        assert!(Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"never\"\n").is_err());
     }
 
     #[test]

@@ -69,6 +69,10 @@ const QUEUE_COUNTERS: &[(&str, &str)] = &[
         "ackproxy_dead_dropped_total",
         "Oldest dead letters dropped to keep the list within dead_max.",
     ),
+    (
+        "ackproxy_disconnect_requeues_total",
+        "Leases ended at once because the connection holding them closed.",
+    ),
 ];
 
 /// Describes every series and sets it to 0 for each rule.

@@ -79,6 +79,20 @@ max_deliveries = 1
 ack_id = "payload"
 dead_max = 2
 
+[[queue]]
+pattern = "np*"
+lease_ms = 300
+max_deliveries = 100
+ack_id = "payload"
+ack = "next-pop"
+
+[[queue]]
+pattern = "rq*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+requeue_on_disconnect = true
+
 [reaper]
 interval_ms = 20
 "#;
@@ -924,4 +938,155 @@ fn help_lists_every_subcommand() {
         );
     }
     assert!(text.iter().any(|l| l.contains("NACK")));
+}
+
+// ------------------------------------------------ ack policies by connection
+
+#[test]
+fn next_pop_acknowledges_the_previous_message_of_the_connection() {
+    let (redis, proxy) = start();
+    let mut w = proxy.client();
+    let mut other = proxy.client();
+    w.cmd(&["LPUSH", "np1", "a", "b", "c", "d", "e"]);
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("a"));
+    assert_eq!(info_int(&proxy, "np1", "leased"), 1);
+    // Another connection's pop acknowledges nothing of this one's.
+    assert_eq!(other.cmd(&["RPOP", "np1"]), Value::bulk("b"));
+    assert_eq!(info_int(&proxy, "np1", "leased"), 2);
+    // The worker pops again: it has finished a.
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("c"));
+    let i = info(&proxy, "np1");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (2, 1), "{i:?}");
+    let held: Vec<String> = leases(&proxy, "np1")
+        .iter()
+        .map(|l| as_str(&l["payload"]))
+        .collect();
+    assert!(held.contains(&"b".to_string()) && held.contains(&"c".to_string()));
+    // A pop with COUNT: all of them are acknowledged by the next pop, also
+    // one that finds nothing.
+    assert_eq!(
+        w.cmd(&["RPOP", "np1", "5"]),
+        Value::Array(vec![Value::bulk("d"), Value::bulk("e")])
+    );
+    assert_eq!(info_int(&proxy, "np1", "leased"), 3);
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::Nil);
+    assert_eq!(other.cmd(&["RPOP", "np1"]), Value::Nil);
+    let i = info(&proxy, "np1");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 5), "{i:?}");
+    // Explicit ACKs still work; nothing is left.
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{np1}:np1:stats")]);
+}
+
+#[test]
+fn next_pop_through_a_parked_blocking_pop() {
+    let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np2", "a"]);
+    assert_eq!(
+        w.cmd(&["BRPOP", "np2", "0"]),
+        Value::Array(vec![Value::bulk("np2"), Value::bulk("a")])
+    );
+    // Waiting for the next job means a is done, before anything arrives.
+    w.send(&["BRPOP", "np2", "0"]);
+    wait_parked(metrics, 1);
+    let i = info(&proxy, "np2");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 1), "{i:?}");
+    proxy.client().cmd(&["LPUSH", "np2", "b"]);
+    assert_eq!(
+        w.read_value(),
+        Value::Array(vec![Value::bulk("np2"), Value::bulk("b")])
+    );
+    assert_eq!(info_int(&proxy, "np2", "leased"), 1);
+}
+
+#[test]
+fn a_killed_next_pop_worker_gets_its_message_redelivered() {
+    let (_redis, proxy) = start();
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np3", "job"]);
+    assert_eq!(w.cmd(&["RPOP", "np3"]), Value::bulk("job"));
+    // The worker dies mid-job: it never pops again, so nothing acknowledges.
+    drop(w);
+    let mut w2 = proxy.client();
+    assert_eq!(pop_eventually(&mut w2, "np3"), "job");
+    let l = &leases(&proxy, "np3")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+    assert_eq!(info_int(&proxy, "np3", "acks"), 0);
+}
+
+/// What next-pop does to a client that shares one connection among jobs
+/// (a pool): the second job's pop acknowledges the first job's message
+/// while it is still being worked on. If that work then fails, the message
+/// is gone. next-pop is only safe with one worker per connection.
+#[test]
+fn next_pop_with_a_pooled_connection_acknowledges_too_early() {
+    let (_redis, proxy) = start();
+    let mut pooled = proxy.client();
+    pooled.cmd(&["LPUSH", "np4", "job1", "job2"]);
+    // Worker 1 borrows the connection, pops job1, returns the connection.
+    assert_eq!(pooled.cmd(&["RPOP", "np4"]), Value::bulk("job1"));
+    // Worker 2 borrows the same connection for its pop.
+    assert_eq!(pooled.cmd(&["RPOP", "np4"]), Value::bulk("job2"));
+    // job1 counts as done, although worker 1 is still on it.
+    let i = info(&proxy, "np4");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (1, 1));
+    // Worker 1 crashes, worker 2 too: only job2 comes back (lease 300 ms).
+    let mut rescue = proxy.client();
+    assert_eq!(pop_eventually(&mut rescue, "np4"), "job2");
+    assert_eq!(rescue.cmd(&["RPOP", "np4"]), Value::Nil, "job1 is lost");
+    assert_eq!(info_int(&proxy, "np4", "ready"), 0);
+}
+
+#[test]
+fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut on = proxy.client();
+    let mut off = proxy.client();
+    on.cmd(&["LPUSH", "rq1", "a", "b"]);
+    off.cmd(&["LPUSH", "d12", "x"]);
+    assert_eq!(on.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
+    assert_eq!(on.cmd(&["RPOP", "rq1"]), Value::bulk("b"));
+    // An acknowledged one stays acknowledged.
+    assert_eq!(on.cmd(&["ACK", "rq1", "b"]), Value::Int(1));
+    assert_eq!(off.cmd(&["RPOP", "d12"]), Value::bulk("x"));
+    // A move lease: its copy in the destination goes too.
+    on.cmd(&["LPUSH", "rq2", "m"]);
+    assert_eq!(
+        on.cmd(&["BRPOPLPUSH", "rq2", "rq2:doing", "0"]),
+        Value::bulk("m")
+    );
+    drop(off);
+    drop(on);
+    eventually("both connections closed", || {
+        (metric(metrics, "ackproxy_connections") <= 0.0).then_some(())
+    });
+    // Lease 10 minutes, yet a is back now; so is m, without its copy.
+    eventually("a back in rq1", || {
+        (info_int(&proxy, "rq1", "ready") == 1).then_some(())
+    });
+    eventually("m back in rq2", || {
+        (info_int(&proxy, "rq2", "ready") == 1).then_some(())
+    });
+    let mut direct = redis.client();
+    assert_eq!(direct.cmd(&["LLEN", "rq2:doing"]), Value::Int(0));
+    let i = info(&proxy, "rq1");
+    let got: Vec<i64> = ["leased", "disconnects", "expiries", "acks"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![0, 1, 0, 1], "{i:?}");
+    assert_eq!(
+        metric(metrics, "ackproxy_disconnect_requeues_total{rule=\"rq*\"}"),
+        2.0
+    );
+    // Without the option the lease stays until it runs out.
+    let i = info(&proxy, "d12");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["ready"])), (1, 0), "{i:?}");
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
+    let l = &leases(&proxy, "rq1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
 }

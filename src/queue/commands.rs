@@ -49,12 +49,12 @@ fn wrong_arity(cmd: &str) -> Intercept {
     )))
 }
 
-fn not_a_queue(key: &[u8]) -> Intercept {
+fn not_a_queue(key: &[u8]) -> Bytes {
     let name: String = String::from_utf8_lossy(key)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    Intercept::Reply(reply::error(&format!("no queue rule matches key '{name}'")))
+    reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
 fn rewrite<F>(call: Call, full: bool, build: F) -> Intercept
@@ -73,7 +73,8 @@ fn int_reply(v: i64) -> Bytes {
     out.freeze()
 }
 
-fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Intercept> {
+/// The queue `key` names; else the error reply for it.
+fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
     let key = key.unwrap_or_default();
     rules.resolve(key).ok_or_else(|| not_a_queue(key))
 }
@@ -117,7 +118,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     }
     let q = match resolve(rules, args.get(1)) {
         Ok(q) => q,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let ids = ids_of(args, 2);
     if ids.len() <= IDS_PER_CALL || one_call {
@@ -183,7 +184,7 @@ pub fn nack(
     }
     let q = match resolve(rules, args.get(1)) {
         Ok(q) => q,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let (end, delay) = match trailing_ms(args, 2, &["DELAY"]) {
         Ok(t) => t,
@@ -269,7 +270,7 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
     }
     let q = match resolve(rules, args.get(2)) {
         Ok(q) => q,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     match sub.as_str() {
         "EXTEND" => extend(args, q, registry, how.full),
@@ -291,18 +292,17 @@ pub struct Shape {
     pub full: bool,
 }
 
-fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, Intercept> {
+/// An optional trailing `COUNT n`; else the error reply for it.
+fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, Bytes> {
     if args.len() == at {
         return Ok(default);
     }
     if args.len() != at + 2 || !args.is(at, "COUNT") {
-        return Err(Intercept::Reply(reply::error("syntax error")));
+        return Err(reply::error("syntax error"));
     }
     match args.get(at + 1).and_then(parse_i64) {
         Some(c) if c > 0 => Ok(c.min(max)),
-        _ => Err(Intercept::Reply(reply::error(
-            "value is out of range, must be positive",
-        ))),
+        _ => Err(reply::error("value is out of range, must be positive")),
     }
 }
 
@@ -393,7 +393,7 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
 fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
     let count = match count_arg(args, 3, 10, 1000) {
         Ok(c) => c,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
     rewrite(call, how.full, move |v| {
@@ -542,7 +542,7 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
 fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
     let count = match count_arg(args, 3, 10, 1000) {
         Ok(c) => c,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&scripts::DEAD).queue(&q).arg(count.to_string());
     rewrite(call, how.full, move |v| {
@@ -595,7 +595,7 @@ fn redrive_call(q: &Queue, n: i64) -> Call {
 fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
     let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
         Ok(c) => c,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
     if how.one_call || count <= REDRIVE_PER_CALL {

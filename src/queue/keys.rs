@@ -21,6 +21,7 @@
 //! | dead letter | list | raw payloads past max deliveries |
 //! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason) |
 //! | `…:horder` | zset | the same fields → when dead-lettered, to keep at most [`DEAD_HISTORY`] |
+//! | `…:owned` | zset | `connection|token` of leases on rules that track connections |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
 //! (`{jobs}:dead`), `Q:dead` for one with a tag (`{user1}jobs:dead`), and
@@ -43,7 +44,7 @@ pub enum Role {
 /// a queue, in the order a script receives them as a group of consecutive
 /// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
 /// `scripts.rs`). Adding a key is one line here.
-pub const GROUP: [(&str, Role); 11] = [
+pub const GROUP: [(&str, Role); 12] = [
     ("q", Role::Queue),
     ("leases", Role::Aux("leases")),
     ("mleases", Role::Aux("mleases")),
@@ -55,6 +56,7 @@ pub const GROUP: [(&str, Role); 11] = [
     ("stats", Role::Aux("stats")),
     ("history", Role::Aux("history")),
     ("horder", Role::Aux("horder")),
+    ("owned", Role::Aux("owned")),
 ];
 
 /// Keys a script takes per queue.

@@ -39,6 +39,7 @@ script!(PUSH, "push");
 script!(DEAD, "dead");
 script!(REDRIVE, "redrive");
 script!(PURGE, "purge");
+script!(DISOWN, "disown");
 
 pub const ALL: &[&Script] = &[
     &POP,
@@ -54,6 +55,7 @@ pub const ALL: &[&Script] = &[
     &DEAD,
     &REDRIVE,
     &PURGE,
+    &DISOWN,
 ];
 
 /// `SCRIPT LOAD` of every script, as one write, for the upstream

@@ -23,6 +23,7 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("promoted", "ackproxy_delayed_promoted_total"),
     ("redriven", "ackproxy_redriven_total"),
     ("dead_dropped", "ackproxy_dead_dropped_total"),
+    ("disconnects", "ackproxy_disconnect_requeues_total"),
 ];
 
 /// The queues of one script call: where each one's key group starts in

@@ -164,6 +164,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
     });
     let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
     let mut session = Session {
+        conn: crate::queue::owners::next_conn(),
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
         rd,
@@ -188,10 +189,19 @@ pub async fn run(stream: TcpStream, ctx: Arc<Context>) {
     }
     session.out.finish();
     let _ = writer.await;
+    if let Some(queues) = &session.ctx.queues {
+        queues.closed(
+            session.conn,
+            *session.ctx.shutdown.borrow(),
+            &session.shared,
+        );
+    }
     metrics::gauge!("ackproxy_connections").decrement(1.0);
 }
 
 struct Session {
+    /// Names the connection for queue rules that track leases by connection.
+    conn: u64,
     ctx: Arc<Context>,
     rd: OwnedReadHalf,
     buf: BytesMut,
@@ -382,6 +392,7 @@ impl Session {
                         in_multi,
                         full: in_multi,
                         split: !paused,
+                        conn: self.conn,
                     };
                     let intercept = queues.intercept(kind, args, how);
                     match intercept {
