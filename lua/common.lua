@@ -11,7 +11,8 @@
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
 -- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
--- track (1: record which connection holds each lease).
+-- track (1: record which connection holds each lease), shadow (1: nothing
+-- is redelivered, only counted).
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
@@ -463,6 +464,11 @@ local function expire(k, r, token, why, delay_ms, now)
     -- that failed (not a rejection); the queue's totals tell them apart.
     expiries = expiries + 1
     tally(k, why == 'expired' and 'expiries' or 'disconnects', 1)
+  end
+  if r.shadow == 1 then
+    -- Shadow mode: the worker kept the message, as without the proxy.
+    tally(k, 'would_redeliver', 1)
+    return 0, 0
   end
   -- A dead-letter key holding another type cannot take it: the message is
   -- redelivered rather than lost.

@@ -297,6 +297,11 @@ pub struct QueueRule {
     /// rather than when they run out.
     #[serde(default)]
     pub requeue_on_disconnect: bool,
+    /// Leases are recorded and reported, but a message whose lease ends
+    /// without an ACK is not redelivered (only counted): what the workers
+    /// would lose without enforcement.
+    #[serde(default)]
+    pub shadow: bool,
 }
 
 impl QueueRule {
@@ -543,10 +548,10 @@ impl Config {
                     AckPolicy::Explicit => "explicit",
                     AckPolicy::NextPop => "next-pop",
                 },
-                if q.requeue_on_disconnect {
-                    ", requeued on disconnect"
-                } else {
-                    ""
+                match (q.requeue_on_disconnect, q.shadow) {
+                    (_, true) => ", shadow mode (nothing redelivered)",
+                    (true, false) => ", requeued on disconnect",
+                    (false, false) => "",
                 },
                 match q.redeliver {
                     Redeliver::Next => "next (popped next)",

@@ -73,6 +73,10 @@ const QUEUE_COUNTERS: &[(&str, &str)] = &[
         "ackproxy_disconnect_requeues_total",
         "Leases ended at once because the connection holding them closed.",
     ),
+    (
+        "ackproxy_shadow_would_redeliver_total",
+        "Shadow mode: leases that ended without an ACK, whose message would have been redelivered.",
+    ),
 ];
 
 /// Describes every series and sets it to 0 for each rule.

@@ -93,6 +93,13 @@ max_deliveries = 100
 ack_id = "payload"
 requeue_on_disconnect = true
 
+[[queue]]
+pattern = "sh*"
+lease_ms = 100
+max_deliveries = 1
+ack_id = "payload"
+shadow = true
+
 [reaper]
 interval_ms = 20
 "#;
@@ -1089,4 +1096,55 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
     assert_eq!(c.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
     let l = &leases(&proxy, "rq1")[0];
     assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+}
+
+// ------------------------------------------------------------ shadow mode
+
+#[test]
+fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "sh1", "done", "rejected", "lost"]);
+    // Acknowledged in time: as with enforcement.
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("done"));
+    assert_eq!(c.cmd(&["ACK", "sh1", "done"]), Value::Int(1));
+    // A NACK and an expiry (lease 100 ms): recorded, reported, not returned.
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("rejected"));
+    assert_eq!(c.cmd(&["NACK", "sh1", "rejected"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("lost"));
+    let l = leases(&proxy, "sh1");
+    assert_eq!(l.len(), 1);
+    assert_eq!(as_str(&l[0]["payload"]), "lost");
+    eventually("the expiry", || {
+        (info_int(&proxy, "sh1", "expiries") == 1).then_some(())
+    });
+    let i = info(&proxy, "sh1");
+    let got: Vec<i64> = [
+        "ready",
+        "leased",
+        "delayed",
+        "dead",
+        "would-redeliver",
+        "redeliveries",
+        "nacks",
+        "acks",
+        "shadow",
+    ]
+    .iter()
+    .map(|f| as_int(&i[*f]))
+    .collect();
+    assert_eq!(got, vec![0, 0, 0, 0, 2, 0, 1, 1, 1], "{i:?}");
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::Nil);
+    assert_eq!(
+        metric(
+            metrics,
+            "ackproxy_shadow_would_redeliver_total{rule=\"sh*\"}"
+        ),
+        2.0
+    );
+    // max_deliveries is 1: with enforcement both would be dead letters.
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{sh1}:sh1:stats")]);
 }

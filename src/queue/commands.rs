@@ -14,7 +14,7 @@ use super::tally;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
-use crate::config::Backoff;
+use crate::config::{AckPolicy, Backoff};
 use crate::resp::reply;
 
 pub const HELP: &[&str] = &[
@@ -382,6 +382,18 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
                     Backoff::Exp => b"exp",
                 })),
             ),
+            (
+                "ack".into(),
+                Field::Str(Bytes::from_static(match rule.ack {
+                    AckPolicy::Explicit => b"explicit",
+                    AckPolicy::NextPop => b"next-pop",
+                })),
+            ),
+            (
+                "requeue-on-disconnect".into(),
+                Field::Int(rule.requeue_on_disconnect as i64),
+            ),
+            ("shadow".into(), Field::Int(rule.shadow as i64)),
         ]);
         let mut out = BytesMut::new();
         map_reply(&mut out, &fields, how.protocol);

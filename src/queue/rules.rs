@@ -23,7 +23,7 @@ pub enum LuaType {
 /// it (`rule(i).<name>`) and how it is encoded. Adding a rule argument is
 /// one line here.
 #[allow(clippy::type_complexity)]
-pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 12] = [
+pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 13] = [
     ("lease", LuaType::Number, |r| {
         Bytes::from(r.lease_ms.to_string())
     }),
@@ -75,6 +75,9 @@ pub const RULE: [(&str, LuaType, fn(&QueueRule) -> Bytes); 12] = [
     }),
     ("track", LuaType::Number, |r| {
         Bytes::from_static(if r.tracks_connections() { b"1" } else { b"0" })
+    }),
+    ("shadow", LuaType::Number, |r| {
+        Bytes::from_static(if r.shadow { b"1" } else { b"0" })
     }),
 ];
 
