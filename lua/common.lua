@@ -105,6 +105,31 @@ end
 -- Values pushed per command, well below Lua's unpack limit.
 local PUSH_CHUNK = 100
 
+-- Puts payloads (at most PUSH_CHUNK) in the delayed set, all due at `due`,
+-- in order: one counter increment and one ZADD for all of them.
+local function delay_all(k, payloads, due, flag)
+  if #payloads == 0 then return end
+  local last = redis.call('HINCRBY', k.stats, '#seq', #payloads)
+  TOUCHED[k.stats] = true
+  local members = {}
+  for i, p in ipairs(payloads) do
+    members[i] = string.format('%0' .. SEQ_DIGITS .. '.0f', (last - #payloads + i) % 1e15) .. flag .. p
+  end
+  -- A member still waiting under the same number (the counter restarted)
+  -- is not overwritten: that payload goes in on its own with a fresh one.
+  local taken = redis.call('ZMSCORE', k.delayed, unpack(members))
+  local args = {}
+  for i, m in ipairs(members) do
+    if taken[i] then
+      delay(k, payloads[i], due, flag)
+    else
+      args[#args + 1] = due
+      args[#args + 1] = m
+    end
+  end
+  if #args > 0 then redis.call('ZADD', k.delayed, unpack(args)) end
+end
+
 -- Pushes vals (any number) where producers push, so that vals[1] is popped
 -- first, as LPUSH of them in order would.
 local function push_all_new(k, r, vals)

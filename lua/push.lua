@@ -34,5 +34,13 @@ if due <= now then
   push_new(k, r, chunk)
   return reply({ #ARGV - first + 1, -1 })
 end
-for i = first, #ARGV do delay(k, ARGV[i], due, 'p') end
+local chunk = {}
+for i = first, #ARGV do
+  chunk[#chunk + 1] = ARGV[i]
+  if #chunk == PUSH_CHUNK then
+    delay_all(k, chunk, due, 'p')
+    chunk = {}
+  end
+end
+delay_all(k, chunk, due, 'p')
 return reply({ #ARGV - first + 1, due - now })

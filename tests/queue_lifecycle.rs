@@ -1148,3 +1148,18 @@ fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
     };
     assert_eq!(left, vec![Value::bulk("ackq:{sh1}:sh1:stats")]);
 }
+
+#[test]
+fn delayed_copies_survive_a_restarted_sequence() {
+    // The totals hash holds the delayed set's sequence counter; when it
+    // expires the counter restarts, and a new member may meet one still
+    // waiting. Neither may be lost.
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "b", "DELAY", "100000"]);
+    direct.cmd(&["DEL", "ackq:{d13}:d13:stats"]);
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "b", "c", "DELAY", "100000"]);
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "DELAY", "100000"]);
+    assert_eq!(info_int(&proxy, "d13", "delayed"), 6);
+}
