@@ -235,10 +235,13 @@ async fn worker(
         let r = c.call(&pop_req).await;
         let (ack_req, want_ack) = match (mode, r) {
             (Mode::Proxy, R::Bulk(p)) => (cmd(&[b"ACK", queue.as_bytes(), &p]), 1),
-            // {status, source, value}: see lua/pop.lua.
-            (Mode::Scripts, R::Arr(items)) if items.len() >= 3 => match &items[2] {
-                R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
-                other => panic!("POP script value {other:?}"),
+            // {events, {status, source, value}}: see lua/pop.lua.
+            (Mode::Scripts, R::Arr(reply)) => match reply.get(1) {
+                Some(R::Arr(items)) if items.len() >= 3 => match &items[2] {
+                    R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
+                    other => panic!("POP script value {other:?}"),
+                },
+                _ => panic!("{}: queue ran dry; pre-fill more", mode.label()),
             },
             (Mode::Streams, R::Arr(streams)) => {
                 let R::Arr(s) = &streams[0] else {
@@ -261,7 +264,9 @@ async fn worker(
         };
         match c.call(&ack_req).await {
             R::Int(n) if n == want_ack => {}
-            R::Arr(items) if matches!(items.first(), Some(R::Int(1))) => {}
+            // The ACK script: {events, {released, late}}.
+            R::Arr(reply) if matches!(reply.get(1), Some(R::Arr(r)) if matches!(r.first(), Some(R::Int(1)))) =>
+                {}
             other => panic!("{}: ack reply {other:?}", mode.label()),
         }
         count.fetch_add(1, Ordering::Relaxed);

@@ -10,13 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::Command;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
-use ackproxy::upstream::encode_command;
-use common::{start_proxy, start_redis};
+use common::{append_results, slowest_script, start_proxy, start_redis, Conn};
 
 const CONFIG: &str = r#"
 [[queue]]
@@ -39,91 +36,6 @@ fn rss_kb(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// A blocking client that skips over replies, keeping only what is asked.
-struct Conn(BufReader<TcpStream>);
-
-impl Conn {
-    fn connect(port: u16) -> Conn {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_nodelay(true).unwrap();
-        Conn(BufReader::with_capacity(1 << 20, s))
-    }
-
-    fn send(&mut self, args: &[&[u8]]) {
-        self.0.get_mut().write_all(&encode_command(args)).unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l.trim_end().to_string()
-    }
-
-    /// Reads one reply; returns its first line, and the integers it holds
-    /// (for SLOWLOG: each entry's duration), and its element count.
-    fn read(&mut self, ints: &mut Vec<i64>) -> (String, usize) {
-        let l = self.line();
-        let mut count = 0;
-        match l.as_bytes().first() {
-            Some(b'$') => {
-                let n: i64 = l[1..].parse().unwrap();
-                if n >= 0 {
-                    let mut b = vec![0u8; n as usize + 2];
-                    self.0.read_exact(&mut b).unwrap();
-                }
-            }
-            Some(b'*') => {
-                let n: i64 = l[1..].parse().unwrap();
-                for _ in 0..n.max(0) {
-                    self.read(ints);
-                    count += 1;
-                }
-            }
-            Some(b':') => ints.push(l[1..].parse().unwrap()),
-            _ => {}
-        }
-        (l, count)
-    }
-
-    fn cmd(&mut self, args: &[&[u8]]) -> (String, usize) {
-        self.send(args);
-        self.read(&mut Vec::new())
-    }
-}
-
-/// The slowest EVAL/EVALSHA in the slow log, µs, and how many were logged.
-fn slowest_script(direct: &mut Conn) -> (i64, usize) {
-    direct.send(&[b"SLOWLOG", b"GET", b"1000000"]);
-    let l = direct.line();
-    let n: usize = l[1..].parse().unwrap();
-    let (mut max, mut count) = (0, 0);
-    for _ in 0..n {
-        // id, time, duration, args, client addr, client name
-        let _entry = direct.line();
-        let mut ints = Vec::new();
-        direct.read(&mut ints);
-        direct.read(&mut ints);
-        let mut dur = Vec::new();
-        direct.read(&mut dur);
-        let args_head = direct.line();
-        let nargs: usize = args_head[1..].parse().unwrap();
-        let name_len = direct.line();
-        let mut name = vec![0u8; name_len[1..].parse::<usize>().unwrap() + 2];
-        direct.0.read_exact(&mut name).unwrap();
-        for _ in 1..nargs {
-            direct.read(&mut Vec::new());
-        }
-        direct.read(&mut Vec::new());
-        direct.read(&mut Vec::new());
-        if name.to_ascii_uppercase().starts_with(b"EVAL") {
-            count += 1;
-            max = max.max(dur[0]);
-        }
-    }
-    direct.cmd(&[b"SLOWLOG", b"RESET"]);
-    (max, count)
 }
 
 fn payload(i: usize) -> Vec<u8> {
@@ -299,23 +211,11 @@ fn main() {
         "\nIdle afterwards (5,000 queue keys used, nothing leased): {idle_rate:.1} EVALSHA/s.\n"
     ));
     println!("{out}");
-    let results = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md");
-    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(results) {
-        let when = Command::new("date")
-            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        let _ = write!(
-            f,
-            "\n### Queue stress, {when}\n\nCommand: `cargo bench --bench queue_stress` \
-             (1 KB payloads; SLOWLOG threshold 1 ms; load average before: {}).\n\n{out}",
-            load.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-    }
+    append_results(
+        "Queue stress",
+        "cargo bench --bench queue_stress",
+        "1 KB payloads; SLOWLOG threshold 1 ms",
+        &out,
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,9 +16,9 @@ local budget = tonumber(ARGV[RULE_SIZE + 1])
 local released, late = 0, 0
 for i = RULE_SIZE + 2, #ARGV do
   local ik = id_key(ARGV[i])
-  local token, payload, _, _, dest = first_lease(k, ik)
+  local token, payload, _, _, dest, _, _, _, _, owner = first_lease(k, ik)
   if token then
-    drop(k, token, payload, dest)
+    drop(k, token, payload, dest, owner)
     released = released + 1
   else
     local n, looked = late_ack(k, r, ik, budget)
@@ -26,4 +26,6 @@ for i = RULE_SIZE + 2, #ARGV do
     budget = budget - looked
   end
 end
-return { released, late }
+tally(k, 'acks', released)
+tally(k, 'late_acks', late)
+return reply({ released, late })

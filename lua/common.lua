@@ -1,24 +1,48 @@
 -- common.lua: functions shared by every ackproxy script. It follows the
--- generated calling-convention prelude (group(i), rule(i), GROUP_SIZE,
--- RULE_SIZE: see src/queue/scripts.rs) and precedes each script's own text,
--- so each script stays one atomic EVAL.
+-- generated prelude (group(i), rule(i), GROUP_SIZE, RULE_SIZE, EVENT,
+-- STATS_TTL_MS: see src/queue/scripts.rs) and precedes each script's own
+-- text, so each script stays one atomic EVAL.
 --
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
 -- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
--- retry (hash), dead (list). A queue's rule arrives as RULE_SIZE consecutive
--- ARGV, read with rule(i): lease, max, field ('' = whole payload),
--- redeliver ('next' | 'last'), pop_end ('L' | 'R').
+-- retry (hash), dead (list), delayed (zset), stats (hash), history (hash),
+-- horder (zset), owned (zset); `base` is i. A
+-- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
+-- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
+-- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
+-- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
+-- track (1: record which connection holds each lease), shadow (1: nothing
+-- is redelivered, only counted).
 --
 -- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
 -- index. A second message with the same id in flight gets the token
 -- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
 -- flight), which is indexed in ids.
--- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end, started_ms)
+-- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
+--       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay])
+-- owned: score 0, members owner..'|'..token: the leases a client
+--       connection took on a rule that tracks them (ack = 'next-pop' or
+--       requeue_on_disconnect). An owner is a proxy-wide connection name
+--       without '|'.
 -- ids:  score 0, members: the longer tokens, and for move leases
 --       'd'..sha1(dest.."\0"..payload)..'|'..token.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
---        copies cancelled by a late ACK, the last payload requeued);
+--        copies cancelled by a late ACK, the last payload requeued, nacks,
+--        expiries, first delivery, delayed member of a copy waiting for its
+--        backoff or false);
 --        '#cancelled' -> cancelled copies still in the list, all ids together.
+-- delayed: score = when due (ms), member = a 15-digit sequence number, a
+--        flag ('p': enters where producers push, 'n': where consumers pop),
+--        then the payload, so any number of identical payloads can wait.
+-- stats: event name -> total (see src/queue/tally.rs); '#seq' -> the last
+--        sequence number of delayed.
+-- history: 'h'..sha1(payload) -> cmsgpack(copies of payload in the dead
+--        letter list, ack id, deliveries, nacks, expiries, first and last
+--        delivery (ms), last reason, when dead-lettered (ms));
+-- horder: the same fields -> when dead-lettered, to keep DEAD_HISTORY.
+--
+-- Every script returns reply(result): {events, result}, where events lists
+-- what it tallied (see tally below) for the proxy's counters.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -27,6 +51,135 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
+
+-- What this call did, as flat (group base, event number, amount) triples,
+-- and the stats hashes it changed.
+local TALLIED = {}
+local TOUCHED = {}
+
+-- Counts n of event `name` for queue k: in its stats hash at once (so an
+-- error later in the script does not lose it) and in the reply.
+local function tally(k, name, n)
+  if not n or n == 0 then return end
+  local e = EVENT[name] or error('ackproxy: unknown event ' .. name)
+  redis.call('HINCRBY', k.stats, name, n)
+  TOUCHED[k.stats] = true
+  TALLIED[#TALLIED + 1] = k.base
+  TALLIED[#TALLIED + 1] = e
+  TALLIED[#TALLIED + 1] = n
+end
+
+-- The reply of every script. A stats hash lives STATS_TTL_MS past its last
+-- change. A nil result would end the reply array: false stands for nothing.
+local function reply(result)
+  for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  if result == nil then result = false end
+  return { TALLIED, result }
+end
+
+local function is_list_or_none(key)
+  local t = redis.call('TYPE', key)['ok']
+  return t == 'list' or t == 'none'
+end
+
+-- Pushes vals (at most a few hundred) where producers push, so that
+-- vals[1] is popped first, as a plain LPUSH of them in order would.
+local function push_new(k, r, vals)
+  if #vals > 0 then redis.call(r.pop_end == 'R' and 'LPUSH' or 'RPUSH', k.q, unpack(vals)) end
+end
+
+-- Puts payload in the delayed set, due at `due` (ms). flag 'p': it will
+-- enter the list where producers push. Returns its member.
+local SEQ_DIGITS = 15
+local function delay(k, payload, due, flag)
+  while true do
+    -- The counter restarts if the stats hash expired: NX keeps a member
+    -- still waiting from being overwritten, and the next number is tried.
+    local seq = redis.call('HINCRBY', k.stats, '#seq', 1)
+    TOUCHED[k.stats] = true
+    local m = string.format('%0' .. SEQ_DIGITS .. '.0f', seq % 1e15) .. flag .. payload
+    if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then return m end
+  end
+end
+
+-- Values pushed per command, well below Lua's unpack limit.
+local PUSH_CHUNK = 100
+
+-- Puts payloads (at most PUSH_CHUNK) in the delayed set, all due at `due`,
+-- in order: one counter increment and one ZADD for all of them.
+local function delay_all(k, payloads, due, flag)
+  if #payloads == 0 then return end
+  local last = redis.call('HINCRBY', k.stats, '#seq', #payloads)
+  TOUCHED[k.stats] = true
+  local members = {}
+  for i, p in ipairs(payloads) do
+    members[i] = string.format('%0' .. SEQ_DIGITS .. '.0f', (last - #payloads + i) % 1e15) .. flag .. p
+  end
+  -- A member still waiting under the same number (the counter restarted)
+  -- is not overwritten: that payload goes in on its own with a fresh one.
+  local taken = redis.call('ZMSCORE', k.delayed, unpack(members))
+  local args = {}
+  for i, m in ipairs(members) do
+    if taken[i] then
+      delay(k, payloads[i], due, flag)
+    else
+      args[#args + 1] = due
+      args[#args + 1] = m
+    end
+  end
+  if #args > 0 then redis.call('ZADD', k.delayed, unpack(args)) end
+end
+
+-- Pushes vals (any number) where producers push, so that vals[1] is popped
+-- first, as LPUSH of them in order would.
+local function push_all_new(k, r, vals)
+  local chunk = {}
+  for _, v in ipairs(vals) do
+    chunk[#chunk + 1] = v
+    if #chunk == PUSH_CHUNK then
+      push_new(k, r, chunk)
+      chunk = {}
+    end
+  end
+  push_new(k, r, chunk)
+end
+
+-- Pushes vals (any number) at the end consumers pop from, so that vals[1]
+-- is popped first: the last one is pushed first.
+local function push_all_next(k, r, vals)
+  local cmd = r.pop_end == 'R' and 'RPUSH' or 'LPUSH'
+  local i = #vals
+  while i >= 1 do
+    local chunk = {}
+    for j = i, math.max(1, i - PUSH_CHUNK + 1), -1 do chunk[#chunk + 1] = vals[j] end
+    redis.call(cmd, k.q, unpack(chunk))
+    i = i - PUSH_CHUNK
+  end
+end
+
+-- Moves up to n messages due by `now` from the delayed set into the list,
+-- the earliest due first, so that they are popped in the order they fell
+-- due: new messages ('p') where producers push, redeliveries of a
+-- redeliver = 'next' rule ('n') where consumers pop. Nothing moves while
+-- the list key holds another type (the pop then reports WRONGTYPE).
+-- Returns how many moved.
+local function promote(k, r, now, n)
+  if n < 1 then return 0 end
+  local due = redis.call('ZRANGEBYSCORE', k.delayed, '-inf', now, 'LIMIT', 0, n)
+  if #due == 0 or not is_list_or_none(k.q) then return 0 end
+  local new, next = {}, {}
+  for _, m in ipairs(due) do
+    local into = string.byte(m, SEQ_DIGITS + 1) == 110 and next or new
+    into[#into + 1] = string.sub(m, SEQ_DIGITS + 2)
+  end
+  push_all_new(k, r, new)
+  push_all_next(k, r, next)
+  -- Everything due has a lower score than anything not due: the ones just
+  -- read are the lowest ranks.
+  redis.call('ZREMRANGEBYRANK', k.delayed, 0, #due - 1)
+  tally(k, 'promoted', #due)
+  return #due
+end
 
 -- JSON scanning, for the text of a number exactly as written: cjson turns
 -- 1234567890123456789 into a double, and two ids 1 apart would collide.
@@ -147,10 +300,13 @@ local function tokens_in_dest(k, dest, payload, n)
   return out
 end
 
-local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
+-- A message's history as a lease carries it: deliveries so far (this one
+-- included), NACKs and expiries so far, when it was first delivered.
+-- owner: the connection taking it, on a rule that tracks it, else ''.
+local function new_lease(k, r, payload, h, dest, dest_end, now, owner)
   local id = ack_id(payload, r.field)
   local token = id_key(id)
-  local rec = cmsgpack.pack(payload, id, deliveries, dest, dest_end, now)
+  local rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
     -- past the highest in flight, so any number of duplicates fit.
@@ -163,21 +319,69 @@ local function new_lease(k, r, payload, deliveries, dest, dest_end, now)
   end
   redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
   if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
+  if owner ~= '' then redis.call('ZADD', k.owned, 0, owner .. '|' .. token) end
 end
 
--- Reads a lease record: payload, id, deliveries, dest, dest_end, started.
+-- Reads a lease record: payload, id, deliveries, dest, dest_end, started,
+-- nacks, expiries, first delivery, owner, and, for a move lease that a
+-- NACK or a closed connection ended, why it ends and the delay ('' = the
+-- rule's backoff). Records written before the history was kept lack the
+-- fields after started.
 local function record(k, token)
   local raw = redis.call('HGET', k.msgs, token)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
 end
 
+-- Marks a move lease as ended (why: 'nacked' | 'disconnected'), with the
+-- delay asked for, and due now: the script that removes its copy from the
+-- destination then ends it so.
+local function mark_ending(k, token, why, delay_ms)
+  local f = { record(k, token) }
+  f[7], f[8], f[9], f[10] = f[7] or 0, f[8] or 0, f[9] or f[6], f[10] or ''
+  f[11], f[12] = why, delay_ms
+  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 12)))
+  redis.call('ZADD', k.mleases, 0, token)
+end
+
 -- Removes every trace of a lease.
-local function drop(k, token, payload, dest)
+local function drop(k, token, payload, dest, owner)
   redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
   redis.call('HDEL', k.msgs, token)
   if #token > ID_KEY_LEN then redis.call('ZREM', k.ids, token) end
   if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
+  if owner and owner ~= '' then redis.call('ZREM', k.owned, owner .. '|' .. token) end
+end
+
+-- Up to n of the leases owner holds on queue k (n < 0: all), and whether
+-- it holds more.
+local function owned_by(k, owner, n)
+  local members = redis.call('ZRANGEBYLEX', k.owned, '[' .. owner .. '|', '(' .. owner .. '}',
+    'LIMIT', 0, n < 0 and -1 or n + 1)
+  local more = n >= 0 and #members > n
+  if more then members[#members] = nil end
+  local tokens = {}
+  for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 2) end
+  return tokens, more
+end
+
+-- ack = 'next-pop': a connection that pops again has finished the messages
+-- it popped before from this queue. Acknowledges up to n of them (n < 0:
+-- all); returns how many, and whether it holds more.
+local function release_owned(k, owner, n)
+  local tokens, more = owned_by(k, owner, n)
+  local done = 0
+  for _, token in ipairs(tokens) do
+    local payload, _, _, dest = record(k, token)
+    if payload then
+      drop(k, token, payload, dest, owner)
+      done = done + 1
+    else
+      redis.call('ZREM', k.owned, owner .. '|' .. token)
+    end
+  end
+  tally(k, 'acks', done)
+  return done, more
 end
 
 -- Whether a redelivered copy goes in at the right end of the list.
@@ -185,28 +389,131 @@ local function requeue_right(r)
   return (r.pop_end == 'R') == (r.redeliver == 'next')
 end
 
--- Ends a lease without an ACK: the message goes back to the list (and a
--- retry entry keeps its delivery count), or past max deliveries its raw
--- payload goes to the dead-letter list. Returns requeued, deadlettered.
-local function expire(k, r, token)
-  local payload, id, deliveries, dest = record(k, token)
+-- How long a message waits before its next delivery, after `deliveries`
+-- that ended without an ACK: the rule's backoff, capped, less up to the
+-- jitter fraction at random.
+local function backoff(r, deliveries)
+  if r.backoff == 'none' then return 0 end
+  local d = r.base
+  if r.backoff == 'exp' then d = r.base * 2 ^ (deliveries - 1) end
+  d = math.min(d, r.cap)
+  if r.jitter > 0 then d = d - d * r.jitter * math.random() end
+  return math.floor(d)
+end
+
+-- The retry entry of an id: copies back in the list (or waiting to be),
+-- the highest delivery count, copies a late ACK cancelled, the last payload
+-- requeued, NACKs, expiries, first delivery, and the delayed-set member of
+-- the last copy that waits for a backoff (false if none).
+local function retry_entry(k, rk)
+  local raw = redis.call('HGET', k.retry, rk)
+  if not raw then return 0, 0, 0, false, 0, 0, false, false end
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = cmsgpack.unpack(raw)
+  return pending, seen, cancelled, last, nacks or 0, expiries or 0, first or false, waiting or false
+end
+
+local function set_retry(k, rk, pending, seen, cancelled, last, nacks, expiries, first, waiting)
+  if pending <= 0 then
+    redis.call('HDEL', k.retry, rk)
+  else
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last, nacks, expiries, first, waiting))
+  end
+end
+
+local function history_key(payload) return 'h' .. redis.sha1hex(payload) end
+
+-- One copy of payload left the dead-letter list: its history goes with the
+-- last copy.
+local function forget_dead(k, payload)
+  local hk = history_key(payload)
+  local raw = redis.call('HGET', k.history, hk)
+  if not raw then return end
+  local f = { cmsgpack.unpack(raw) }
+  if f[1] <= 1 then
+    redis.call('HDEL', k.history, hk)
+    redis.call('ZREM', k.horder, hk)
+  else
+    f[1] = f[1] - 1
+    redis.call('HSET', k.history, hk, cmsgpack.pack(unpack(f, 1, 9)))
+  end
+end
+
+-- Dead letters dropped per call to bring the list back under dead_max (one
+-- per new dead letter is always enough; a lowered limit catches up over
+-- the next ones).
+local DEAD_DROP_PER_CALL = 10
+
+-- Puts payload at the end of the dead-letter list and its history beside
+-- it, keeping at most DEAD_HISTORY histories and dead_max dead letters.
+local function dead_letter(k, r, payload, h, now)
+  redis.call('RPUSH', k.dead, payload)
+  tally(k, 'dead_lettered', 1)
+  local hk = history_key(payload)
+  local raw = redis.call('HGET', k.history, hk)
+  local copies = raw and cmsgpack.unpack(raw) or 0
+  redis.call('HSET', k.history, hk, cmsgpack.pack(copies + 1, h.id, h.deliveries, h.nacks,
+    h.expiries, h.first, h.last, h.why, now))
+  redis.call('ZADD', k.horder, now, hk)
+  if redis.call('ZCARD', k.horder) > DEAD_HISTORY then
+    local oldest = redis.call('ZRANGE', k.horder, 0, 0)[1]
+    redis.call('ZREM', k.horder, oldest)
+    redis.call('HDEL', k.history, oldest)
+  end
+  if r.dead_max > 0 then
+    local over = math.min(redis.call('LLEN', k.dead) - r.dead_max, DEAD_DROP_PER_CALL)
+    for _ = 1, over do forget_dead(k, redis.call('LPOP', k.dead)) end
+    if over > 0 then tally(k, 'dead_dropped', over) end
+  end
+end
+
+-- Ends a lease without an ACK. why: 'expired' | 'nacked' | 'disconnected';
+-- delay_ms: the wait asked for, or nil for the rule's backoff. The message goes
+-- back to the list, at once or after the wait (and a retry entry keeps its
+-- history), or past max deliveries its raw payload goes to the dead-letter
+-- list. Returns requeued, deadlettered.
+local function expire(k, r, token, why, delay_ms, now)
+  local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay = record(k, token)
   if not payload then
     redis.call('ZREM', k.leases, token)
     redis.call('ZREM', k.mleases, token)
     return 0, 0
   end
-  drop(k, token, payload, dest)
-  if deliveries >= r.max then
-    redis.call('RPUSH', k.dead, payload)
+  drop(k, token, payload, dest, owner)
+  if ending then why, delay_ms = ending, tonumber(ending_delay) end
+  nacks, expiries, first = nacks or 0, expiries or 0, first or started
+  if why == 'nacked' then
+    nacks = nacks + 1
+    tally(k, 'nacks', 1)
+  else
+    -- A lease that ran out and a connection that closed are both a worker
+    -- that failed (not a rejection); the queue's totals tell them apart.
+    expiries = expiries + 1
+    tally(k, why == 'expired' and 'expiries' or 'disconnects', 1)
+  end
+  if r.shadow == 1 then
+    -- Shadow mode: the worker kept the message, as without the proxy.
+    tally(k, 'would_redeliver', 1)
+    return 0, 0
+  end
+  -- A dead-letter key holding another type cannot take it: the message is
+  -- redelivered rather than lost.
+  if deliveries >= r.max and is_list_or_none(k.dead) then
+    dead_letter(k, r, payload, { id = id, deliveries = deliveries, nacks = nacks,
+      expiries = expiries, first = first, last = started, why = why }, now)
     return 0, 1
   end
-  redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
+  tally(k, 'redeliveries', 1)
+  local wait = delay_ms or backoff(r, deliveries)
+  local waiting = false
+  if wait > 0 then
+    waiting = delay(k, payload, now + wait, r.redeliver == 'next' and 'n' or 'p')
+  else
+    redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
+  end
   local rk = id_key(id)
-  local pending, seen, cancelled = 0, 0, 0
-  local raw = redis.call('HGET', k.retry, rk)
-  if raw then pending, seen, cancelled = cmsgpack.unpack(raw) end
+  local pending, seen, cancelled = retry_entry(k, rk)
   if deliveries > seen then seen = deliveries end
-  redis.call('HSET', k.retry, rk, cmsgpack.pack(pending + 1, seen, cancelled, payload))
+  set_retry(k, rk, pending + 1, seen, cancelled, payload, nacks, expiries, first, waiting)
   return 1, 0
 end
 
@@ -214,26 +521,20 @@ local function add_cancelled(k, n)
   if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
 end
 
--- Bookkeeping for a payload just popped from a queue. Returns the delivery
--- number this pop is, or nil when a late ACK cancelled this copy.
-local function popped(k, r, payload)
+-- Bookkeeping for a payload just popped from a queue. Returns its history
+-- as its new lease carries it, or nil when a late ACK cancelled this copy.
+local function popped(k, r, payload, now)
   local rk = id_key(ack_id(payload, r.field))
-  local raw = redis.call('HGET', k.retry, rk)
-  if not raw then return 1 end
-  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
-  pending = pending - 1
-  local deliveries = seen + 1
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
+  if pending == 0 then return { deliveries = 1, nacks = 0, expiries = 0, first = now } end
+  local h = { deliveries = seen + 1, nacks = nacks, expiries = expiries, first = first or now }
   if cancelled > 0 then
     cancelled = cancelled - 1
-    deliveries = nil
+    h = nil
     add_cancelled(k, -1)
   end
-  if pending <= 0 then
-    redis.call('HDEL', k.retry, rk)
-  else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
-  end
-  return deliveries
+  set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
+  return h
 end
 
 -- Takes one copy of payload out of the list, looking at no more than maxlen
@@ -251,24 +552,22 @@ local function remove_copy(k, r, payload, maxlen)
   return true
 end
 
--- A late ACK for id key rk: the copy back in the list is removed when it is
--- found within maxlen elements, else marked so that the next pop skips it.
+-- A late ACK for id key rk: the copy waiting for its backoff is taken out
+-- of the delayed set; one back in the list is removed when it is found
+-- within maxlen elements, else marked so that the next pop skips it.
 -- Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
 -- have looked at.
 local function late_ack(k, r, rk, maxlen)
-  local raw = redis.call('HGET', k.retry, rk)
-  if not raw then return 0, 0 end
-  local pending, seen, cancelled, last = cmsgpack.unpack(raw)
+  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
   if pending <= cancelled then return 0, 0 end
+  if waiting and redis.call('ZREM', k.delayed, waiting) == 1 then
+    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, false)
+    return 1, 0
+  end
   if last and remove_copy(k, r, last, maxlen) then
-    pending = pending - 1
-    if pending <= 0 then
-      redis.call('HDEL', k.retry, rk)
-    else
-      redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last))
-    end
+    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
   else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled + 1, last))
+    set_retry(k, rk, pending, seen, cancelled + 1, last, nacks, expiries, first, waiting)
     add_cancelled(k, 1)
   end
   return 1, maxlen
@@ -284,7 +583,7 @@ local function requeue_expired(k, r, now, n)
   local from, to, step = 1, #expired, 1
   if r.redeliver == 'next' then from, to, step = #expired, 1, -1 end
   for i = from, to, step do
-    local a, b = expire(k, r, expired[i])
+    local a, b = expire(k, r, expired[i], 'expired', nil, now)
     requeued, dead = requeued + a, dead + b
   end
   return requeued, dead

@@ -3,8 +3,9 @@
 -- KEYS: the queue group (GROUP_SIZE keys), then the lease's destination list.
 -- ARGV: the queue's rule (RULE_SIZE values), then the lease token.
 -- If the token is still a move lease past its deadline, one stale copy of
--- the payload is removed from the destination, then the message goes back
--- to the list (or to the dead-letter list). Otherwise nothing happens, so
+-- the payload is removed from the destination, then the lease ends as it
+-- expired, or as NACK marked it (see nack.lua): the message goes back to
+-- the list (or to the dead-letter list). Otherwise nothing happens, so
 -- proxies racing on the same lease are harmless.
 -- Returns {requeued, deadlettered}.
 
@@ -13,10 +14,11 @@ local r = rule(1)
 local dest = KEYS[GROUP_SIZE + 1]
 local token = ARGV[RULE_SIZE + 1]
 local deadline = redis.call('ZSCORE', k.mleases, token)
-if not deadline or tonumber(deadline) > now_ms() then return { 0, 0 } end
+local now = now_ms()
+if not deadline or tonumber(deadline) > now then return reply({ 0, 0 }) end
 local payload, _, _, _, dest_end = record(k, token)
 if payload and redis.call('TYPE', dest)['ok'] == 'list' then
   redis.call('LREM', dest, dest_end == 'R' and -1 or 1, payload)
 end
-local a, b = expire(k, r, token)
-return { a, b }
+local a, b = expire(k, r, token, 'expired', nil, now)
+return reply({ a, b })

@@ -16,4 +16,4 @@ for _, token in ipairs(tokens_of(k, id_key(ARGV[1]), 100)) do
     end
   end
 end
-return n
+return reply(n)

@@ -1,10 +1,11 @@
 -- info.lua: QUEUE INFO queue
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
--- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none),
--- distinct ids with copies back in the list after an expiry}. Ready does not
--- count copies a late ACK cancelled. The age looks at the 10 leases due
--- first of each kind, so the work stays bounded.
+-- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none), distinct
+-- ids with copies back in the list after an expiry, delayed, {totals in
+-- tally::EVENTS order}}. Ready does not count copies a late ACK cancelled.
+-- The age looks at the 10 leases due first of each kind, so the work stays
+-- bounded.
 
 local k = group(1)
 local function len(key)
@@ -22,4 +23,14 @@ for _, z in ipairs({ k.leases, k.mleases }) do
 end
 local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
 local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
-return { len(k.q) - cancelled, redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases), len(k.dead), oldest, requeued }
+local totals = redis.call('HMGET', k.stats, unpack(EVENT_NAME))
+for i = 1, #EVENT_NAME do totals[i] = tonumber(totals[i]) or 0 end
+return reply({
+  len(k.q) - cancelled,
+  redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases),
+  len(k.dead),
+  oldest,
+  requeued,
+  redis.call('ZCARD', k.delayed),
+  totals,
+})

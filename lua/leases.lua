@@ -3,7 +3,8 @@
 -- KEYS: the queue group (GROUP_SIZE keys).
 -- ARGV[1] n (at most 1000).
 -- Returns up to n leases, soonest deadline first, each as
--- {ack_id, payload, deliveries, ms_until_deadline, destination or ''}.
+-- {ack_id, payload, deliveries, ms_until_deadline, destination or '',
+-- nacks, expiries}.
 
 local k = group(1)
 local n = tonumber(ARGV[1])
@@ -16,9 +17,9 @@ end
 table.sort(all, function(a, b) return a[2] < b[2] end)
 local out = {}
 for i = 1, math.min(n, #all) do
-  local payload, id, deliveries, dest = record(k, all[i][1])
+  local payload, id, deliveries, dest, _, _, nacks, expiries = record(k, all[i][1])
   if payload then
-    out[#out + 1] = { id, payload, deliveries, all[i][2] - now, dest }
+    out[#out + 1] = { id, payload, deliveries, all[i][2] - now, dest, nacks or 0, expiries or 0 }
   end
 end
-return out
+return reply(out)

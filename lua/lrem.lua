@@ -14,13 +14,14 @@ if type(removed) == 'table' and removed['err'] then return removed end
 local released = 0
 if removed > 0 then
   for _, token in ipairs(tokens_in_dest(k, dest, ARGV[2], math.min(removed, 1000))) do
-    local payload, _, _, d = record(k, token)
+    local payload, _, _, d, _, _, _, _, _, owner = record(k, token)
     if payload then
-      drop(k, token, payload, d)
+      drop(k, token, payload, d, owner)
     else
       redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. '|' .. token)
     end
     released = released + 1
   end
 end
-return { removed, released }
+tally(k, 'acks', released)
+return reply({ removed, released })

@@ -12,17 +12,28 @@
 -- ARGV[5] at most this many expired leases, over all queue sources, are
 --         returned to their queues before popping
 -- ARGV[6] at most this many copies cancelled by a late ACK are skipped
+-- ARGV[7] at most this many delayed messages, over all queue sources, are
+--         moved into their lists when due, before popping
+-- ARGV[8] the client connection popping ('' if none): leases on rules that
+--         track it record it
+-- ARGV[9] at most this many earlier leases of that connection, over all
+--         queue sources with ack = 'next-pop', are acknowledged before
+--         popping (0: none, -1: all)
 -- then per source: 'q' followed by its rule (RULE_SIZE values), or 'p'.
 --
--- Returns false when no source has anything. Otherwise {status, g, v1..vn}:
+-- Returns (inside reply()) false when no source has anything. Otherwise
+-- {status, g, v1..vn}:
 -- g is the 1-based source popped from (just {0, g} when count is 0 and
 -- source g exists); status 0 means the pop is complete (fewer than count
 -- values: source g has no more), status 1 means the skip bound stopped it
--- early: call again from source g to go on.
+-- early: call again from source g to go on; status 2 (nothing popped)
+-- means the connection's earlier leases were not all acknowledged yet:
+-- call again.
 -- A source holding a non-list, or a destination that is not a list, gives
 -- Redis's WRONGTYPE error and nothing is popped.
--- Work per call: ARGV[5] requeues, count pops and ARGV[6] skips, whatever
--- the queue holds; the caller bounds count and the number of sources.
+-- Work per call: ARGV[5] requeues, ARGV[7] promotions, ARGV[9] releases,
+-- count pops and ARGV[6] skips, whatever the queue holds; the caller bounds count and the
+-- number of sources.
 
 local G = tonumber(ARGV[1])
 local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
@@ -30,6 +41,10 @@ local count = tonumber(ARGV[3])
 local push = ARGV[4]
 local requeue_budget = tonumber(ARGV[5])
 local skip_budget = tonumber(ARGV[6])
+local promote_budget = tonumber(ARGV[7])
+local owner = ARGV[8]
+local releasing = ARGV[9] ~= '0'
+local release_budget = tonumber(ARGV[9])
 local dest = ''
 if push ~= '' then
   dest = KEYS[#KEYS]
@@ -46,8 +61,8 @@ local function exists(key)
   return false
 end
 
--- Sources' ARGV start after the 6 fixed ones above.
-local ki, ai = 1, 7
+-- Sources' ARGV start after the 9 fixed ones above.
+local ki, ai = 1, 10
 for g = 1, G do
   local kind = ARGV[ai]
   ai = ai + 1
@@ -55,33 +70,43 @@ for g = 1, G do
     local k = group(ki)
     local r = rule(ai)
     ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
+    if releasing and owner ~= '' and r.ack == 'next-pop' and count > 0 then
+      local done, more = release_owned(k, owner, release_budget)
+      if release_budget > 0 then release_budget = release_budget - done end
+      if more then return reply({ 2, g }) end
+    end
     local back = requeue_expired(k, r, now, requeue_budget)
     requeue_budget = requeue_budget - back
+    promote_budget = promote_budget - promote(k, r, now, promote_budget)
     if count == 0 then
       local found, err = exists(k.q)
       if err then return err end
-      if found then return { 0, g } end
+      if found then return reply({ 0, g }) end
     else
       local out = { 0, g }
       while #out - 2 < count do
         local v = redis.pcall(pop_cmd, k.q)
         if type(v) == 'table' then return v end
         if not v then break end
-        local deliveries = popped(k, r, v)
-        if deliveries then
+        local h = popped(k, r, v, now)
+        if h then
           if dest ~= '' then redis.call(push_cmd, dest, v) end
-          new_lease(k, r, v, deliveries, dest, push, now)
+          new_lease(k, r, v, h, dest, push, now, r.track == 1 and owner or '')
           out[#out + 1] = v
         else
           skip_budget = skip_budget - 1
           if skip_budget <= 0 then
             out[1] = 1
-            return out
+            tally(k, 'deliveries', #out - 2)
+            return reply(out)
           end
         end
       end
       -- A list that held only cancelled copies counts as empty.
-      if #out > 2 then return out end
+      if #out > 2 then
+        tally(k, 'deliveries', #out - 2)
+        return reply(out)
+      end
     end
   else
     local key = KEYS[ki]
@@ -89,7 +114,7 @@ for g = 1, G do
     if count == 0 then
       local found, err = exists(key)
       if err then return err end
-      if found then return { 0, g } end
+      if found then return reply({ 0, g }) end
     else
       local vs = redis.pcall(pop_cmd, key, count)
       if type(vs) == 'table' and vs['err'] then return vs end
@@ -99,9 +124,9 @@ for g = 1, G do
           if dest ~= '' then redis.call(push_cmd, dest, v) end
           out[#out + 1] = v
         end
-        return out
+        return reply(out)
       end
     end
   end
 end
-return false
+return reply(false)

@@ -1,20 +1,24 @@
--- reap.lua: return expired leases to their queue, in a bounded batch.
+-- reap.lua: return expired leases to their queue and move due delayed
+-- messages into it, in a bounded batch.
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
 -- ARGV: the queue's rule (RULE_SIZE values), then the batch size.
--- Expired plain leases (at most batch) go back to the list or to the
--- dead-letter list. Expired move leases are only listed: their destination
--- is a key this script was not given (see expire_move.lua).
--- Returns {requeued, deadlettered, leases left, ms until the next deadline
--- (-1: none), token1, dest1, token2, dest2, ...}.
+-- Due delayed messages (at most batch) enter the list; expired plain leases
+-- (at most batch) go back to the list or to the dead-letter list. Expired
+-- move leases are only listed: their destination is a key this script was
+-- not given (see expire_move.lua).
+-- Returns {requeued, deadlettered, leases and delayed messages left, ms
+-- until the next deadline or due time (-1: none), promoted, token1, dest1,
+-- token2, dest2, ...}.
 -- Safe to run from several proxies at once.
 
 local k = group(1)
 local r = rule(1)
 local batch = tonumber(ARGV[RULE_SIZE + 1])
 local now = now_ms()
+local promoted = promote(k, r, now, batch)
 local requeued, dead = requeue_expired(k, r, now, batch)
-local out = { requeued, dead, 0, -1 }
+local out = { requeued, dead, 0, -1, promoted }
 for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
   local payload, _, _, dest = record(k, token)
   if payload then
@@ -24,12 +28,12 @@ for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMI
     redis.call('ZREM', k.mleases, token)
   end
 end
-out[3] = redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases)
-for _, z in ipairs({ k.leases, k.mleases }) do
+out[3] = redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) + redis.call('ZCARD', k.delayed)
+for _, z in ipairs({ k.leases, k.mleases, k.delayed }) do
   local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
   if first[2] then
     local due = math.max(0, tonumber(first[2]) - now)
     if out[4] < 0 or due < out[4] then out[4] = due end
   end
 end
-return out
+return reply(out)

@@ -366,7 +366,12 @@ pub fn equivalent(kind: Kind, args: Args<'_>) -> Option<(Vec<Bytes>, String)> {
             let full = format!("{}|{}", name(0), name(1));
             if args.is(1, "EXTEND") {
                 Some((lpop(queue), full))
-            } else if args.is(1, "INFO") || args.is(1, "LEASES") {
+            } else if args.is(1, "PUSH") || args.is(1, "REDRIVE") {
+                let push = vec![Bytes::from_static(b"LPUSH"), owned(queue), owned(b"x")];
+                Some((push, full))
+            } else if args.is(1, "PURGE") {
+                Some((lpop(queue), full))
+            } else if args.is(1, "INFO") || args.is(1, "LEASES") || args.is(1, "DEAD") {
                 let range = vec![
                     Bytes::from_static(b"LRANGE"),
                     owned(queue),

@@ -277,6 +277,31 @@ pub enum End {
     Right,
 }
 
+/// What acknowledges a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum AckPolicy {
+    /// `ACK queue id`, or `LREM` of the payload from a move destination.
+    #[default]
+    Explicit,
+    /// Also: the next pop on the same connection from the same queue.
+    NextPop,
+}
+
+/// How long a message whose lease ended without an ACK (expired, or
+/// NACK without DELAY) waits before it is back in the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backoff {
+    /// Back at once.
+    #[default]
+    None,
+    /// `retry_base_ms` every time.
+    Fixed,
+    /// `retry_base_ms` doubled for each delivery before: base, 2×base, 4×base, ….
+    Exp,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckId {
     /// The whole payload is the ack id.
@@ -329,10 +354,53 @@ pub struct QueueRule {
     pub redeliver: Redeliver,
     #[serde(default)]
     pub pop_end: End,
+    #[serde(default)]
+    pub retry_backoff: Backoff,
+    /// The first wait of a backoff, ms.
+    #[serde(default = "default_retry_base_ms")]
+    pub retry_base_ms: u64,
+    /// No wait of a backoff is longer, ms.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: u64,
+    /// Up to this fraction of each wait is taken off at random, so that
+    /// messages that failed together do not come back together.
+    #[serde(default = "default_retry_jitter")]
+    pub retry_jitter: f64,
+    /// The dead-letter list holds at most this many messages (0: no limit);
+    /// past it the oldest are dropped, and counted.
+    #[serde(default)]
+    pub dead_max: u64,
+    #[serde(default)]
+    pub ack: AckPolicy,
+    /// When a client connection closes, the leases it took end at once
+    /// rather than when they run out.
+    #[serde(default)]
+    pub requeue_on_disconnect: bool,
+    /// Leases are recorded and reported, but a message whose lease ends
+    /// without an ACK is not redelivered (only counted): what the workers
+    /// would lose without enforcement.
+    #[serde(default)]
+    pub shadow: bool,
+}
+
+impl QueueRule {
+    /// Whether each lease records the connection that took it.
+    pub fn tracks_connections(&self) -> bool {
+        self.ack == AckPolicy::NextPop || self.requeue_on_disconnect
+    }
 }
 
 fn default_lease_ms() -> u64 {
     30_000
+}
+fn default_retry_base_ms() -> u64 {
+    1_000
+}
+fn default_retry_max_ms() -> u64 {
+    300_000
+}
+fn default_retry_jitter() -> f64 {
+    0.1
 }
 fn default_max_deliveries() -> u32 {
     5
@@ -453,6 +521,20 @@ impl Config {
             if rule.max_deliveries == 0 {
                 return Err(format!(
                     "queue {:?}: max_deliveries must be at least 1",
+                    rule.pattern
+                ));
+            }
+            if !(0.0..=1.0).contains(&rule.retry_jitter) {
+                return Err(format!(
+                    "queue {:?}: retry_jitter must be between 0 and 1",
+                    rule.pattern
+                ));
+            }
+            if rule.retry_backoff != Backoff::None
+                && (rule.retry_base_ms == 0 || rule.retry_max_ms < rule.retry_base_ms)
+            {
+                return Err(format!(
+                    "queue {:?}: retry_base_ms must be positive and retry_max_ms at least as large",
                     rule.pattern
                 ));
             }
@@ -682,16 +764,39 @@ impl Config {
             let _ = writeln!(s, "queue rules         none: every command passes through");
         }
         for q in &self.queues {
+            let retry = match q.retry_backoff {
+                Backoff::None => "at once".to_string(),
+                b => format!(
+                    "{} backoff from {} ms up to {} ms, jitter {}",
+                    if b == Backoff::Fixed {
+                        "fixed"
+                    } else {
+                        "exponential"
+                    },
+                    q.retry_base_ms,
+                    q.retry_max_ms,
+                    q.retry_jitter
+                ),
+            };
             let _ = writeln!(
                 s,
-                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, redeliver {}, \
-                 consumers pop from the {}, dead letters {}",
+                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, ack {}{}, \
+                 redeliver {} ({retry}), consumers pop from the {}, dead letters {} ({})",
                 q.pattern,
                 q.lease_ms,
                 q.max_deliveries,
                 match &q.ack_id {
                     AckId::Payload => "the whole payload".to_string(),
                     AckId::JsonField(f) => format!("JSON field {f:?}"),
+                },
+                match q.ack {
+                    AckPolicy::Explicit => "explicit",
+                    AckPolicy::NextPop => "next-pop",
+                },
+                match (q.requeue_on_disconnect, q.shadow) {
+                    (_, true) => ", shadow mode (nothing redelivered)",
+                    (true, false) => ", requeued on disconnect",
+                    (false, false) => "",
                 },
                 match q.redeliver {
                     Redeliver::Next => "next (popped next)",
@@ -704,7 +809,12 @@ impl Config {
                 q.dead_letter
                     .as_deref()
                     .map(|d| format!("in {d:?}"))
-                    .unwrap_or_else(|| "in the default list (`{queue}:dead`)".to_string())
+                    .unwrap_or_else(|| "in the default list (`{queue}:dead`)".to_string()),
+                if q.dead_max == 0 {
+                    "no limit".to_string()
+                } else {
+                    format!("at most {}", q.dead_max)
+                }
             );
         }
         s
@@ -842,5 +952,21 @@ mod tests {
         assert_eq!(q.ack_id, AckId::Payload);
         assert_eq!(q.redeliver, Redeliver::Next);
         assert_eq!(q.pop_end, End::Right);
+        assert_eq!(q.retry_backoff, Backoff::None);
+        assert_eq!(q.ack, AckPolicy::Explicit);
+        assert!(!q.tracks_connections());
+        let next = Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"next-pop\"\n").unwrap();
+        assert!(next.queues[0].tracks_connections());
+        assert!(Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"never\"\n").is_err());
+    }
+
+    #[test]
+    fn retry_policies_are_checked() {
+        let rule = |extra: &str| Config::from_toml(&format!("[[queue]]\npattern = \"q\"\n{extra}"));
+        assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 800\n").is_ok());
+        assert!(rule("retry_backoff = \"fixed\"\nretry_base_ms = 0\n").is_err());
+        assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 50\n").is_err());
+        assert!(rule("retry_jitter = 1.5\n").is_err());
+        assert!(rule("retry_backoff = \"linear\"\n").is_err());
     }
 }

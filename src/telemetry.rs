@@ -51,11 +51,35 @@ const QUEUE_COUNTERS: &[(&str, &str)] = &[
     ("ackproxy_nacks_total", "Leases ended by NACK."),
     (
         "ackproxy_redeliveries_total",
-        "Expired leases whose message went back to the queue.",
+        "Leases ended without an ACK whose message went back to the queue.",
     ),
     (
         "ackproxy_dead_letters_total",
-        "Expired leases whose message went to the dead-letter list.",
+        "Leases ended without an ACK whose message went to the dead-letter list.",
+    ),
+    (
+        "ackproxy_expiries_total",
+        "Leases that ran out (a crashed or slow worker), as opposed to NACKs.",
+    ),
+    (
+        "ackproxy_delayed_promoted_total",
+        "Delayed messages moved into their list when due.",
+    ),
+    (
+        "ackproxy_redriven_total",
+        "Dead letters returned to their queue by QUEUE REDRIVE.",
+    ),
+    (
+        "ackproxy_dead_dropped_total",
+        "Oldest dead letters dropped to keep the list within dead_max.",
+    ),
+    (
+        "ackproxy_disconnect_requeues_total",
+        "Leases ended at once because the connection holding them closed.",
+    ),
+    (
+        "ackproxy_shadow_would_redeliver_total",
+        "Shadow mode: leases that ended without an ACK, whose message would have been redelivered.",
     ),
 ];
 

@@ -193,6 +193,7 @@ fn int(v: &Value) -> i64 {
     }
 }
 
+/// Every key but the queues' totals (see `is_queue_stats`).
 fn all_keys(c: &mut Client) -> Vec<String> {
     match c.cmd(&["KEYS", "*"]) {
         Value::Array(items) => {
@@ -202,6 +203,7 @@ fn all_keys(c: &mut Client) -> Vec<String> {
                     Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
                     other => panic!("{other:?}"),
                 })
+                .filter(|k| !is_queue_stats(k))
                 .collect();
             k.sort();
             k

@@ -93,9 +93,13 @@ fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The auxiliary keys left, but the queues' totals (see `is_queue_stats`).
 fn aux_keys(direct: &mut Client) -> Vec<Value> {
     match direct.cmd(&["KEYS", "ackq:*"]) {
-        Value::Array(a) => a,
+        Value::Array(a) => a
+            .into_iter()
+            .filter(|k| !matches!(k, Value::Bulk(b) if is_queue_stats(&String::from_utf8_lossy(b))))
+            .collect(),
         other => panic!("KEYS: {other:?}"),
     }
 }
@@ -464,5 +468,67 @@ fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
         after - before <= 4,
         "{} EVALSHA in 2 s with no traffic",
         after - before
+    );
+}
+
+#[test]
+fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
+    use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
+    use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::rules::RULE_ARGS;
+    use ackproxy::queue::scripts;
+
+    let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    let mut mon = redis.client();
+    assert_eq!(mon.cmd(&["MONITOR"]), Value::Simple("OK".into()));
+
+    let names: Vec<String> = (0..3000).map(|i| format!("m{i}")).collect();
+    let mut push: Vec<&str> = vec!["QUEUE", "PUSH", "once:q"];
+    push.extend(names.iter().map(String::as_str));
+    push.extend(["DELAY", "0"]);
+    assert_eq!(c.cmd(&push), Value::Int(3000));
+    assert_eq!(len_of(&c.cmd(&["LPOP", "once:q", "3000"])), 3000);
+    // Past max deliveries: every NACK sends its message to the dead letters.
+    let mut nack: Vec<&str> = vec!["NACK", "once:q"];
+    nack.extend(names.iter().map(String::as_str));
+    nack.extend(["DELAY", "10"]);
+    assert_eq!(c.cmd(&nack), Value::Int(3000));
+    assert_eq!(int(&direct.cmd(&["LLEN", "{once:q}:dead"])), 3000);
+    assert_eq!(
+        c.cmd(&["QUEUE", "REDRIVE", "once:q", "COUNT", "2500"]),
+        Value::Int(2500)
+    );
+    assert_eq!(int(&direct.cmd(&["LLEN", "once:q"])), 2500);
+    direct.cmd(&["ECHO", "end-of-test"]);
+
+    let calls = monitored_calls(&mut mon, "end-of-test");
+    let (mut pushes, mut nacks, mut redrives) = (0, 0, 0);
+    for (sha, args) in &calls {
+        let numkeys: usize = args[0].parse().unwrap();
+        let argv = &args[1 + numkeys..];
+        if sha == scripts::PUSH.sha() {
+            pushes += 1;
+            assert_eq!(numkeys, QUEUE_GROUP);
+            let n = argv.len() - RULE_ARGS - 2;
+            assert!(n <= PUSH_PER_CALL, "a push of {n} messages");
+        } else if sha == scripts::NACK.sha() {
+            nacks += 1;
+            let n = argv.len() - RULE_ARGS - 1;
+            assert!(n <= IDS_PER_CALL, "a NACK of {n} ids");
+        } else if sha == scripts::REDRIVE.sha() {
+            redrives += 1;
+            let n: i64 = argv[RULE_ARGS].parse().unwrap();
+            assert!(n <= REDRIVE_PER_CALL, "a redrive of {n}");
+        }
+    }
+    assert!(pushes >= 3000 / PUSH_PER_CALL, "{pushes} push calls");
+    assert!(nacks >= 3000 / IDS_PER_CALL, "{nacks} NACK calls");
+    assert!(
+        redrives >= 2500 / REDRIVE_PER_CALL as usize,
+        "{redrives} redrive calls"
     );
 }

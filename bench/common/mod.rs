@@ -1,10 +1,14 @@
-//! Process handling shared by the benchmark programs.
+//! What the benchmark programs share: starting Redis and the proxy, a
+//! blocking client, the slow log, and appending to `bench/RESULTS.md`.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use ackproxy::upstream::encode_command;
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -67,4 +71,110 @@ pub fn start_proxy(bin: &str, redis_port: u16, toml: &str, dir: &Path) -> (Proc,
     );
     wait_port(port);
     (proxy, port)
+}
+
+/// A blocking client that skips over replies, keeping only what is asked.
+pub struct Conn(pub BufReader<TcpStream>);
+
+impl Conn {
+    pub fn connect(port: u16) -> Conn {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_nodelay(true).unwrap();
+        Conn(BufReader::with_capacity(1 << 20, s))
+    }
+
+    pub fn send(&mut self, args: &[&[u8]]) {
+        self.0.get_mut().write_all(&encode_command(args)).unwrap();
+    }
+
+    pub fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.0.read_line(&mut l).unwrap();
+        l.trim_end().to_string()
+    }
+
+    /// Reads one reply; returns its first line, and the integers it holds
+    /// (for SLOWLOG: each entry's duration), and its element count.
+    pub fn read(&mut self, ints: &mut Vec<i64>) -> (String, usize) {
+        let l = self.line();
+        let mut count = 0;
+        match l.as_bytes().first() {
+            Some(b'$') => {
+                let n: i64 = l[1..].parse().unwrap();
+                if n >= 0 {
+                    let mut b = vec![0u8; n as usize + 2];
+                    self.0.read_exact(&mut b).unwrap();
+                }
+            }
+            Some(b'*') => {
+                let n: i64 = l[1..].parse().unwrap();
+                for _ in 0..n.max(0) {
+                    self.read(ints);
+                    count += 1;
+                }
+            }
+            Some(b':') => ints.push(l[1..].parse().unwrap()),
+            _ => {}
+        }
+        (l, count)
+    }
+
+    pub fn cmd(&mut self, args: &[&[u8]]) -> (String, usize) {
+        self.send(args);
+        self.read(&mut Vec::new())
+    }
+}
+
+/// The slowest EVAL/EVALSHA in the slow log, µs, and how many were logged.
+pub fn slowest_script(direct: &mut Conn) -> (i64, usize) {
+    direct.send(&[b"SLOWLOG", b"GET", b"1000000"]);
+    let l = direct.line();
+    let n: usize = l[1..].parse().unwrap();
+    let (mut max, mut count) = (0, 0);
+    for _ in 0..n {
+        // id, time, duration, args, client addr, client name
+        let _entry = direct.line();
+        let mut ints = Vec::new();
+        direct.read(&mut ints);
+        direct.read(&mut ints);
+        let mut dur = Vec::new();
+        direct.read(&mut dur);
+        let args_head = direct.line();
+        let nargs: usize = args_head[1..].parse().unwrap();
+        let name_len = direct.line();
+        let mut name = vec![0u8; name_len[1..].parse::<usize>().unwrap() + 2];
+        direct.0.read_exact(&mut name).unwrap();
+        for _ in 1..nargs {
+            direct.read(&mut Vec::new());
+        }
+        direct.read(&mut Vec::new());
+        direct.read(&mut Vec::new());
+        if name.to_ascii_uppercase().starts_with(b"EVAL") {
+            count += 1;
+            max = max.max(dur[0]);
+        }
+    }
+    direct.cmd(&[b"SLOWLOG", b"RESET"]);
+    (max, count)
+}
+
+/// Appends a section to `bench/RESULTS.md`: a heading with the time, the
+/// command that produced it, notes, the load average now, and the text.
+pub fn append_results(title: &str, command: &str, notes: &str, text: &str) {
+    let results = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md");
+    let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(results) else {
+        return;
+    };
+    let when = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let _ = write!(
+        f,
+        "\n### {title}, {when}\n\nCommand: `{command}` ({notes}; load average before: {}).\n\n{text}",
+        load.join(" ")
+    );
 }

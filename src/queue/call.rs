@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::rules::Queue;
 use super::scripts::Script;
+use super::tally::{self, Groups};
 use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::output::{ClientState, ReplyTransform, Transformed};
@@ -20,6 +21,8 @@ pub struct Call {
     pub script: &'static Script,
     pub keys: Vec<Bytes>,
     pub argv: Vec<Bytes>,
+    /// The queues whose groups are in `keys`, for the events of the reply.
+    groups: Groups,
 }
 
 impl Call {
@@ -28,6 +31,7 @@ impl Call {
             script,
             keys: Vec::new(),
             argv: Vec::new(),
+            groups: Vec::new(),
         }
     }
 
@@ -43,6 +47,8 @@ impl Call {
 
     /// Appends the queue's key group to KEYS (Lua: `group(i)`).
     pub fn queue(mut self, q: &Queue) -> Self {
+        self.groups
+            .push((self.keys.len() + 1, q.rule.pattern.clone()));
         self.keys.extend(q.key_group().iter().cloned());
         self
     }
@@ -108,17 +114,21 @@ impl CallError {
     }
 }
 
-fn decode(reply: Bytes) -> Result<Value, CallError> {
+/// A script's result, once the events of its reply are counted.
+fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> {
     if reply.first() == Some(&b'-') {
         return Err(CallError::Redis(reply));
     }
-    value::decode(&reply).ok_or(CallError::Unexpected)
+    value::decode(&reply)
+        .and_then(|v| tally::settle(v, groups))
+        .ok_or(CallError::Unexpected)
 }
 
 /// Turns a script's reply into the client's reply; errors the script
 /// returns (WRONGTYPE, ...) reach the client as they are.
 pub struct ScriptReply<F> {
     call: Option<Call>,
+    groups: Groups,
     build: F,
 }
 
@@ -128,6 +138,7 @@ where
 {
     pub fn boxed(call: Call, build: F) -> Box<dyn ReplyTransform> {
         Box::new(ScriptReply {
+            groups: call.groups.clone(),
             call: Some(call),
             build,
         })
@@ -144,7 +155,7 @@ where
                 return Transformed::Retry(call.eval());
             }
         }
-        match decode(reply) {
+        match decode(reply, &self.groups) {
             Ok(v) => Transformed::Done((self.build)(v)),
             Err(e) => Transformed::Done(e.to_reply()),
         }
@@ -167,6 +178,6 @@ impl Caller {
         if matches!(&reply, Ok(b) if b.starts_with(b"-NOSCRIPT")) {
             reply = self.shared.call(call.eval(), self.client.clone()).await;
         }
-        decode(reply.map_err(CallError::Upstream)?)
+        decode(reply.map_err(CallError::Upstream)?, &call.groups)
     }
 }

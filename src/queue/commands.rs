@@ -10,23 +10,36 @@ use super::job::Job;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
 use super::scripts;
+use super::tally;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
+use crate::config::{AckPolicy, Backoff};
 use crate::resp::reply;
 
 pub const HELP: &[&str] = &[
     "QUEUE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "PUSH <queue> <payload> [<payload> ...] [DELAY <ms> | AT <unix-ms>]",
+    "    Push messages, now or when due (they wait in the queue's delayed set).",
     "EXTEND <queue> <id> <ms>",
     "    Renew the leases of the messages with this id for <ms> milliseconds from now.",
     "INFO <queue>",
-    "    Ready, leased and dead message counts, oldest lease age, and the queue's rule.",
+    "    Ready, leased, delayed and dead counts, oldest lease age, totals, and the rule.",
+    "DEAD <queue> [COUNT <n>]",
+    "    The oldest dead letters (default 10), each with its history: id, deliveries, NACKs,",
+    "    expiries, first and last delivery, last reason, when it was dead-lettered.",
+    "REDRIVE <queue> [COUNT <n>]",
+    "    Return dead letters (all, or the <n> oldest) to the queue as new messages.",
+    "PURGE <queue> DEAD",
+    "    Delete the dead letters and their histories.",
     "LEASES <queue> [COUNT <n>]",
-    "    The leases that expire first (default 10): id, payload, deliveries, ms left, destination.",
+    "    The leases that expire first (default 10): id, payload, deliveries, NACKs, expiries,",
+    "    ms left, destination.",
     "HELP",
     "    Print this help.",
     "Outside QUEUE: ACK <queue> <id> [<id> ...] releases leases; NACK <queue> <id> [<id> ...]",
-    "returns leased messages to the queue at once.",
+    "[DELAY <ms>] returns leased messages to the queue, at once (or after the rule's retry",
+    "backoff) or after <ms>.",
 ];
 
 fn wrong_arity(cmd: &str) -> Intercept {
@@ -36,12 +49,12 @@ fn wrong_arity(cmd: &str) -> Intercept {
     )))
 }
 
-fn not_a_queue(key: &[u8]) -> Intercept {
+fn not_a_queue(key: &[u8]) -> Bytes {
     let name: String = String::from_utf8_lossy(key)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    Intercept::Reply(reply::error(&format!("no queue rule matches key '{name}'")))
+    reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
 fn rewrite<F>(call: Call, full: bool, build: F) -> Intercept
@@ -60,7 +73,8 @@ fn int_reply(v: i64) -> Bytes {
     out.freeze()
 }
 
-fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Intercept> {
+/// The queue `key` names; else the error reply for it.
+fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
     let key = key.unwrap_or_default();
     rules.resolve(key).ok_or_else(|| not_a_queue(key))
 }
@@ -86,12 +100,10 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
     call
 }
 
-fn count_acks(q: &Queue, v: &Value) -> i64 {
+/// ACK's reply: leases released plus late ACKs.
+fn count_acks(v: &Value) -> i64 {
     let released = v.array().first().map(Value::int).unwrap_or(0);
     let late = v.array().get(1).map(Value::int).unwrap_or(0);
-    let queue = q.rule.pattern.clone();
-    metrics::counter!("ackproxy_acks_total", "rule" => queue.clone()).increment(released as u64);
-    metrics::counter!("ackproxy_late_acks_total", "rule" => queue).increment(late as u64);
     released + late
 }
 
@@ -106,18 +118,18 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     }
     let q = match resolve(rules, args.get(1)) {
         Ok(q) => q,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
     let ids = ids_of(args, 2);
     if ids.len() <= IDS_PER_CALL || one_call {
         let call = ack_call(&q, &ids);
-        return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
+        return rewrite(call, full, move |v| int_reply(count_acks(&v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
             match caller.run(&ack_call(&q, chunk)).await {
-                Ok(v) => total += count_acks(&q, &v),
+                Ok(v) => total += count_acks(&v),
                 Err(e) => return e.to_reply(),
             }
         }
@@ -125,15 +137,41 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     }))
 }
 
-fn nack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    let mut call = Call::new(&scripts::NACK).queue(q).rule(q);
+/// Where a command's values end, and the trailing option found after them:
+/// its index in the options asked for, and its number.
+type Trailing = (usize, Option<(usize, i64)>);
+
+/// A trailing `<OPTION> <ms>` (one of `options`, any case) after at least
+/// one value from `args[first]` on: where the values end, and which option
+/// with its number if present. Options before the last two arguments, or
+/// with no value before them, are values themselves (`NACK q DELAY 5`
+/// acknowledges the ids `DELAY` and `5`).
+fn trailing_ms(args: Args<'_>, first: usize, options: &[&str]) -> Result<Trailing, &'static str> {
+    let n = args.len();
+    if n < first + 3 {
+        return Ok((n, None));
+    }
+    let Some(which) = options.iter().position(|o| args.is(n - 2, o)) else {
+        return Ok((n, None));
+    };
+    let ms = args
+        .get(n - 1)
+        .and_then(parse_i64)
+        .filter(|&ms| (0..=MAX_DUE_MS).contains(&ms))
+        .ok_or("value is not an integer or out of range")?;
+    Ok((n - 2, Some((which, ms))))
+}
+
+fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
+    let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
+    let mut call = Call::new(&scripts::NACK).queue(q).rule(q).arg(delay);
     for id in ids {
         call = call.arg(id.clone());
     }
     call
 }
 
-/// NACK queue id [id ...]
+/// NACK queue id [id ...] [DELAY ms]
 pub fn nack(
     args: Args<'_>,
     rules: &Rules,
@@ -146,25 +184,32 @@ pub fn nack(
     }
     let q = match resolve(rules, args.get(1)) {
         Ok(q) => q,
-        Err(e) => return e,
+        Err(e) => return Intercept::Reply(e),
     };
-    let ids = ids_of(args, 2);
-    let queue = q.rule.pattern.clone();
+    let (end, delay) = match trailing_ms(args, 2, &["DELAY"]) {
+        Ok(t) => t,
+        Err(e) => return Intercept::Reply(reply::error(e)),
+    };
+    let delay = delay.map(|(_, ms)| ms);
+    let ids: Vec<Bytes> = args
+        .iter()
+        .take(end)
+        .skip(2)
+        .map(Bytes::copy_from_slice)
+        .collect();
     if one_call {
-        // Move leases are only marked due here; the reaper ends them.
+        // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
-        let call = nack_call(&q, &ids);
+        let call = nack_call(&q, delay, &ids);
         return rewrite(call, full, move |v| {
-            let n = v.array().first().map(Value::int).unwrap_or(0);
-            metrics::counter!("ackproxy_nacks_total", "rule" => queue.clone()).increment(n as u64);
-            int_reply(n)
+            int_reply(v.array().first().map(Value::int).unwrap_or(0))
         });
     }
     let registry = registry.clone();
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
-            let v = match caller.run(&nack_call(&q, chunk)).await {
+            let v = match caller.run(&nack_call(&q, delay, chunk)).await {
                 Ok(v) => v,
                 Err(e) => return e.to_reply(),
             };
@@ -177,148 +222,313 @@ pub fn nack(
                 super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
             }
         }
+        // Messages waiting for their delay are due later: the reaper looks.
         registry.touch(&q.name);
-        metrics::counter!("ackproxy_nacks_total", "rule" => queue).increment(total as u64);
         int_reply(total)
     }))
 }
 
 /// QUEUE subcommand ...
-pub fn queue(
-    args: Args<'_>,
-    rules: &Rules,
-    registry: &Arc<Registry>,
-    protocol: u8,
-    full: bool,
-) -> Intercept {
+pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let Some(sub_raw) = args.get(1) else {
         return wrong_arity("queue");
     };
     let sub = String::from_utf8_lossy(sub_raw).to_ascii_uppercase();
-    match sub.as_str() {
-        "HELP" if args.len() == 2 => {
-            let mut out = BytesMut::new();
-            reply::array(&mut out, HELP.len());
-            for line in HELP {
-                reply::simple(&mut out, line);
-            }
-            Intercept::Reply(out.freeze())
-        }
-        "EXTEND" if args.len() == 5 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let Some(ms) = args
-                .get(4)
-                .and_then(parse_i64)
-                .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
-            else {
-                return Intercept::Reply(reply::error(&format!(
-                    "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
-                )));
-            };
-            // A shorter lease may now be due before the reaper expected.
-            registry.touch(&q.name);
-            let call = Call::new(&scripts::EXTEND)
-                .queue(&q)
-                .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
-                .arg(ms.to_string());
-            rewrite(call, full, |v| int_reply(v.int()))
-        }
-        "INFO" if args.len() == 3 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let call = Call::new(&scripts::INFO).queue(&q);
-            let rule = q.rule.clone();
-            let dead = Bytes::copy_from_slice(q.keys.dead());
-            rewrite(call, full, move |v| {
-                let a = v.array();
-                let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
-                let mut out = BytesMut::new();
-                reply::map(&mut out, 8, protocol);
-                for (name, value) in [
-                    ("ready", field(0)),
-                    ("leased", field(1)),
-                    ("dead", field(2)),
-                    ("oldest-lease-age-ms", field(3)),
-                    ("requeued", field(4)),
-                    ("lease-ms", rule.lease_ms as i64),
-                    ("max-deliveries", rule.max_deliveries as i64),
-                ] {
-                    reply::bulk(&mut out, name.as_bytes());
-                    reply::integer(&mut out, value);
-                }
-                reply::bulk(&mut out, b"dead-letter-key");
-                reply::bulk(&mut out, &dead);
-                out.freeze()
-            })
-        }
-        "LEASES" if args.len() == 3 || args.len() == 5 => {
-            let q = match resolve(rules, args.get(2)) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let mut count = 10;
-            if args.len() == 5 {
-                if !args.is(3, "COUNT") {
-                    return Intercept::Reply(reply::error("syntax error"));
-                }
-                match args.get(4).and_then(parse_i64) {
-                    Some(c) if c > 0 => count = c.min(1000),
-                    _ => {
-                        return Intercept::Reply(reply::error(
-                            "value is out of range, must be positive",
-                        ))
-                    }
-                }
-            }
-            let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
-            rewrite(call, full, move |v| {
-                let leases = v.array();
-                let mut out = BytesMut::new();
-                reply::array(&mut out, leases.len());
-                for l in leases {
-                    let f = l.array();
-                    reply::map(&mut out, 5, protocol);
-                    for (i, name) in [
-                        "id",
-                        "payload",
-                        "deliveries",
-                        "expires-in-ms",
-                        "destination",
-                    ]
-                    .iter()
-                    .enumerate()
-                    {
-                        reply::bulk(&mut out, name.as_bytes());
-                        match f.get(i) {
-                            Some(Value::Int(n)) => reply::integer(&mut out, *n),
-                            Some(v) => reply::bulk(&mut out, v.bytes()),
-                            None => reply::null_bulk(&mut out, protocol),
-                        }
-                    }
-                }
-                out.freeze()
-            })
-        }
-        "HELP" | "EXTEND" | "INFO" | "LEASES" => Intercept::Reply(reply::error(&format!(
-            "wrong number of arguments for 'queue|{}' command",
-            sub.to_ascii_lowercase()
-        ))),
+    let n = args.len();
+    let arity_ok = match sub.as_str() {
+        "HELP" => n == 2,
+        "EXTEND" => n == 5,
+        "INFO" => n == 3,
+        "LEASES" => n == 3 || n == 5,
+        "PUSH" => n >= 4,
+        "DEAD" | "REDRIVE" => n == 3 || n == 5,
+        "PURGE" => n == 4,
         _ => {
             let shown: String = String::from_utf8_lossy(sub_raw)
                 .chars()
                 .filter(|c| !c.is_control())
                 .take(128)
                 .collect();
-            Intercept::Reply(reply::error(&format!(
+            return Intercept::Reply(reply::error(&format!(
                 "unknown subcommand '{shown}'. Try QUEUE HELP."
-            )))
+            )));
+        }
+    };
+    if !arity_ok {
+        return Intercept::Reply(reply::error(&format!(
+            "wrong number of arguments for 'queue|{}' command",
+            sub.to_ascii_lowercase()
+        )));
+    }
+    if sub == "HELP" {
+        let mut out = BytesMut::new();
+        reply::array(&mut out, HELP.len());
+        for line in HELP {
+            reply::simple(&mut out, line);
+        }
+        return Intercept::Reply(out.freeze());
+    }
+    let q = match resolve(rules, args.get(2)) {
+        Ok(q) => q,
+        Err(e) => return Intercept::Reply(e),
+    };
+    match sub.as_str() {
+        "EXTEND" => extend(args, q, registry, how.full),
+        "INFO" => info(q, how),
+        "LEASES" => leases(args, q, how),
+        "DEAD" => dead(args, q, how),
+        "REDRIVE" => redrive(args, q, how),
+        "PURGE" => purge(args, q, how),
+        _ => push(args, q, registry, how),
+    }
+}
+
+/// How a QUEUE subcommand is carried out and answered.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub protocol: u8,
+    /// One script call (inside MULTI, or during a pause).
+    pub one_call: bool,
+    pub full: bool,
+}
+
+/// An optional trailing `COUNT n`; else the error reply for it.
+fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, Bytes> {
+    if args.len() == at {
+        return Ok(default);
+    }
+    if args.len() != at + 2 || !args.is(at, "COUNT") {
+        return Err(reply::error("syntax error"));
+    }
+    match args.get(at + 1).and_then(parse_i64) {
+        Some(c) if c > 0 => Ok(c.min(max)),
+        _ => Err(reply::error("value is out of range, must be positive")),
+    }
+}
+
+/// QUEUE EXTEND queue id ms
+fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry, full: bool) -> Intercept {
+    let Some(ms) = args
+        .get(4)
+        .and_then(parse_i64)
+        .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
+    else {
+        return Intercept::Reply(reply::error(&format!(
+            "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
+        )));
+    };
+    // A shorter lease may now be due before the reaper expected.
+    registry.touch(&q.name);
+    let call = Call::new(&scripts::EXTEND)
+        .queue(&q)
+        .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
+        .arg(ms.to_string());
+    rewrite(call, full, |v| int_reply(v.int()))
+}
+
+/// A map of names to integers and strings, as Redis answers `XINFO`: a map
+/// in RESP3, a flat array in RESP2.
+enum Field {
+    Int(i64),
+    Str(Bytes),
+    Nil,
+}
+
+fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
+    reply::map(out, fields.len(), protocol);
+    for (name, value) in fields {
+        reply::bulk(out, name.as_bytes());
+        match value {
+            Field::Int(n) => reply::integer(out, *n),
+            Field::Str(s) => reply::bulk(out, s),
+            Field::Nil => reply::null_bulk(out, protocol),
         }
     }
+}
+
+/// QUEUE INFO queue
+fn info(q: Arc<Queue>, how: Shape) -> Intercept {
+    let call = Call::new(&scripts::INFO).queue(&q);
+    rewrite(call, how.full, move |v| {
+        let a = v.array();
+        let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
+        let mut fields: Vec<(String, Field)> = vec![
+            ("ready".into(), int(0)),
+            ("leased".into(), int(1)),
+            ("delayed".into(), int(5)),
+            ("dead".into(), int(2)),
+            ("oldest-lease-age-ms".into(), int(3)),
+            ("requeued".into(), int(4)),
+        ];
+        let totals = a.get(6).map(Value::array).unwrap_or_default();
+        fields
+            .extend(tally::totals(totals).map(|(name, n)| (name.replace('_', "-"), Field::Int(n))));
+        let rule = &q.rule;
+        fields.extend([
+            ("lease-ms".into(), Field::Int(rule.lease_ms as i64)),
+            (
+                "max-deliveries".into(),
+                Field::Int(rule.max_deliveries as i64),
+            ),
+            (
+                "dead-letter-key".into(),
+                Field::Str(Bytes::copy_from_slice(q.keys.dead())),
+            ),
+            (
+                "retry-backoff".into(),
+                Field::Str(Bytes::from_static(match rule.retry_backoff {
+                    Backoff::None => b"none",
+                    Backoff::Fixed => b"fixed",
+                    Backoff::Exp => b"exp",
+                })),
+            ),
+            (
+                "ack".into(),
+                Field::Str(Bytes::from_static(match rule.ack {
+                    AckPolicy::Explicit => b"explicit",
+                    AckPolicy::NextPop => b"next-pop",
+                })),
+            ),
+            (
+                "requeue-on-disconnect".into(),
+                Field::Int(rule.requeue_on_disconnect as i64),
+            ),
+            ("shadow".into(), Field::Int(rule.shadow as i64)),
+        ]);
+        let mut out = BytesMut::new();
+        map_reply(&mut out, &fields, how.protocol);
+        out.freeze()
+    })
+}
+
+/// QUEUE LEASES queue [COUNT n]
+fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, 10, 1000) {
+        Ok(c) => c,
+        Err(e) => return Intercept::Reply(e),
+    };
+    let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
+    rewrite(call, how.full, move |v| {
+        let leases = v.array();
+        let mut out = BytesMut::new();
+        reply::array(&mut out, leases.len());
+        for l in leases {
+            let f = l.array();
+            // (name, index in the script's answer)
+            let fields: Vec<(String, Field)> = [
+                ("id", 0),
+                ("payload", 1),
+                ("deliveries", 2),
+                ("nacks", 5),
+                ("expiries", 6),
+                ("expires-in-ms", 3),
+                ("destination", 4),
+            ]
+            .iter()
+            .map(|&(name, i)| {
+                let value = match f.get(i) {
+                    Some(Value::Int(n)) => Field::Int(*n),
+                    Some(v) => Field::Str(Bytes::copy_from_slice(v.bytes())),
+                    None => Field::Nil,
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+            map_reply(&mut out, &fields, how.protocol);
+        }
+        out.freeze()
+    })
+}
+
+/// Messages one QUEUE PUSH call takes: a delayed one costs a sequence
+/// number and a sorted-set insert, a few µs.
+pub const PUSH_PER_CALL: usize = 100;
+/// The latest time QUEUE PUSH accepts (AT, or now plus DELAY): within the
+/// integers a Lua number holds exactly.
+pub const MAX_DUE_MS: i64 = 1 << 52;
+
+/// When QUEUE PUSH makes its messages due.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Due {
+    Now,
+    /// Milliseconds from now (Redis time).
+    Delay(i64),
+    /// Unix time in milliseconds (Redis time).
+    At(i64),
+}
+
+/// The payloads and due time of `QUEUE PUSH queue payload [payload ...]
+/// [DELAY ms | AT unix-ms]`.
+pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), &'static str> {
+    let (end, option) = trailing_ms(args, 3, &["DELAY", "AT"])?;
+    let due = match option {
+        None => Due::Now,
+        Some((0, ms)) => Due::Delay(ms),
+        Some((_, ms)) => Due::At(ms),
+    };
+    let payloads = args
+        .iter()
+        .take(end)
+        .skip(3)
+        .map(Bytes::copy_from_slice)
+        .collect();
+    Ok((payloads, due))
+}
+
+fn push_call(q: &Queue, due: Due, payloads: &[Bytes]) -> Call {
+    let (when, ms): (&'static [u8], String) = match due {
+        Due::Now => (b"", String::new()),
+        Due::Delay(ms) => (b"D", ms.to_string()),
+        Due::At(ms) => (b"A", ms.to_string()),
+    };
+    let mut call = Call::new(&scripts::PUSH)
+        .queue(q)
+        .rule(q)
+        .arg(Bytes::from_static(when))
+        .arg(ms);
+    for p in payloads {
+        call = call.arg(p.clone());
+    }
+    call
+}
+
+/// After a delayed push: the reaper looks at the queue when the messages
+/// are due (`ms` from now, as the script measured it on Redis's clock).
+fn note_delayed(registry: &Registry, q: &Queue, v: &Value) {
+    let ms = v.array().get(1).map(Value::int).unwrap_or(-1);
+    if ms >= 0 {
+        let wait = std::time::Duration::from_millis(ms as u64).min(super::registry::MAX_WAIT);
+        registry.note(&q.name, tokio::time::Instant::now() + wait);
+    }
+}
+
+/// QUEUE PUSH queue payload [payload ...] [DELAY ms | AT unix-ms]
+fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
+    let (payloads, due) = match parse_push(args) {
+        Ok(p) => p,
+        Err(e) => return Intercept::Reply(reply::error(e)),
+    };
+    let registry = registry.clone();
+    if payloads.len() <= PUSH_PER_CALL || how.one_call {
+        let call = push_call(&q, due, &payloads);
+        return rewrite(call, how.full, move |v| {
+            note_delayed(&registry, &q, &v);
+            int_reply(v.array().first().map(Value::int).unwrap_or(0))
+        });
+    }
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        for chunk in payloads.chunks(PUSH_PER_CALL) {
+            match caller.run(&push_call(&q, due, chunk)).await {
+                Ok(v) => {
+                    note_delayed(&registry, &q, &v);
+                    total += v.array().first().map(Value::int).unwrap_or(0);
+                }
+                Err(e) => return e.to_reply(),
+            }
+        }
+        int_reply(total)
+    }))
 }
 
 /// LREM destination count payload, where the destination received messages
@@ -335,11 +545,101 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    let queue = q.rule.pattern.clone();
     rewrite(call, full, move |v| {
-        let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "rule" => queue.clone())
-            .increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
+}
+
+/// QUEUE DEAD queue [COUNT n]
+fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, 10, 1000) {
+        Ok(c) => c,
+        Err(e) => return Intercept::Reply(e),
+    };
+    let call = Call::new(&scripts::DEAD).queue(&q).arg(count.to_string());
+    rewrite(call, how.full, move |v| {
+        let letters = v.array();
+        let mut out = BytesMut::new();
+        reply::array(&mut out, letters.len());
+        for l in letters {
+            let f = l.array();
+            let fields: Vec<(String, Field)> = [
+                "payload",
+                "id",
+                "deliveries",
+                "nacks",
+                "expiries",
+                "first-delivery-ms",
+                "last-delivery-ms",
+                "last-reason",
+                "dead-lettered-ms",
+            ]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let value = match f.get(i) {
+                    Some(Value::Int(n)) => Field::Int(*n),
+                    Some(Value::Str(s)) => Field::Str(s.clone()),
+                    // No history kept (dropped past the bound, or the
+                    // payload was put there by something else).
+                    _ => Field::Nil,
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+            map_reply(&mut out, &fields, how.protocol);
+        }
+        out.freeze()
+    })
+}
+
+/// Dead letters one QUEUE REDRIVE call moves.
+pub const REDRIVE_PER_CALL: i64 = 100;
+
+fn redrive_call(q: &Queue, n: i64) -> Call {
+    Call::new(&scripts::REDRIVE)
+        .queue(q)
+        .rule(q)
+        .arg(n.to_string())
+}
+
+/// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
+fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
+        Ok(c) => c,
+        Err(e) => return Intercept::Reply(e),
+    };
+    let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
+    if how.one_call || count <= REDRIVE_PER_CALL {
+        // One call, bounded by what the dead-letter list holds, as an LPOP
+        // with that COUNT would be.
+        let call = redrive_call(&q, count);
+        return rewrite(call, how.full, move |v| int_reply(moved(&v)));
+    }
+    Intercept::Job(Job::new(move |caller| async move {
+        let mut total = 0;
+        while total < count {
+            let ask = (count - total).min(REDRIVE_PER_CALL);
+            match caller.run(&redrive_call(&q, ask)).await {
+                Ok(v) => {
+                    let n = moved(&v);
+                    total += n;
+                    if n < ask {
+                        break;
+                    }
+                }
+                Err(e) => return e.to_reply(),
+            }
+        }
+        int_reply(total)
+    }))
+}
+
+/// QUEUE PURGE queue DEAD
+fn purge(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+    if !args.is(3, "DEAD") {
+        return Intercept::Reply(reply::error("syntax error"));
+    }
+    let call = Call::new(&scripts::PURGE).queue(&q);
+    rewrite(call, how.full, |v| int_reply(v.int()))
 }

@@ -16,7 +16,12 @@
 //! | `…:msgs` | hash | token (`i`+sha1(ack id), longer for duplicates) → msgpack record |
 //! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token |
 //! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
+//! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |
+//! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
 //! | dead letter | list | raw payloads past max deliveries |
+//! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason) |
+//! | `…:horder` | zset | the same fields → when dead-lettered, to keep at most [`DEAD_HISTORY`] |
+//! | `…:owned` | zset | `connection|token` of leases on rules that track connections |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
 //! (`{jobs}:dead`), `Q:dead` for one with a tag (`{user1}jobs:dead`), and
@@ -39,7 +44,7 @@ pub enum Role {
 /// a queue, in the order a script receives them as a group of consecutive
 /// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
 /// `scripts.rs`). Adding a key is one line here.
-pub const GROUP: [(&str, Role); 7] = [
+pub const GROUP: [(&str, Role); 12] = [
     ("q", Role::Queue),
     ("leases", Role::Aux("leases")),
     ("mleases", Role::Aux("mleases")),
@@ -47,17 +52,35 @@ pub const GROUP: [(&str, Role); 7] = [
     ("ids", Role::Aux("ids")),
     ("retry", Role::Aux("retry")),
     ("dead", Role::Dead),
+    ("delayed", Role::Aux("delayed")),
+    ("stats", Role::Aux("stats")),
+    ("history", Role::Aux("history")),
+    ("horder", Role::Aux("horder")),
+    ("owned", Role::Aux("owned")),
 ];
 
 /// Keys a script takes per queue.
 pub const QUEUE_GROUP: usize = GROUP.len();
 
-/// Aux key suffixes whose keys hold leases: the reaper finds queues by them.
-pub const LEASE_SUFFIXES: [&str; 2] = ["leases", "mleases"];
+/// Aux key suffixes whose keys hold work for the reaper (leases that will
+/// expire, delayed messages that will be due): it finds queues by them.
+pub const REAPED_SUFFIXES: [&str; 3] = ["leases", "mleases", "delayed"];
+
+/// A queue's totals outlive its messages (they are what `QUEUE INFO`
+/// reports), but not for ever: queue names come and go, and a hash per name
+/// ever used would grow Redis without bound. They expire this long after
+/// their last change: 30 days.
+pub const STATS_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// Histories of dead letters kept per queue at most; past it the oldest is
+/// dropped (its payload stays in the dead-letter list, shown without one).
+pub const DEAD_HISTORY: u64 = 10_000;
+
+use bytes::Bytes;
 
 pub struct QueueKeys {
     /// In [`GROUP`] order.
-    names: [Vec<u8>; QUEUE_GROUP],
+    names: [Bytes; QUEUE_GROUP],
 }
 
 impl QueueKeys {
@@ -72,15 +95,20 @@ impl QueueKeys {
         };
         QueueKeys {
             names: GROUP.map(|(_, role)| match role {
-                Role::Queue => queue.to_vec(),
-                Role::Aux(suffix) => [&base[..], suffix.as_bytes()].concat(),
-                Role::Dead => dead.clone(),
+                Role::Queue => Bytes::copy_from_slice(queue),
+                Role::Aux(suffix) => Bytes::from([&base[..], suffix.as_bytes()].concat()),
+                Role::Dead => Bytes::from(dead.clone()),
             }),
         }
     }
 
     pub fn all(&self) -> [&[u8]; QUEUE_GROUP] {
         std::array::from_fn(|i| &self.names[i][..])
+    }
+
+    /// The keys in [`GROUP`] order, cheap to clone.
+    pub fn group(&self) -> &[Bytes; QUEUE_GROUP] {
+        &self.names
     }
 
     /// The key playing `name` in the group.
@@ -106,19 +134,21 @@ fn aux_base(tag: &[u8], queue: &[u8]) -> Vec<u8> {
     [b"ackq:{", tag, b"}:", queue, b":"].concat()
 }
 
-/// The glob that matches the lease keys of every queue (for `SCAN`).
-pub fn lease_key_scan_pattern() -> &'static str {
-    "ackq:*leases"
+/// A glob that matches the keys of [`REAPED_SUFFIXES`] of every queue (for
+/// `SCAN`; it matches a few other aux keys too, which
+/// [`queue_of_reaped_key`] sets aside).
+pub fn reaped_key_scan_pattern() -> &'static str {
+    "ackq:*e[sd]"
 }
 
-/// The queue an aux key belongs to, for the lease keys: `ackq:{TAG}:Q:leases`
-/// (or another lease suffix). TAG never contains `}`, so the first `}:`
-/// ends it.
-pub fn queue_of_lease_key(key: &[u8]) -> Option<&[u8]> {
+/// The queue an aux key belongs to, for the keys of [`REAPED_SUFFIXES`]:
+/// `ackq:{TAG}:Q:leases`, …. TAG never contains `}`, so the first `}:` ends
+/// it.
+pub fn queue_of_reaped_key(key: &[u8]) -> Option<&[u8]> {
     let rest = key.strip_prefix(b"ackq:{")?;
     let close = rest.windows(2).position(|w| w == b"}:")?;
     let rest = &rest[close + 2..];
-    LEASE_SUFFIXES.iter().find_map(|s| {
+    REAPED_SUFFIXES.iter().find_map(|s| {
         rest.strip_suffix(s.as_bytes())
             .and_then(|r| r.strip_suffix(b":"))
     })
@@ -229,14 +259,18 @@ mod tests {
     }
 
     #[test]
-    fn lease_keys_name_their_queue() {
+    fn reaped_keys_name_their_queue() {
         for name in [&b"jobs"[..], b"{u1}q", b"x}y", b"a:leases"] {
             let k = QueueKeys::new(name, None);
-            for s in LEASE_SUFFIXES {
-                assert_eq!(queue_of_lease_key(k.get(s)), Some(name));
+            for s in REAPED_SUFFIXES {
+                assert_eq!(queue_of_reaped_key(k.get(s)), Some(name));
+                assert!(crate::queue::rules::glob_match(
+                    reaped_key_scan_pattern().as_bytes(),
+                    k.get(s)
+                ));
             }
         }
-        assert_eq!(queue_of_lease_key(b"other"), None);
-        assert_eq!(queue_of_lease_key(b"ackq:{jobs}:jobs:msgs"), None);
+        assert_eq!(queue_of_reaped_key(b"other"), None);
+        assert_eq!(queue_of_reaped_key(b"ackq:{jobs}:jobs:msgs"), None);
     }
 }

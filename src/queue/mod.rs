@@ -10,11 +10,13 @@ pub mod call;
 pub mod commands;
 pub mod job;
 pub mod keys;
+pub mod owners;
 pub mod pop;
 pub mod reaper;
 pub mod registry;
 pub mod rules;
 pub mod scripts;
+pub mod tally;
 pub mod value;
 pub mod waiters;
 
@@ -48,6 +50,9 @@ pub struct How {
     /// Several calls may carry it out ([`Intercept::Job`]); false where it
     /// must be one request on the client's own connection (during a pause).
     pub split: bool,
+    /// The client connection, from [`owners::next_conn`]: leases on rules
+    /// that track connections record it.
+    pub conn: u64,
 }
 
 /// What the session does with a request that may concern a queue.
@@ -83,6 +88,7 @@ pub struct Queues {
     /// Queues with leases, for the reaper.
     registry: Arc<registry::Registry>,
     waiters: Waiters,
+    owners: owners::Owners,
 }
 
 impl Queues {
@@ -124,6 +130,7 @@ impl Queues {
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
             registry,
             waiters,
+            owners: owners::Owners::default(),
         })
     }
 
@@ -148,6 +155,7 @@ impl Queues {
             in_multi,
             full,
             split,
+            conn,
         } = how;
         // Where a request cannot be split, it is one call, as in MULTI.
         let one_call = in_multi || !split;
@@ -156,7 +164,7 @@ impl Queues {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
-                self.pop(form, args, protocol, (in_multi, one_call), full)
+                self.pop(form, args, protocol, (in_multi, one_call), full, conn)
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
@@ -168,7 +176,16 @@ impl Queues {
             }
             Kind::Ack => commands::ack(args, &self.rules, one_call, full),
             Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call, full),
-            Kind::Queue => commands::queue(args, &self.rules, &self.registry, protocol, full),
+            Kind::Queue => commands::queue(
+                args,
+                &self.rules,
+                &self.registry,
+                commands::Shape {
+                    protocol,
+                    one_call,
+                    full,
+                },
+            ),
             _ => Intercept::Pass,
         }
     }
@@ -180,8 +197,9 @@ impl Queues {
         protocol: u8,
         (in_multi, one_call): (bool, bool),
         full: bool,
+        conn: u64,
     ) -> Intercept {
-        let pop = match pop::parse(form, args, &self.rules, protocol) {
+        let mut pop = match pop::parse(form, args, &self.rules, protocol) {
             Parsed::Pop(p) => p,
             Parsed::Invalid => {
                 return Intercept::Rewrite {
@@ -198,6 +216,12 @@ impl Queues {
                     q.name.clone(),
                     q.name.len(),
                 );
+            }
+        }
+        if pop.queues().any(|q| q.rule.tracks_connections()) {
+            pop.owner = self.owners.owner(conn);
+            for q in pop.queues().filter(|q| q.rule.requeue_on_disconnect) {
+                self.owners.note(conn, &q.name);
             }
         }
         let registry = self.registry.clone();
@@ -226,6 +250,34 @@ impl Queues {
         }))
     }
 
+    /// Client connection `conn` closed. Unless the proxy is shutting down,
+    /// the leases it took on requeue_on_disconnect queues end now, on
+    /// `shared`, the connection its pops went on: behind them, so a pop
+    /// still in flight has leased before they are looked for.
+    pub fn closed(&self, conn: u64, shutting_down: bool, shared: &SharedUpstream) {
+        let names = self.owners.take(conn);
+        if names.is_empty() || shutting_down {
+            return;
+        }
+        let queues: Vec<Arc<rules::Queue>> = names
+            .iter()
+            .filter_map(|n| self.rules.resolve(n))
+            .filter(|q| q.rule.requeue_on_disconnect)
+            .collect();
+        let caller = Caller {
+            shared: shared.clone(),
+            client: ClientState::new(0, usize::MAX),
+        };
+        let (owner, waiters) = (self.owners.owner(conn), self.waiters.clone());
+        tokio::spawn(async move {
+            for q in &queues {
+                if owners::requeue(&caller, q, &owner).await > 0 {
+                    waiters.wake(q.name.clone());
+                }
+            }
+        });
+    }
+
     /// Waits until the pop gets a message or its timeout passes.
     pub async fn blocking_pop(&self, pop: Pop, _client: Arc<ClientState>) -> Bytes {
         let timeout = pop.timeout;
@@ -245,14 +297,10 @@ impl Queues {
     }
 }
 
-/// Bookkeeping after a pop leased messages: the reaper learns the queue,
-/// and the messages are counted under their rule.
+/// Bookkeeping after a pop leased messages: the reaper learns the queue.
+/// (The script's reply counted them.)
 fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
     registry.record(done);
-    if let Some(q) = &done.queue {
-        metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
-            .increment(done.count as u64);
-    }
 }
 
 /// The upstream's reply, unchanged.

@@ -24,6 +24,12 @@ pub const SOURCES_PER_CALL: usize = 16;
 const REQUEUE_PER_CALL: &str = "16";
 /// Copies cancelled by a late ACK skipped per call.
 const SKIP_PER_CALL: &str = "100";
+/// Delayed messages that fell due moved into their lists per call, before
+/// popping: a pop finds what is due even between two reaper passes.
+const PROMOTE_PER_CALL: &str = "100";
+/// Earlier leases of the connection acknowledged per call by a pop on an
+/// `ack = "next-pop"` queue.
+const RELEASE_PER_CALL: i64 = 100;
 
 pub enum Source {
     Queue(Arc<Queue>),
@@ -51,6 +57,9 @@ pub struct Pop {
     /// Blocking forms only.
     pub timeout: Timeout,
     pub protocol: u8,
+    /// The client connection's name, when a source's rule tracks
+    /// connections (see `owners.rs`); empty otherwise.
+    pub owner: Bytes,
 }
 
 /// Positions of the source keys, for deciding whether a rule applies.
@@ -113,6 +122,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
         dest: None,
         timeout: Timeout::Forever,
         protocol,
+        owner: Bytes::new(),
     };
     let ok = match form {
         PopForm::Pop { left } => {
@@ -240,6 +250,9 @@ enum Found {
         values: Vec<Bytes>,
         more: bool,
     },
+    /// Nothing popped: the connection's earlier leases (next-pop) are not
+    /// all acknowledged yet. Call again.
+    Again,
 }
 
 fn found(v: &Value) -> Result<Found, CallError> {
@@ -254,6 +267,9 @@ fn found(v: &Value) -> Result<Found, CallError> {
     if g < 1 {
         return Err(CallError::Unexpected);
     }
+    if status.int() == 2 {
+        return Ok(Found::Again);
+    }
     Ok(Found::Popped {
         g: g as usize - 1,
         values: items[2..]
@@ -266,8 +282,9 @@ fn found(v: &Value) -> Result<Found, CallError> {
 
 impl Pop {
     /// The pop-and-lease script call over `sources[from..to]`, popping up
-    /// to `count` (never blocks).
-    fn call_for(&self, from: usize, to: usize, count: u64) -> Call {
+    /// to `count` (never blocks), acknowledging first up to `release`
+    /// earlier leases of the connection on next-pop queues (-1: all).
+    fn call_for(&self, from: usize, to: usize, count: u64, release: i64) -> Call {
         let end: &'static [u8] = if self.left { b"L" } else { b"R" };
         let push: Bytes = match &self.dest {
             None => Bytes::new(),
@@ -281,7 +298,10 @@ impl Pop {
             .arg(count.to_string())
             .arg(push)
             .arg(REQUEUE_PER_CALL)
-            .arg(SKIP_PER_CALL);
+            .arg(SKIP_PER_CALL)
+            .arg(PROMOTE_PER_CALL)
+            .arg(self.owner.clone())
+            .arg(release.to_string());
         for s in sources {
             match s {
                 Source::Queue(q) => {
@@ -302,7 +322,7 @@ impl Pop {
     /// split: its work is bounded by what the queues hold, as Redis's own
     /// pop with that COUNT would be.
     pub fn single_call(&self) -> Call {
-        self.call_for(0, self.sources.len(), self.count.unwrap_or(1))
+        self.call_for(0, self.sources.len(), self.count.unwrap_or(1), -1)
     }
 
     /// The client's reply for a [`Pop::single_call`]'s answer; `None` when
@@ -336,8 +356,11 @@ impl Pop {
                 break;
             }
             let ask = (want - got.len() as u64).min(POP_BATCH);
-            let v = caller.run(&self.call_for(lo, hi, ask)).await?;
+            // Only before this pop took anything: what it takes is not done.
+            let release = if got.is_empty() { RELEASE_PER_CALL } else { 0 };
+            let v = caller.run(&self.call_for(lo, hi, ask, release)).await?;
             match found(&v)? {
+                Found::Again => continue,
                 Found::Nothing => {
                     if !got.is_empty() {
                         break;

@@ -1,13 +1,17 @@
-//! The background reaper: returns expired leases to their queues even when
-//! nobody pops, in bounded batches. Several proxies may reap the same queue
-//! at once; every script re-checks what it changes.
+//! The background reaper: returns expired leases to their queues and moves
+//! delayed messages into them when due, even when nobody pops, in bounded
+//! batches. Several proxies may reap the same queue at once; every script
+//! re-checks what it changes.
 //!
-//! It reaps only the queues that have leases: a [`Registry`] learns them from
-//! this proxy's pops and from a slow `SCAN` of the lease keys in Redis (for
-//! leases taken by another proxy, or before a restart), and forgets a queue
-//! as soon as a reap finds nothing leased in it. A queue is reaped again when
-//! its next lease is due (Redis tells how far off that is), so an idle proxy
-//! sends nothing, however many queue keys were ever used.
+//! It reaps only the queues that have leases or delayed messages: a
+//! [`Registry`] learns them from this proxy's pops and pushes and from a
+//! slow `SCAN` of their keys in Redis (for work left by another proxy, or
+//! before a restart), and forgets a queue as soon as a reap finds nothing
+//! left in it. A queue is reaped again when its next lease or delayed
+//! message is due (Redis tells how far off that is), so an idle proxy sends
+//! nothing, however many queue keys were ever used. A batch that came back
+//! full is followed by the next one at once, so a backlog (a million
+//! delayed messages due together) drains as fast as the bounded calls go.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,25 +46,37 @@ impl Reaper {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut next_discovery = Instant::now();
         let mut cursor = Bytes::from_static(b"0");
+        let mut backlog = false;
         loop {
-            tokio::select! {
-                _ = stop.changed() => return,
-                _ = tokio::time::sleep(self.interval) => {}
+            if backlog {
+                // Other tasks (and a stop) get their turn between batches.
+                tokio::task::yield_now().await;
+                if *stop.borrow() {
+                    return;
+                }
+            } else {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep(self.interval) => {}
+                }
             }
             if Instant::now() >= next_discovery {
                 cursor = self.discover(cursor).await;
                 next_discovery = Instant::now() + DISCOVER_EVERY;
             }
+            backlog = false;
             for name in self.registry.due(Instant::now()) {
                 match self.rules.resolve(&name) {
-                    Some(q) => self.reap(&q).await,
+                    Some(q) => backlog |= self.reap(&q).await,
                     None => self.registry.forget(&name),
                 }
             }
         }
     }
 
-    async fn reap(&self, q: &Queue) {
+    /// One bounded reap of a queue; returns whether the batch was full
+    /// (more may be waiting).
+    async fn reap(&self, q: &Queue) -> bool {
         let call = Call::new(&scripts::REAP)
             .queue(q)
             .rule(q)
@@ -69,23 +85,25 @@ impl Reaper {
             // Redis is down or refused: try again later.
             self.registry
                 .reschedule(&q.name, Instant::now() + self.interval.max(MAX_WAIT / 4));
-            return;
+            return false;
         };
         let items = v.array();
         let int = |i: usize| items.get(i).map(Value::int).unwrap_or(0);
-        let (mut requeued, mut dead, left, next_ms) = (int(0), int(1), int(2), int(3));
-        let moves = items.get(4..).unwrap_or_default();
+        let (mut requeued, mut dead, left, next_ms, promoted) =
+            (int(0), int(1), int(2), int(3), int(4));
+        let moves = items.get(5..).unwrap_or_default();
         for pair in moves.chunks(2) {
             let [token, dest] = pair else { break };
             let (a, b) = expire_move(&self.caller, q, dest.bytes(), token.bytes()).await;
             requeued += a;
             dead += b;
         }
+        let batch = self.batch as i64;
+        let full = requeued + dead >= batch || promoted >= batch || moves.len() / 2 >= self.batch;
         if left == 0 {
             self.registry.forget(&q.name);
         } else {
-            // A full batch may leave more expired ones: look again at once.
-            let full = requeued + dead >= self.batch as i64 || moves.len() / 2 >= self.batch;
+            // A full batch may leave more: look again at once.
             let wait = if full || next_ms < 0 {
                 Duration::ZERO
             } else {
@@ -93,26 +111,23 @@ impl Reaper {
             };
             self.registry.reschedule(&q.name, Instant::now() + wait);
         }
-        let queue = q.rule.pattern.clone();
-        if requeued > 0 {
-            metrics::counter!("ackproxy_redeliveries_total", "rule" => queue.clone())
-                .increment(requeued as u64);
+        if requeued > 0 || promoted > 0 {
+            // Parked pops on this queue have something to take (the list
+            // push also notifies them; this covers a lost notification).
             self.waiters.wake(q.name.clone());
         }
-        if dead > 0 {
-            metrics::counter!("ackproxy_dead_letters_total", "rule" => queue)
-                .increment(dead as u64);
-        }
+        full && left > 0
     }
 
-    /// One bounded SCAN pass for lease sets of queues matching a rule.
+    /// One bounded SCAN pass for lease and delayed sets of queues matching a
+    /// rule.
     async fn discover(&self, mut cursor: Bytes) -> Bytes {
         for _ in 0..SCAN_ROUNDS {
             let req = crate::upstream::encode_command(&[
                 b"SCAN",
                 &cursor,
                 b"MATCH",
-                keys::lease_key_scan_pattern().as_bytes(),
+                keys::reaped_key_scan_pattern().as_bytes(),
                 b"COUNT",
                 b"1000",
             ]);
@@ -130,7 +145,7 @@ impl Reaper {
             let items = v.array();
             cursor = Bytes::copy_from_slice(items.first().map(Value::bytes).unwrap_or(b"0"));
             for key in items.get(1).map(Value::array).unwrap_or_default() {
-                if let Some(name) = keys::queue_of_lease_key(key.bytes()) {
+                if let Some(name) = keys::queue_of_reaped_key(key.bytes()) {
                     if self.rules.is_queue(name) {
                         self.registry
                             .note(&Bytes::copy_from_slice(name), Instant::now());

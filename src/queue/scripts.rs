@@ -1,15 +1,16 @@
 //! The Lua scripts. Each one sent to Redis is a prelude generated from the
-//! calling convention (`keys::GROUP`, `rules::RULE`), then `lua/common.lua`,
-//! then the script's own file, so every operation is one atomic script and
-//! the Lua side reads a queue's keys and rule only through `group(i)` and
-//! `rule(i)`.
+//! calling convention (`keys::GROUP`, `rules::RULE`) and the counted events
+//! (`tally::EVENTS`), then `lua/common.lua`, then the script's own file, so
+//! every operation is one atomic script and the Lua side reads a queue's
+//! keys and rule only through `group(i)` and `rule(i)`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 
-use super::keys::GROUP;
+use super::keys::{DEAD_HISTORY, GROUP, STATS_TTL_MS};
 use super::rules::{LuaType, RULE};
+use super::tally::EVENTS;
 
 pub struct Script {
     pub name: &'static str,
@@ -34,6 +35,11 @@ script!(EXPIRE_MOVE, "expire_move");
 script!(LREM, "lrem");
 script!(INFO, "info");
 script!(LEASES, "leases");
+script!(PUSH, "push");
+script!(DEAD, "dead");
+script!(REDRIVE, "redrive");
+script!(PURGE, "purge");
+script!(DISOWN, "disown");
 
 pub const ALL: &[&Script] = &[
     &POP,
@@ -45,6 +51,11 @@ pub const ALL: &[&Script] = &[
     &LREM,
     &INFO,
     &LEASES,
+    &PUSH,
+    &DEAD,
+    &REDRIVE,
+    &PURGE,
+    &DISOWN,
 ];
 
 /// `SCRIPT LOAD` of every script, as one write, for the upstream
@@ -66,13 +77,25 @@ pub fn preload() -> crate::upstream::Scripts {
 
 const COMMON: &str = include_str!("../../lua/common.lua");
 
-/// `group(base)` and `rule(at)`, written from the Rust tables.
+/// `group(base)`, `rule(at)` and the event numbers, written from the Rust
+/// tables.
 fn prelude() -> String {
-    let mut s =
-        String::from("-- The calling convention, generated from keys::GROUP and rules::RULE.\n");
+    let mut s = String::from(
+        "-- The calling convention, generated from keys::GROUP, rules::RULE and tally::EVENTS.\n",
+    );
     let _ = writeln!(s, "local GROUP_SIZE = {}", GROUP.len());
     let _ = writeln!(s, "local RULE_SIZE = {}", RULE.len());
-    s.push_str("local function group(base)\n  return {");
+    let _ = writeln!(s, "local STATS_TTL_MS = {STATS_TTL_MS}");
+    let _ = writeln!(s, "local DEAD_HISTORY = {DEAD_HISTORY}");
+    s.push_str("local EVENT = {");
+    for (i, (name, _)) in EVENTS.iter().enumerate() {
+        let _ = write!(s, " {name} = {},", i + 1);
+    }
+    s.push_str(" }\nlocal EVENT_NAME = {");
+    for (name, _) in EVENTS {
+        let _ = write!(s, " '{name}',");
+    }
+    s.push_str(" }\nlocal function group(base)\n  return { base = base,");
     for (i, (name, _)) in GROUP.iter().enumerate() {
         let _ = write!(s, " {name} = KEYS[base + {i}],");
     }
@@ -134,6 +157,8 @@ mod tests {
         let p = prelude();
         assert!(p.contains("q = KEYS[base + 0]"));
         assert!(p.contains("dead = KEYS[base + 6]"));
+        assert!(p.contains("base = base,"));
+        assert!(p.contains("acks = 2,"));
         assert!(p.contains("lease = tonumber(ARGV[at + 0])"));
         assert!(p.contains("pop_end = ARGV[at + 4]"));
         assert_eq!(POP.sha().len(), 40);

@@ -231,8 +231,11 @@ impl Dispatcher {
                 if let Some(p) = self.remove(id) {
                     served += 1;
                     // If the client just went away its message stays leased
-                    // and comes back when the lease expires.
-                    let _ = p.reply.send(reply);
+                    // and comes back when the lease expires, or now with
+                    // requeue_on_disconnect.
+                    if p.reply.send(reply).is_err() {
+                        super::owners::abandoned(&self.caller, &p.pop);
+                    }
                 }
             }
         }

@@ -178,6 +178,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
     });
     let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
     let mut session = Session {
+        conn: crate::queue::owners::next_conn(),
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
         rd,
@@ -203,10 +204,19 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
     }
     session.out.finish();
     let _ = writer.await;
+    if let Some(queues) = &session.ctx.queues {
+        queues.closed(
+            session.conn,
+            *session.ctx.shutdown.borrow(),
+            &session.shared,
+        );
+    }
     metrics::gauge!("ackproxy_connections").decrement(1.0);
 }
 
 struct Session {
+    /// Names the connection for queue rules that track leases by connection.
+    conn: u64,
     ctx: Arc<Context>,
     rd: ReadHalf,
     buf: BytesMut,
@@ -409,6 +419,7 @@ impl Session {
                         in_multi,
                         full: in_multi,
                         split: !paused,
+                        conn: self.conn,
                     };
                     let intercept = queues.intercept(kind, args, how);
                     match intercept {

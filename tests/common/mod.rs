@@ -420,6 +420,12 @@ pub fn metric(port: u16, name: &str) -> f64 {
         .unwrap_or(-1.0)
 }
 
+/// A queue's totals (`ackq:{TAG}:Q:stats`): the one auxiliary key that
+/// outlives the queue's messages, by design (it expires on its own).
+pub fn is_queue_stats(key: &str) -> bool {
+    key.starts_with("ackq:") && key.ends_with(":stats")
+}
+
 /// A small xorshift generator: test sequences replay from their seed.
 pub struct Rng(pub u64);
 

@@ -1,0 +1,1165 @@
+//! The message lifecycle beyond one lease: delayed delivery (`QUEUE PUSH
+//! … DELAY|AT`), NACK with a delay and per-rule retry backoff, dead letters
+//! with their history (`QUEUE DEAD`, `REDRIVE`, `PURGE`), the totals of
+//! `QUEUE INFO`, the `next-pop` ack policy, requeue on disconnect and
+//! shadow mode. Delays are short (100–300 ms); every wait is for a
+//! condition, with a generous deadline, never for a fixed time.
+
+mod common;
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CONFIG: &str = r#"
+[[queue]]
+pattern = "d*"
+lease_ms = 600000
+max_deliveries = 3
+ack_id = "payload"
+
+[[queue]]
+pattern = "short*"
+lease_ms = 100
+max_deliveries = 100
+ack_id = "payload"
+
+[[queue]]
+pattern = "left*"
+lease_ms = 600000
+ack_id = "payload"
+pop_end = "left"
+
+[[queue]]
+pattern = "exp*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "exp"
+retry_base_ms = 100
+retry_max_ms = 400
+retry_jitter = 0.0
+
+[[queue]]
+pattern = "jit*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "fixed"
+retry_base_ms = 200
+retry_jitter = 0.5
+
+[[queue]]
+pattern = "back*"
+lease_ms = 100
+max_deliveries = 100
+ack_id = "payload"
+retry_backoff = "fixed"
+retry_base_ms = 300
+retry_jitter = 0.0
+
+[[queue]]
+pattern = "hist*"
+lease_ms = 100
+max_deliveries = 3
+ack_id = "json:id"
+
+[[queue]]
+pattern = "one*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+
+[[queue]]
+pattern = "cap*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_max = 2
+
+[[queue]]
+pattern = "np*"
+lease_ms = 300
+max_deliveries = 100
+ack_id = "payload"
+ack = "next-pop"
+
+[[queue]]
+pattern = "rq*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+requeue_on_disconnect = true
+
+[[queue]]
+pattern = "sh*"
+lease_ms = 100
+max_deliveries = 1
+ack_id = "payload"
+shadow = true
+
+[reaper]
+interval_ms = 20
+"#;
+
+/// How long a condition may take on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn as_str(v: &Value) -> String {
+    match v {
+        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::Simple(s) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn as_int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// A field/value reply (RESP2 flat array or RESP3 map) as a map.
+fn fields(v: &Value) -> HashMap<String, Value> {
+    let Value::Array(items) = v else {
+        panic!("expected a field/value reply, got {v:?}")
+    };
+    assert!(items.len() % 2 == 0, "odd field/value array: {v:?}");
+    items
+        .chunks(2)
+        .map(|kv| (as_str(&kv[0]), kv[1].clone()))
+        .collect()
+}
+
+fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
+    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
+}
+
+fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
+    let i = info(p, q);
+    as_int(
+        i.get(field)
+            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
+    )
+}
+
+/// Polls `f` until it gives a value, failing after [`PATIENCE`].
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Pops with `RPOP` until a message comes; returns it.
+fn pop_eventually(c: &mut Client, q: &str) -> String {
+    eventually(&format!("a message in {q}"), || match c.cmd(&["RPOP", q]) {
+        Value::Nil => None,
+        Value::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        other => panic!("RPOP {q}: {other:?}"),
+    })
+}
+
+fn pop_all(c: &mut Client, q: &str) -> Vec<String> {
+    match c.cmd(&["RPOP", q, "1000"]) {
+        Value::Nil => vec![],
+        Value::Array(items) => items.iter().map(as_str).collect(),
+        other => panic!("RPOP {q} 1000: {other:?}"),
+    }
+}
+
+fn start() -> (Redis, Proxy) {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    (redis, proxy)
+}
+
+/// A proxy with its metrics endpoint; returns the endpoint's port too.
+fn start_with_metrics(config: &str) -> (Redis, Proxy, u16) {
+    let redis = Redis::start();
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start_with_config(redis.port, config, &["--metrics", &addr]);
+    (redis, proxy, metrics)
+}
+
+/// The value of a series of the metrics endpoint (0 while it is absent).
+fn metric(port: u16, series: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0.0;
+    };
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the proxy has `n` blocking pops parked.
+fn wait_parked(metrics: u16, n: usize) {
+    eventually(&format!("{n} parked pops"), || {
+        (metric(metrics, "ackproxy_parked_clients") == n as f64).then_some(())
+    });
+}
+
+// ------------------------------------------------------- delayed delivery
+
+#[test]
+fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let pushed = Instant::now();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d1", "later", "DELAY", "300"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d1"]), Value::Nil, "popped before its time");
+    assert_eq!(info_int(&proxy, "d1", "delayed"), 1);
+    assert_eq!(info_int(&proxy, "d1", "ready"), 0);
+    assert_eq!(pop_eventually(&mut c, "d1"), "later");
+    let waited = pushed.elapsed();
+    // Due 300 ms after Redis received the push, which was after `pushed`.
+    assert!(
+        waited >= Duration::from_millis(290),
+        "delivered after {waited:?}"
+    );
+    let i = info(&proxy, "d1");
+    assert_eq!(as_int(&i["delayed"]), 0);
+    assert_eq!(as_int(&i["leased"]), 1);
+    assert_eq!(as_int(&i["promoted"]), 1);
+    assert_eq!(c.cmd(&["ACK", "d1", "later"]), Value::Int(1));
+}
+
+#[test]
+fn a_parked_blocking_pop_is_woken_when_a_delayed_message_falls_due() {
+    let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut parked = proxy.client();
+    parked.send(&["BRPOP", "d2", "0"]);
+    // Parked before the push; nobody pushes afterwards.
+    wait_parked(metrics, 1);
+    let mut c = proxy.client();
+    let pushed = Instant::now();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d2", "wake", "DELAY", "200"]),
+        Value::Int(1)
+    );
+    parked.set_read_timeout(Some(PATIENCE));
+    assert_eq!(
+        parked.read_value(),
+        Value::Array(vec![Value::bulk("d2"), Value::bulk("wake")])
+    );
+    let waited = pushed.elapsed();
+    assert!(
+        waited >= Duration::from_millis(190),
+        "woken after {waited:?}"
+    );
+    assert_eq!(info_int(&proxy, "d2", "leased"), 1);
+}
+
+#[test]
+fn at_takes_a_unix_time_and_a_past_one_pushes_now() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let now_ms = |direct: &mut Client| -> i64 {
+        let Value::Array(t) = direct.cmd(&["TIME"]) else {
+            panic!("TIME")
+        };
+        let s: i64 = as_str(&t[0]).parse().unwrap();
+        let us: i64 = as_str(&t[1]).parse().unwrap();
+        s * 1000 + us / 1000
+    };
+    let mut direct = redis.client();
+    let past = (now_ms(&mut direct) - 10_000).to_string();
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d3", "a", "b", "AT", &past]),
+        Value::Int(2)
+    );
+    assert_eq!(info_int(&proxy, "d3", "ready"), 2);
+    assert_eq!(pop_all(&mut c, "d3"), vec!["a", "b"]);
+    let due = now_ms(&mut direct) + 250;
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d3", "c", "AT", &due.to_string()]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d3"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d3"), "c");
+    assert!(now_ms(&mut direct) >= due, "popped before its time");
+}
+
+#[test]
+fn due_messages_enter_where_lpush_would_put_them_in_due_order() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d4", "ready1"]);
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d4", "x1", "x2", "x3", "DELAY", "150"]),
+        Value::Int(3)
+    );
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d4", "y", "DELAY", "100"]),
+        Value::Int(1)
+    );
+    eventually("the reaper to move them", || {
+        (info_int(&proxy, "d4", "delayed") == 0).then_some(())
+    });
+    c.cmd(&["LPUSH", "d4", "ready2"]);
+    // The list as a legacy consumer sees it: nothing marks the promoted ones.
+    let Value::Array(list) = redis.client().cmd(&["LRANGE", "d4", "0", "-1"]) else {
+        panic!("LRANGE")
+    };
+    assert_eq!(
+        list.iter().map(as_str).collect::<Vec<_>>(),
+        vec!["ready2", "x3", "x2", "x1", "y", "ready1"]
+    );
+    assert_eq!(
+        pop_all(&mut c, "d4"),
+        vec!["ready1", "y", "x1", "x2", "x3", "ready2"]
+    );
+    // Consumers that pop from the left: producers push at the right.
+    c.cmd(&["RPUSH", "left1", "r1"]);
+    c.cmd(&["QUEUE", "PUSH", "left1", "z1", "z2", "DELAY", "100"]);
+    eventually("left1 promoted", || {
+        (info_int(&proxy, "left1", "delayed") == 0).then_some(())
+    });
+    assert_eq!(
+        c.cmd(&["LPOP", "left1", "10"]),
+        Value::Array(vec![
+            Value::bulk("r1"),
+            Value::bulk("z1"),
+            Value::bulk("z2")
+        ])
+    );
+}
+
+#[test]
+fn pops_move_due_messages_in_without_the_reaper() {
+    let redis = Redis::start();
+    // A reaper that never comes round in this test: only pops promote.
+    let config = CONFIG.replace("interval_ms = 20", "interval_ms = 600000");
+    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "d5", "m", "DELAY", "100"]);
+    assert_eq!(c.cmd(&["RPOP", "d5"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d5"), "m");
+}
+
+#[test]
+fn many_delayed_messages_come_out_whole_and_in_order() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let payloads: Vec<String> = (0..450).map(|i| format!("m{i:03}")).collect();
+    let mut args = vec!["QUEUE", "PUSH", "d6"];
+    args.extend(payloads.iter().map(String::as_str));
+    args.extend(["DELAY", "200"]);
+    assert_eq!(c.cmd(&args), Value::Int(450));
+    // The same payload many times: every copy waits on its own.
+    let mut dups = vec!["QUEUE", "PUSH", "d6"];
+    dups.extend(std::iter::repeat_n("dup", 5));
+    dups.extend(["DELAY", "200"]);
+    assert_eq!(c.cmd(&dups), Value::Int(5));
+    assert_eq!(info_int(&proxy, "d6", "delayed"), 455);
+    eventually("all of them due", || {
+        (info_int(&proxy, "d6", "ready") == 455).then_some(())
+    });
+    let got = pop_all(&mut c, "d6");
+    let mut want = payloads.clone();
+    want.extend(std::iter::repeat_n("dup".to_string(), 5));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn push_errors_follow_redis() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let err = |v: Value| match v {
+        Value::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "d7"])),
+        "ERR wrong number of arguments for 'queue|push' command"
+    );
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "plain", "x"])),
+        "ERR no queue rule matches key 'plain'"
+    );
+    for bad in ["-1", "soon", "1.5", "99999999999999999999"] {
+        assert_eq!(
+            err(c.cmd(&["QUEUE", "PUSH", "d7", "x", "DELAY", bad])),
+            "ERR value is not an integer or out of range",
+            "DELAY {bad}"
+        );
+    }
+    // The option needs a payload before it: these are two payloads.
+    assert_eq!(c.cmd(&["QUEUE", "PUSH", "d7", "DELAY", "5"]), Value::Int(2));
+    assert_eq!(pop_all(&mut c, "d7"), vec!["DELAY", "5"]);
+    // DELAY 0 is now.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "d7", "z", "delay", "0"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "d7"]), Value::bulk("z"));
+    let mut direct = redis.client();
+    direct.cmd(&["SET", "d8", "string"]);
+    assert_eq!(
+        err(c.cmd(&["QUEUE", "PUSH", "d8", "x", "DELAY", "100"])),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+    assert_eq!(c.cmd(&["PING"]), Value::Simple("PONG".into()));
+}
+
+#[test]
+fn a_long_delay_does_not_meet_the_lease() {
+    // Lease 100 ms, delay 400 ms: the message is not leased while it waits,
+    // so it is neither redelivered early nor counted as a delivery.
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "400"]);
+    let pushed = Instant::now();
+    assert_eq!(c.cmd(&["RPOP", "short1"]), Value::Nil);
+    assert_eq!(info_int(&proxy, "short1", "leased"), 0);
+    assert_eq!(pop_eventually(&mut c, "short1"), "slow");
+    assert!(pushed.elapsed() >= Duration::from_millis(390));
+    let i = info(&proxy, "short1");
+    assert_eq!(as_int(&i["deliveries"]), 1);
+    assert_eq!(as_int(&i["expiries"]), 0);
+    assert_eq!(c.cmd(&["ACK", "short1", "slow"]), Value::Int(1));
+}
+
+#[test]
+fn totals_outlive_the_messages_but_expire() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["QUEUE", "PUSH", "d9", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "d9"]), Value::bulk("m"));
+    assert_eq!(c.cmd(&["ACK", "d9", "m"]), Value::Int(1));
+    let mut direct = redis.client();
+    let Value::Array(left) = direct.cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{d9}:d9:stats")]);
+    let ttl = as_int(&direct.cmd(&["PTTL", "ackq:{d9}:d9:stats"]));
+    assert!(
+        ttl > 29 * 24 * 3600 * 1000 && ttl <= 30 * 24 * 3600 * 1000,
+        "PTTL {ttl}"
+    );
+    let i = info(&proxy, "d9");
+    assert_eq!(as_int(&i["deliveries"]), 1);
+    assert_eq!(as_int(&i["acks"]), 1);
+}
+
+// ------------------------------------------------------ NACK and retries
+
+fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
+    match p.client().cmd(&["QUEUE", "LEASES", q]) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("QUEUE LEASES {q}: {other:?}"),
+    }
+}
+
+/// Redis's clock, in ms.
+fn redis_ms(direct: &mut Client) -> i64 {
+    let Value::Array(t) = direct.cmd(&["TIME"]) else {
+        panic!("TIME")
+    };
+    let s: i64 = as_str(&t[0]).parse().unwrap();
+    let us: i64 = as_str(&t[1]).parse().unwrap();
+    s * 1000 + us / 1000
+}
+
+/// How far in the future (ms, Redis time) the only delayed message of
+/// queue `q` is due: read right after the NACK or expiry that put it there,
+/// it is the wait it was given, less the few ms since.
+fn due_in(direct: &mut Client, q: &str) -> i64 {
+    let key = format!("ackq:{{{q}}}:{q}:delayed");
+    let Value::Array(z) = direct.cmd(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]) else {
+        panic!("ZRANGE {key}")
+    };
+    assert_eq!(z.len(), 2, "one delayed message in {q}: {z:?}");
+    let due: i64 = as_str(&z[1]).parse().unwrap();
+    due - redis_ms(direct)
+}
+
+#[test]
+fn nack_delay_is_honoured() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d10", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "d10"]), Value::bulk("m"));
+    let nacked = Instant::now();
+    assert_eq!(c.cmd(&["NACK", "d10", "m", "DELAY", "250"]), Value::Int(1));
+    assert_eq!(c.cmd(&["NACK", "d10", "m", "DELAY", "250"]), Value::Int(0));
+    let wait = due_in(&mut redis.client(), "d10");
+    assert!((150..=250).contains(&wait), "due in {wait} ms");
+    assert_eq!(c.cmd(&["RPOP", "d10"]), Value::Nil, "back before its delay");
+    let i = info(&proxy, "d10");
+    assert_eq!((as_int(&i["delayed"]), as_int(&i["leased"])), (1, 0));
+    assert_eq!(pop_eventually(&mut c, "d10"), "m");
+    assert!(nacked.elapsed() >= Duration::from_millis(240));
+    let l = &leases(&proxy, "d10")[0];
+    assert_eq!(
+        (
+            as_int(&l["deliveries"]),
+            as_int(&l["nacks"]),
+            as_int(&l["expiries"])
+        ),
+        (2, 1, 0),
+        "{l:?}"
+    );
+    // DELAY 0 is at once, whatever the rule says.
+    assert_eq!(c.cmd(&["NACK", "exp0", "none"]), Value::Int(0));
+    c.cmd(&["LPUSH", "exp0", "e"]);
+    c.cmd(&["RPOP", "exp0"]);
+    assert_eq!(c.cmd(&["NACK", "exp0", "e", "DELAY", "0"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "exp0"]), Value::bulk("e"));
+    // Bad delays are refused, and nothing is nacked.
+    assert_eq!(
+        c.cmd(&["NACK", "exp0", "e", "DELAY", "-3"]),
+        Value::Error("ERR value is not an integer or out of range".into())
+    );
+    assert_eq!(info_int(&proxy, "exp0", "leased"), 1);
+}
+
+#[test]
+fn exponential_backoff_grows_and_caps() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "exp1", "m"]);
+    // base 100, doubled per delivery, capped at 400; no jitter.
+    for want in [100, 200, 400, 400, 400] {
+        assert_eq!(pop_eventually(&mut c, "exp1"), "m");
+        assert_eq!(c.cmd(&["NACK", "exp1", "m"]), Value::Int(1));
+        let wait = due_in(&mut direct, "exp1");
+        assert!(
+            wait <= want && wait > want - 80,
+            "wait {wait} ms, expected {want}"
+        );
+    }
+    assert_eq!(pop_eventually(&mut c, "exp1"), "m");
+    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["deliveries"]), 6);
+    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["nacks"]), 5);
+    assert_eq!(c.cmd(&["ACK", "exp1", "m"]), Value::Int(1));
+}
+
+#[test]
+fn jitter_shortens_waits_within_its_fraction() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "jit1", "m"]);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        assert_eq!(pop_eventually(&mut c, "jit1"), "m");
+        assert_eq!(c.cmd(&["NACK", "jit1", "m"]), Value::Int(1));
+        let wait = due_in(&mut direct, "jit1");
+        // 200 ms less up to half of it.
+        assert!((20..=200).contains(&wait), "wait {wait} ms");
+        waits.push(wait);
+    }
+    waits.sort();
+    assert!(
+        waits[5] - waits[0] > 5,
+        "six jittered waits all alike: {waits:?}"
+    );
+}
+
+#[test]
+fn expiries_and_nacks_are_counted_apart() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "short2", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
+    // Lease 100 ms: it expires (a crash, not a rejection) and comes back.
+    assert_eq!(pop_eventually(&mut c, "short2"), "m");
+    assert_eq!(c.cmd(&["NACK", "short2", "m"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
+    let l = &leases(&proxy, "short2")[0];
+    assert_eq!(
+        (
+            as_int(&l["deliveries"]),
+            as_int(&l["nacks"]),
+            as_int(&l["expiries"])
+        ),
+        (3, 1, 1),
+        "{l:?}"
+    );
+    assert_eq!(c.cmd(&["ACK", "short2", "m"]), Value::Int(1));
+    let i = info(&proxy, "short2");
+    let got: Vec<i64> = ["deliveries", "nacks", "expiries", "redeliveries", "acks"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![3, 1, 1, 2, 1], "{i:?}");
+    let series = |name: &str| metric(metrics, &format!("{name}{{rule=\"short*\"}}"));
+    assert_eq!(series("ackproxy_expiries_total"), 1.0);
+    assert_eq!(series("ackproxy_nacks_total"), 1.0);
+    assert_eq!(series("ackproxy_pops_total"), 3.0);
+    assert_eq!(series("ackproxy_redeliveries_total"), 2.0);
+    drop(redis);
+}
+
+#[test]
+fn an_expired_lease_waits_for_the_backoff_too() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "back1", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "back1"]), Value::bulk("m"));
+    // Lease 100 ms, then 300 ms of backoff before it is back in the list.
+    eventually("the expiry", || {
+        (info_int(&proxy, "back1", "expiries") == 1).then_some(())
+    });
+    let i = info(&proxy, "back1");
+    assert_eq!(
+        (as_int(&i["delayed"]), as_int(&i["ready"])),
+        (1, 0),
+        "{i:?}"
+    );
+    let wait = due_in(&mut direct, "back1");
+    assert!(wait <= 300, "due in {wait} ms");
+    assert_eq!(pop_eventually(&mut c, "back1"), "m");
+    let l = &leases(&proxy, "back1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+}
+
+#[test]
+fn a_late_ack_cancels_a_redelivery_waiting_for_its_backoff() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "exp2", "m"]);
+    assert_eq!(c.cmd(&["RPOP", "exp2"]), Value::bulk("m"));
+    assert_eq!(c.cmd(&["NACK", "exp2", "m", "DELAY", "200"]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "exp2", "delayed"), 1);
+    // The worker finished after all: the waiting copy is withdrawn.
+    assert_eq!(c.cmd(&["ACK", "exp2", "m"]), Value::Int(1));
+    let i = info(&proxy, "exp2");
+    assert_eq!((as_int(&i["delayed"]), as_int(&i["late-acks"])), (0, 1));
+    // Past the delay, nothing comes back; nothing is left but the totals.
+    c.cmd(&["QUEUE", "PUSH", "exp2", "marker", "DELAY", "300"]);
+    assert_eq!(pop_eventually(&mut c, "exp2"), "marker");
+    assert_eq!(c.cmd(&["RPOP", "exp2"]), Value::Nil);
+    assert_eq!(c.cmd(&["ACK", "exp2", "marker"]), Value::Int(1));
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{exp2}:exp2:stats")]);
+}
+
+#[test]
+fn nack_delay_of_a_move_lease_clears_the_destination_and_waits() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "d11", "job"]);
+    assert_eq!(
+        c.cmd(&["RPOPLPUSH", "d11", "d11:doing"]),
+        Value::bulk("job")
+    );
+    assert_eq!(
+        c.cmd(&["NACK", "d11", "job", "DELAY", "200"]),
+        Value::Int(1)
+    );
+    let mut direct = redis.client();
+    assert_eq!(direct.cmd(&["LLEN", "d11:doing"]), Value::Int(0));
+    assert_eq!(info_int(&proxy, "d11", "delayed"), 1);
+    assert_eq!(c.cmd(&["RPOP", "d11"]), Value::Nil);
+    assert_eq!(pop_eventually(&mut c, "d11"), "job");
+    let l = &leases(&proxy, "d11")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (2, 1));
+}
+
+// ---------------------------------------------------------- dead letters
+
+fn dead(p: &Proxy, q: &str, count: Option<&str>) -> Vec<HashMap<String, Value>> {
+    let mut args = vec!["QUEUE", "DEAD", q];
+    if let Some(n) = count {
+        args.extend(["COUNT", n]);
+    }
+    match p.client().cmd(&args) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("QUEUE DEAD {q}: {other:?}"),
+    }
+}
+
+fn lrange(c: &mut Client, key: &str) -> Vec<String> {
+    match c.cmd(&["LRANGE", key, "0", "-1"]) {
+        Value::Array(items) => items.iter().map(as_str).collect(),
+        other => panic!("LRANGE {key}: {other:?}"),
+    }
+}
+
+/// Pops and NACKs every message of `q` (a rule with max_deliveries 1):
+/// each goes to the dead-letter list.
+fn kill_all(c: &mut Client, q: &str) -> usize {
+    let popped = pop_all(c, q);
+    let mut args = vec!["NACK", q];
+    args.extend(popped.iter().map(String::as_str));
+    assert_eq!(c.cmd(&args), Value::Int(popped.len() as i64));
+    popped.len()
+}
+
+#[test]
+fn a_dead_letter_keeps_its_history() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let msg = r#"{"id":"j1","task":"resize"}"#;
+    c.cmd(&["LPUSH", "hist1", msg]);
+    let t0 = redis_ms(&mut direct);
+    // Delivery 1 expires (lease 100 ms), 2 and 3 are rejected.
+    assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
+    assert_eq!(pop_eventually(&mut c, "hist1"), msg);
+    assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
+    let last = redis_ms(&mut direct);
+    assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
+    let t1 = redis_ms(&mut direct);
+    // The raw payload, readable by any Redis tool.
+    assert_eq!(lrange(&mut direct, "{hist1}:dead"), vec![msg]);
+    let d = dead(&proxy, "hist1", None);
+    assert_eq!(d.len(), 1);
+    let h = &d[0];
+    assert_eq!(as_str(&h["payload"]), msg);
+    assert_eq!(as_str(&h["id"]), "j1");
+    let counts: Vec<i64> = ["deliveries", "nacks", "expiries"]
+        .iter()
+        .map(|f| as_int(&h[*f]))
+        .collect();
+    assert_eq!(counts, vec![3, 2, 1], "{h:?}");
+    assert_eq!(as_str(&h["last-reason"]), "nacked");
+    let (first, last_d, died) = (
+        as_int(&h["first-delivery-ms"]),
+        as_int(&h["last-delivery-ms"]),
+        as_int(&h["dead-lettered-ms"]),
+    );
+    assert!(t0 <= first && first <= last_d, "{h:?}");
+    assert!((last - 5..=t1).contains(&last_d), "{h:?} ({last}..{t1})");
+    assert!(last_d <= died && died <= t1, "{h:?}");
+    let i = info(&proxy, "hist1");
+    assert_eq!((as_int(&i["dead"]), as_int(&i["dead-lettered"])), (1, 1));
+    // A payload someone else put there has no history.
+    direct.cmd(&["RPUSH", "{hist1}:dead", "stranger"]);
+    let d = dead(&proxy, "hist1", None);
+    assert_eq!(as_str(&d[1]["payload"]), "stranger");
+    assert_eq!(d[1]["deliveries"], Value::Nil);
+    assert_eq!(dead(&proxy, "hist1", Some("1")).len(), 1);
+}
+
+#[test]
+fn redrive_brings_dead_letters_back_with_fresh_counts() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one1", "a", "b"]);
+    assert_eq!(kill_all(&mut c, "one1"), 2);
+    assert_eq!(info_int(&proxy, "one1", "dead"), 2);
+    assert_eq!(
+        c.cmd(&["QUEUE", "REDRIVE", "one1", "COUNT", "1"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("a"));
+    let l = &leases(&proxy, "one1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (1, 0));
+    assert_eq!(c.cmd(&["ACK", "one1", "a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(1));
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(0));
+    assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("b"));
+    assert_eq!(c.cmd(&["ACK", "one1", "b"]), Value::Int(1));
+    let i = info(&proxy, "one1");
+    assert_eq!((as_int(&i["dead"]), as_int(&i["redriven"])), (0, 2));
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{one1}:one1:stats")]);
+}
+
+#[test]
+fn redrive_of_many_is_whole_and_in_order() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    let payloads: Vec<String> = (0..250).map(|i| format!("m{i:03}")).collect();
+    let mut args = vec!["LPUSH", "one2"];
+    args.extend(payloads.iter().map(String::as_str));
+    c.cmd(&args);
+    assert_eq!(kill_all(&mut c, "one2"), 250);
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one2"]), Value::Int(250));
+    assert_eq!(pop_all(&mut c, "one2"), payloads);
+}
+
+#[test]
+fn purge_dead_empties_the_dead_letters_and_their_history() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one3", "a", "b", "c"]);
+    kill_all(&mut c, "one3");
+    assert_eq!(
+        c.cmd(&["QUEUE", "PURGE", "one3", "READY"]),
+        Value::Error("ERR syntax error".into())
+    );
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "one3", "dead"]), Value::Int(3));
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "one3", "DEAD"]), Value::Int(0));
+    assert!(dead(&proxy, "one3", None).is_empty());
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{one3}:one3:stats")]);
+}
+
+#[test]
+fn the_dead_letter_cap_drops_the_oldest_and_counts_them() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "cap1", "a", "b", "c", "d"]);
+    // One at a time, so the order they die in is known.
+    for p in ["a", "b", "c", "d"] {
+        assert_eq!(c.cmd(&["RPOP", "cap1"]), Value::bulk(p));
+        assert_eq!(c.cmd(&["NACK", "cap1", p]), Value::Int(1));
+    }
+    let mut direct = redis.client();
+    assert_eq!(lrange(&mut direct, "{cap1}:dead"), vec!["c", "d"]);
+    let i = info(&proxy, "cap1");
+    assert_eq!(
+        (
+            as_int(&i["dead"]),
+            as_int(&i["dead-lettered"]),
+            as_int(&i["dead-dropped"])
+        ),
+        (2, 4, 2)
+    );
+    let d = dead(&proxy, "cap1", None);
+    assert_eq!(d.len(), 2);
+    assert!(d.iter().all(|h| as_int(&h["deliveries"]) == 1), "{d:?}");
+    // Histories of the dropped ones went with them.
+    assert_eq!(
+        direct.cmd(&["HLEN", "ackq:{cap1}:cap1:history"]),
+        Value::Int(2)
+    );
+}
+
+#[test]
+fn dead_letter_commands_check_their_arguments() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    for (args, want) in [
+        (
+            vec!["QUEUE", "DEAD"],
+            "ERR wrong number of arguments for 'queue|dead' command",
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "one4", "COUNT"],
+            "ERR wrong number of arguments for 'queue|redrive' command",
+        ),
+        (
+            vec!["QUEUE", "PURGE", "one4"],
+            "ERR wrong number of arguments for 'queue|purge' command",
+        ),
+        (
+            vec!["QUEUE", "DEAD", "one4", "COUNT", "0"],
+            "ERR value is out of range, must be positive",
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "one4", "LIMIT", "3"],
+            "ERR syntax error",
+        ),
+        (
+            vec!["QUEUE", "DEAD", "plain"],
+            "ERR no queue rule matches key 'plain'",
+        ),
+    ] {
+        assert_eq!(c.cmd(&args), Value::Error(want.into()), "{args:?}");
+    }
+}
+
+// ------------------------------------------------------ INFO and HELP
+
+#[test]
+fn info_reports_counts_and_totals_in_both_protocols() {
+    let (_redis, proxy) = start();
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "one5", "a", "b", "c", "d"]);
+    c.cmd(&["QUEUE", "PUSH", "one5", "later", "DELAY", "600000"]);
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("a"));
+    assert_eq!(c.cmd(&["ACK", "one5", "a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("b"));
+    assert_eq!(c.cmd(&["NACK", "one5", "b"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("c"));
+    let i = info(&proxy, "one5");
+    let want: &[(&str, i64)] = &[
+        ("ready", 1),
+        ("leased", 1),
+        ("delayed", 1),
+        ("dead", 1),
+        ("deliveries", 3),
+        ("acks", 1),
+        ("nacks", 1),
+        ("expiries", 0),
+        ("late-acks", 0),
+        ("dead-lettered", 1),
+        ("redriven", 0),
+        ("redeliveries", 0),
+        ("promoted", 0),
+        ("dead-dropped", 0),
+    ];
+    for (f, n) in want {
+        assert_eq!(as_int(&i[*f]), *n, "{f}: {i:?}");
+    }
+    assert!(as_int(&i["oldest-lease-age-ms"]) >= 0);
+    // RESP2: a flat array, as XINFO; RESP3: a map with the same fields.
+    let raw2 = c.raw(&["QUEUE", "INFO", "one5"]);
+    assert_eq!(raw2[0], b'*');
+    let mut c3 = proxy.client();
+    assert!(matches!(c3.cmd(&["HELLO", "3"]), Value::Array(_)));
+    let raw3 = c3.raw(&["QUEUE", "INFO", "one5"]);
+    assert_eq!(raw3[0], b'%');
+    let (v3, _) = decode(&raw3);
+    let mut k3: Vec<String> = fields(&v3).into_keys().collect();
+    let mut k2: Vec<String> = i.into_keys().collect();
+    k3.sort();
+    k2.sort();
+    assert_eq!(k2, k3);
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let (_redis, proxy) = start();
+    let Value::Array(lines) = proxy.client().cmd(&["QUEUE", "HELP"]) else {
+        panic!("QUEUE HELP")
+    };
+    let text: Vec<String> = lines.iter().map(as_str).collect();
+    for sub in [
+        "PUSH", "EXTEND", "INFO", "LEASES", "DEAD", "REDRIVE", "PURGE", "HELP",
+    ] {
+        assert!(
+            text.iter()
+                .any(|l| l.starts_with(&format!("{sub} ")) || l == sub),
+            "QUEUE HELP does not list {sub}: {text:#?}"
+        );
+    }
+    assert!(text.iter().any(|l| l.contains("NACK")));
+}
+
+// ------------------------------------------------ ack policies by connection
+
+#[test]
+fn next_pop_acknowledges_the_previous_message_of_the_connection() {
+    let (redis, proxy) = start();
+    let mut w = proxy.client();
+    let mut other = proxy.client();
+    w.cmd(&["LPUSH", "np1", "a", "b", "c", "d", "e"]);
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("a"));
+    assert_eq!(info_int(&proxy, "np1", "leased"), 1);
+    // Another connection's pop acknowledges nothing of this one's.
+    assert_eq!(other.cmd(&["RPOP", "np1"]), Value::bulk("b"));
+    assert_eq!(info_int(&proxy, "np1", "leased"), 2);
+    // The worker pops again: it has finished a.
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("c"));
+    let i = info(&proxy, "np1");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (2, 1), "{i:?}");
+    let held: Vec<String> = leases(&proxy, "np1")
+        .iter()
+        .map(|l| as_str(&l["payload"]))
+        .collect();
+    assert!(held.contains(&"b".to_string()) && held.contains(&"c".to_string()));
+    // A pop with COUNT: all of them are acknowledged by the next pop, also
+    // one that finds nothing.
+    assert_eq!(
+        w.cmd(&["RPOP", "np1", "5"]),
+        Value::Array(vec![Value::bulk("d"), Value::bulk("e")])
+    );
+    assert_eq!(info_int(&proxy, "np1", "leased"), 3);
+    assert_eq!(w.cmd(&["RPOP", "np1"]), Value::Nil);
+    assert_eq!(other.cmd(&["RPOP", "np1"]), Value::Nil);
+    let i = info(&proxy, "np1");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 5), "{i:?}");
+    // Explicit ACKs still work; nothing is left.
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{np1}:np1:stats")]);
+}
+
+#[test]
+fn next_pop_through_a_parked_blocking_pop() {
+    let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np2", "a"]);
+    assert_eq!(
+        w.cmd(&["BRPOP", "np2", "0"]),
+        Value::Array(vec![Value::bulk("np2"), Value::bulk("a")])
+    );
+    // Waiting for the next job means a is done, before anything arrives.
+    w.send(&["BRPOP", "np2", "0"]);
+    wait_parked(metrics, 1);
+    let i = info(&proxy, "np2");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 1), "{i:?}");
+    proxy.client().cmd(&["LPUSH", "np2", "b"]);
+    assert_eq!(
+        w.read_value(),
+        Value::Array(vec![Value::bulk("np2"), Value::bulk("b")])
+    );
+    assert_eq!(info_int(&proxy, "np2", "leased"), 1);
+}
+
+#[test]
+fn a_killed_next_pop_worker_gets_its_message_redelivered() {
+    let (_redis, proxy) = start();
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np3", "job"]);
+    assert_eq!(w.cmd(&["RPOP", "np3"]), Value::bulk("job"));
+    // The worker dies mid-job: it never pops again, so nothing acknowledges.
+    drop(w);
+    let mut w2 = proxy.client();
+    assert_eq!(pop_eventually(&mut w2, "np3"), "job");
+    let l = &leases(&proxy, "np3")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+    assert_eq!(info_int(&proxy, "np3", "acks"), 0);
+}
+
+/// What next-pop does to a client that shares one connection among jobs
+/// (a pool): the second job's pop acknowledges the first job's message
+/// while it is still being worked on. If that work then fails, the message
+/// is gone. next-pop is only safe with one worker per connection.
+#[test]
+fn next_pop_with_a_pooled_connection_acknowledges_too_early() {
+    let (_redis, proxy) = start();
+    let mut pooled = proxy.client();
+    pooled.cmd(&["LPUSH", "np4", "job1", "job2"]);
+    // Worker 1 borrows the connection, pops job1, returns the connection.
+    assert_eq!(pooled.cmd(&["RPOP", "np4"]), Value::bulk("job1"));
+    // Worker 2 borrows the same connection for its pop.
+    assert_eq!(pooled.cmd(&["RPOP", "np4"]), Value::bulk("job2"));
+    // job1 counts as done, although worker 1 is still on it.
+    let i = info(&proxy, "np4");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (1, 1));
+    // Worker 1 crashes, worker 2 too: only job2 comes back (lease 300 ms).
+    let mut rescue = proxy.client();
+    assert_eq!(pop_eventually(&mut rescue, "np4"), "job2");
+    assert_eq!(rescue.cmd(&["RPOP", "np4"]), Value::Nil, "job1 is lost");
+    assert_eq!(info_int(&proxy, "np4", "ready"), 0);
+}
+
+#[test]
+fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut on = proxy.client();
+    let mut off = proxy.client();
+    on.cmd(&["LPUSH", "rq1", "a", "b"]);
+    off.cmd(&["LPUSH", "d12", "x"]);
+    assert_eq!(on.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
+    assert_eq!(on.cmd(&["RPOP", "rq1"]), Value::bulk("b"));
+    // An acknowledged one stays acknowledged.
+    assert_eq!(on.cmd(&["ACK", "rq1", "b"]), Value::Int(1));
+    assert_eq!(off.cmd(&["RPOP", "d12"]), Value::bulk("x"));
+    // A move lease: its copy in the destination goes too.
+    on.cmd(&["LPUSH", "rq2", "m"]);
+    assert_eq!(
+        on.cmd(&["BRPOPLPUSH", "rq2", "rq2:doing", "0"]),
+        Value::bulk("m")
+    );
+    drop(off);
+    drop(on);
+    eventually("both connections closed", || {
+        (metric(metrics, "ackproxy_connections") <= 0.0).then_some(())
+    });
+    // Lease 10 minutes, yet a is back now; so is m, without its copy.
+    eventually("a back in rq1", || {
+        (info_int(&proxy, "rq1", "ready") == 1).then_some(())
+    });
+    eventually("m back in rq2", || {
+        (info_int(&proxy, "rq2", "ready") == 1).then_some(())
+    });
+    let mut direct = redis.client();
+    assert_eq!(direct.cmd(&["LLEN", "rq2:doing"]), Value::Int(0));
+    let i = info(&proxy, "rq1");
+    let got: Vec<i64> = ["leased", "disconnects", "expiries", "acks"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![0, 1, 0, 1], "{i:?}");
+    assert_eq!(
+        metric(metrics, "ackproxy_disconnect_requeues_total{rule=\"rq*\"}"),
+        2.0
+    );
+    // Without the option the lease stays until it runs out.
+    let i = info(&proxy, "d12");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["ready"])), (1, 0), "{i:?}");
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
+    let l = &leases(&proxy, "rq1")[0];
+    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+}
+
+// ------------------------------------------------------------ shadow mode
+
+#[test]
+fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
+    let (redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "sh1", "done", "rejected", "lost"]);
+    // Acknowledged in time: as with enforcement.
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("done"));
+    assert_eq!(c.cmd(&["ACK", "sh1", "done"]), Value::Int(1));
+    // A NACK and an expiry (lease 100 ms): recorded, reported, not returned.
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("rejected"));
+    assert_eq!(c.cmd(&["NACK", "sh1", "rejected"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("lost"));
+    let l = leases(&proxy, "sh1");
+    assert_eq!(l.len(), 1);
+    assert_eq!(as_str(&l[0]["payload"]), "lost");
+    eventually("the expiry", || {
+        (info_int(&proxy, "sh1", "expiries") == 1).then_some(())
+    });
+    let i = info(&proxy, "sh1");
+    let got: Vec<i64> = [
+        "ready",
+        "leased",
+        "delayed",
+        "dead",
+        "would-redeliver",
+        "redeliveries",
+        "nacks",
+        "acks",
+        "shadow",
+    ]
+    .iter()
+    .map(|f| as_int(&i[*f]))
+    .collect();
+    assert_eq!(got, vec![0, 0, 0, 0, 2, 0, 1, 1, 1], "{i:?}");
+    assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::Nil);
+    assert_eq!(
+        metric(
+            metrics,
+            "ackproxy_shadow_would_redeliver_total{rule=\"sh*\"}"
+        ),
+        2.0
+    );
+    // max_deliveries is 1: with enforcement both would be dead letters.
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{sh1}:sh1:stats")]);
+}
+
+#[test]
+fn delayed_copies_survive_a_restarted_sequence() {
+    // The totals hash holds the delayed set's sequence counter; when it
+    // expires the counter restarts, and a new member may meet one still
+    // waiting. Neither may be lost.
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "b", "DELAY", "100000"]);
+    direct.cmd(&["DEL", "ackq:{d13}:d13:stats"]);
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "b", "c", "DELAY", "100000"]);
+    c.cmd(&["QUEUE", "PUSH", "d13", "a", "DELAY", "100000"]);
+    assert_eq!(info_int(&proxy, "d13", "delayed"), 6);
+}
