@@ -11,6 +11,7 @@ pub mod command;
 pub mod config;
 pub mod embedded;
 pub mod error;
+pub mod ops;
 pub mod output;
 pub mod queue;
 pub mod resp;
