@@ -201,6 +201,14 @@ fn one_queue_its_leases_and_errors_as_the_proxy_gives_them() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_info_matches(&json_of(&r), &before, &after);
     assert_eq!(int(&before["leased"]), 1);
+    // Scripts flushed behind the proxy's back are sent again in full.
+    assert_eq!(
+        s.redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    let r = get(s.ops, "/api/queues/jobs");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_of(&r)["leased"], json!(1));
 
     // A key with `/` travels percent-encoded.
     let r = get(s.ops, "/api/queues/tasks%3Aa%2Fb");
@@ -251,6 +259,34 @@ fn one_queue_its_leases_and_errors_as_the_proxy_gives_them() {
         }
         other => panic!("QUEUE DEAD jobs: {other:?}"),
     }
+}
+
+#[test]
+fn an_unreachable_redis_is_reported_not_hidden() {
+    let mut s = start("");
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    s.redis.kill();
+    let r = get(s.ops, "/api/queues/jobs");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(json_of(&r)["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("ERR upstream unavailable"));
+    let r = get(s.ops, "/api/queues");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = json_of(&r);
+    let jobs = &body["rules"][0]["queues"][0];
+    assert_eq!(jobs["key"], json!("jobs"));
+    assert!(
+        jobs["error"].as_str().unwrap().contains("upstream"),
+        "{jobs}"
+    );
+    let tasks = &body["rules"][1];
+    assert!(tasks["scan_error"].as_str().is_some(), "{tasks}");
+    // What the proxy knows without Redis is still listed: tasks:b has a
+    // lease taken through it.
+    assert_eq!(tasks["queues"][0]["key"], json!("tasks:b"));
 }
 
 #[test]

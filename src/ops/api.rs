@@ -269,12 +269,7 @@ pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
     let mut rules = Vec::with_capacity(ops.rules.len());
     // One control connection for every rule's SCAN, made per listing so
     // that it logs in with the credentials of the moment.
-    let mut scan = None;
-    if let Some(q) = &ops.queues {
-        if ops.rules.iter().any(|r| !q.is_exact(&r.pattern)) {
-            scan = Some(control::admin(&ops.endpoint).await);
-        }
-    }
+    let mut scan: Option<Result<_, String>> = None;
     for rule in &ops.rules {
         let mut entry = json!({
             "pattern": rule.pattern,
@@ -288,14 +283,21 @@ pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
             rules.push(entry);
             continue;
         };
-        let found = match (&mut scan, !queues.is_exact(&rule.pattern)) {
-            (_, false) => Ok(Found {
+        let found = if queues.is_exact(&rule.pattern) {
+            Ok(Found {
                 keys: BTreeSet::from([Bytes::from(rule.pattern.clone())]),
                 truncated: false,
-            }),
-            (Some(Ok(conn)), true) => discover(conn, queues, &rule.pattern).await,
-            (Some(Err(e)), true) => Err(e.to_string()),
-            (None, true) => unreachable!("a connection is made when a rule is a glob"),
+            })
+        } else {
+            if scan.is_none() {
+                let conn = control::admin(&ops.endpoint).await;
+                scan = Some(conn.map_err(|e| e.to_string()));
+            }
+            match scan.as_mut() {
+                Some(Ok(conn)) => discover(conn, queues, &rule.pattern).await,
+                Some(Err(e)) => Err(e.clone()),
+                None => Err("no connection".to_string()),
+            }
         };
         let mut listed = Vec::new();
         let (keys, truncated) = match found {
