@@ -540,6 +540,7 @@ struct Browser {
     driver: Child,
     port: u16,
     session: String,
+    profile: PathBuf,
 }
 
 impl Browser {
@@ -583,6 +584,7 @@ impl Browser {
             driver,
             port,
             session: String::new(),
+            profile,
         };
         let v = b.call("POST", "/session", caps);
         b.session = v["sessionId"].as_str().expect("a session").to_string();
@@ -686,6 +688,7 @@ impl Drop for Browser {
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
 
