@@ -1,7 +1,6 @@
-//! Start-up and shutdown: upstream (or the embedded one), metrics, queue
-//! machinery, the listener, and signals.
+//! Start-up and shutdown: upstream (or the embedded one), the operations
+//! server (metrics, web view), queue machinery, the listener, and signals.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -55,16 +54,7 @@ async fn start_inner(
             Some(e)
         }
     };
-    if let Some(addr) = &config.metrics {
-        let addr: SocketAddr = addr
-            .parse()
-            .map_err(|e| StartError::Config(format!("metrics address {addr:?}: {e}")))?;
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| StartError::Config(format!("metrics endpoint: {e}")))?;
-        crate::telemetry::register(&config.queues);
-    }
+    let ops = crate::ops::prepare(&config).await?;
     // Bad TLS files stop the start before anything connects or listens.
     let tls_error = |e: crate::net::tls::TlsError| StartError::Config(e.to_string());
     let acceptor = crate::net::tls::acceptor(&config).map_err(tls_error)?;
@@ -129,6 +119,9 @@ async fn start_inner(
         queue_rules = config.queues.len(),
         "ackproxy ready"
     );
+    if let Some(ops) = ops {
+        ops.spawn(&config, endpoint.clone(), queues.clone(), stop.clone());
+    }
     let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
     Ok(async move {
         server::serve(listeners, ctx, stop).await;

@@ -44,9 +44,16 @@ pub struct Cli {
     /// Worker threads (default 1: best batching, leaves cores to Redis).
     #[arg(long, env = "ACKPROXY_THREADS")]
     pub threads: Option<usize>,
-    /// Prometheus endpoint address, e.g. 127.0.0.1:9121.
+    /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:9121.
     #[arg(long, env = "ACKPROXY_METRICS")]
     pub metrics: Option<String>,
+    /// Allow a non-loopback operations address.
+    #[arg(long, env = "ACKPROXY_OPS_PUBLIC")]
+    pub ops_public: bool,
+    /// Token the web view's REDRIVE and PURGE actions require
+    /// (`Authorization: Bearer <token>`); without it they are refused.
+    #[arg(long, env = "ACKPROXY_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Log format: human or json.
     #[arg(long, env = "ACKPROXY_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -133,7 +140,12 @@ pub struct Config {
     pub requirepass: Option<String>,
     pub dedicated_per_client: bool,
     pub threads: Option<usize>,
+    /// The operations server's address: `/metrics`, the web view, the API.
     pub metrics: Option<String>,
+    /// The operations server may listen on a non-loopback address.
+    pub ops_public: bool,
+    /// Bearer token of the operations actions (REDRIVE, PURGE); none: off.
+    pub admin_token: Option<String>,
     pub log_format: LogFormat,
     /// How long a request waits for a connection to a down upstream before
     /// it gets an error reply.
@@ -168,6 +180,8 @@ impl Default for Config {
             dedicated_per_client: false,
             threads: None,
             metrics: None,
+            ops_public: false,
+            admin_token: None,
             log_format: LogFormat::Human,
             connect_timeout_ms: 1000,
             limits: LimitsConfig::default(),
@@ -449,6 +463,12 @@ impl Config {
         if let Some(v) = &cli.metrics {
             cfg.metrics = Some(v.clone());
         }
+        if cli.ops_public {
+            cfg.ops_public = true;
+        }
+        if let Some(v) = &cli.admin_token {
+            cfg.admin_token = Some(v.clone());
+        }
         if let Some(v) = cli.log_format {
             cfg.log_format = v;
         }
@@ -498,9 +518,22 @@ impl Config {
         }
         self.validate_tls()?;
         if let Some(m) = &self.metrics {
-            if m.parse::<std::net::SocketAddr>().is_err() {
+            let Ok(addr) = m.parse::<std::net::SocketAddr>() else {
                 return Err(format!("metrics: {m:?} is not an ip:port address"));
+            };
+            // The queue API shows payloads and the view is unauthenticated:
+            // reachable from other hosts only when asked for.
+            if !addr.ip().is_loopback() && !self.ops_public {
+                return Err(format!(
+                    "metrics: {m} is not a loopback address; the operations server \
+                     (metrics, web view, queue API with message payloads) would be \
+                     reachable from other hosts. Set ops_public = true (--ops-public) \
+                     to allow it"
+                ));
             }
+        }
+        if self.admin_token.as_deref() == Some("") {
+            return Err("admin_token is empty; leave it out to disable the actions".into());
         }
         if self.shared_connections == 0 {
             return Err("shared_connections must be at least 1".into());
@@ -721,8 +754,27 @@ impl Config {
         let _ = writeln!(s, "threads             {}", self.threads.unwrap_or(1));
         let _ = writeln!(
             s,
-            "metrics             {}",
-            self.metrics.as_deref().unwrap_or("off")
+            "operations          {}",
+            match &self.metrics {
+                None => "off".to_string(),
+                Some(m) => format!(
+                    "http://{m}/ (metrics, web view, API), {}",
+                    if self.ops_public {
+                        "public allowed"
+                    } else {
+                        "loopback only"
+                    }
+                ),
+            }
+        );
+        let _ = writeln!(
+            s,
+            "admin token         {}",
+            if self.admin_token.is_some() {
+                "set"
+            } else {
+                "not set: REDRIVE and PURGE refused"
+            }
         );
         let _ = writeln!(
             s,
@@ -891,6 +943,10 @@ mod tests {
     fn bad_addresses_are_rejected() {
         assert!(Config::from_toml("listen = \"not-an-addr\"").is_err());
         assert!(Config::from_toml("metrics = \"nope\"").is_err());
+        let public = Config::from_toml("metrics = \"0.0.0.0:9121\"").unwrap_err();
+        assert!(public.contains("ops_public"), "{public}");
+        assert!(Config::from_toml("metrics = \"[::1]:9121\"").is_ok());
+        assert!(Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true").is_ok());
         assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
     }
 
@@ -941,6 +997,17 @@ mod tests {
         let empty = Config::from_toml("requirepass = \"\"\n").unwrap();
         assert_eq!(empty.client_password(), None);
         assert_eq!(Config::default().user_connections_max, 64);
+    }
+
+    #[test]
+    fn summary_says_the_admin_token_is_set_never_its_value() {
+        let cfg = Config::from_toml("metrics = \"127.0.0.1:9121\"\nadmin_token = \"s3cret-t0ken\"")
+            .unwrap();
+        let s = cfg.summary();
+        assert!(s.contains("admin token         set"), "{s}");
+        assert!(s.contains("loopback only"), "{s}");
+        assert!(!s.contains("s3cret-t0ken"), "{s}");
+        assert!(Config::from_toml("admin_token = \"\"").is_err());
     }
 
     #[test]

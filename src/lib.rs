@@ -12,6 +12,7 @@ pub mod config;
 pub mod embedded;
 pub mod error;
 pub mod net;
+pub mod ops;
 pub mod output;
 pub mod queue;
 pub mod resp;

@@ -38,7 +38,8 @@ const GAUGES: &[(&str, &str)] = &[
 
 const ROUTES: &[&str] = &["shared", "dedicated", "queue"];
 
-const QUEUE_COUNTERS: &[(&str, &str)] = &[
+/// Counters per queue rule (the operations API reports them per rule).
+pub const QUEUE_COUNTERS: &[(&str, &str)] = &[
     ("ackproxy_pops_total", "Messages popped and leased."),
     (
         "ackproxy_acks_total",

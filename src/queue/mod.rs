@@ -89,6 +89,8 @@ pub struct Queues {
     registry: Arc<registry::Registry>,
     waiters: Waiters,
     owners: owners::Owners,
+    /// The proxy's own connection, for [`Queues::admin`].
+    own: Caller,
 }
 
 impl Queues {
@@ -113,6 +115,10 @@ impl Queues {
             registry.clone(),
             stop.clone(),
         );
+        let own = Caller {
+            shared: shared.clone(),
+            client: ClientState::new(0, usize::MAX),
+        };
         let reaper = reaper::Reaper {
             rules: rules.clone(),
             registry: registry.clone(),
@@ -131,6 +137,7 @@ impl Queues {
             registry,
             waiters,
             owners: owners::Owners::default(),
+            own,
         })
     }
 
@@ -276,6 +283,68 @@ impl Queues {
                 }
             }
         });
+    }
+
+    /// Runs `QUEUE <args>` as the proxy itself, on its own connection, and
+    /// returns the RESP3 reply: the code path of a client's QUEUE command,
+    /// without the client's ACL check (the operations server guards its
+    /// actions itself).
+    pub async fn admin(&self, args: &[&[u8]]) -> Bytes {
+        let mut buf = Vec::new();
+        let mut ranges = Vec::with_capacity(args.len() + 1);
+        for a in std::iter::once(&b"QUEUE"[..]).chain(args.iter().copied()) {
+            let start = buf.len();
+            buf.extend_from_slice(a);
+            ranges.push(start..buf.len());
+        }
+        let how = How {
+            protocol: 3,
+            in_multi: false,
+            full: false,
+            split: true,
+            // No client connection: nothing to acknowledge by next pop.
+            conn: 0,
+        };
+        match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
+            Intercept::Reply(b) => b,
+            Intercept::Rewrite {
+                request,
+                mut transform,
+            } => {
+                let mut request = request;
+                // At most one retry: a script sent in full cannot be missing.
+                for _ in 0..2 {
+                    let reply = match self.own.shared.call(request, self.own.client.clone()).await {
+                        Ok(b) => b,
+                        Err(e) => return Bytes::from(e.to_reply()),
+                    };
+                    match transform.apply(reply) {
+                        crate::output::Transformed::Done(b) => return b,
+                        crate::output::Transformed::Retry(again) => request = again,
+                    }
+                }
+                Bytes::from_static(b"-ERR ackproxy: script could not be loaded\r\n")
+            }
+            Intercept::Job(job) => job.run(self.own.clone()).await,
+            Intercept::Pass | Intercept::Block(_) => {
+                Bytes::from_static(b"-ERR ackproxy: not a QUEUE subcommand\r\n")
+            }
+        }
+    }
+
+    /// The pattern of the rule that makes `key` a queue.
+    pub fn rule_of(&self, key: &[u8]) -> Option<String> {
+        self.rules.resolve(key).map(|q| q.rule.pattern.clone())
+    }
+
+    /// Whether a rule's pattern names one key rather than a glob.
+    pub fn is_exact(&self, pattern: &str) -> bool {
+        self.rules.exact_names().any(|n| n == pattern.as_bytes())
+    }
+
+    /// Up to `limit` queues this proxy knows to have leases.
+    pub fn leased(&self, limit: usize) -> Vec<Bytes> {
+        self.registry.names(limit)
     }
 
     /// Waits until the pop gets a message or its timeout passes.

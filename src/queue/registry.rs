@@ -84,6 +84,13 @@ impl Registry {
             .collect()
     }
 
+    /// Up to `limit` of the queues known to have leases, in no particular
+    /// order (the operations view lists them).
+    pub fn names(&self, limit: usize) -> Vec<Bytes> {
+        let e = self.inner.lock().unwrap();
+        e.due.keys().take(limit).cloned().collect()
+    }
+
     pub fn len(&self) -> usize {
         self.inner.lock().unwrap().due.len()
     }

@@ -408,13 +408,12 @@ pub fn decode(b: &[u8]) -> (Value, usize) {
 /// One series of the proxy's Prometheus endpoint on `port`, -1 while it
 /// cannot be read.
 pub fn metric(port: u16, name: &str) -> f64 {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+    let Ok(reply) = http(port, "GET", "/metrics", &[], b"") else {
         return -1.0;
     };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
+    reply
+        .text()
+        .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(-1.0)
@@ -424,6 +423,106 @@ pub fn metric(port: u16, name: &str) -> f64 {
 /// outlives the queue's messages, by design (it expires on its own).
 pub fn is_queue_stats(key: &str) -> bool {
     key.starts_with("ackq:") && key.ends_with(":stats")
+}
+
+/// An HTTP response: status, headers (names lower-cased), body.
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port` on a connection of its own
+/// (closed after the reply); `headers` may override `Host`.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpReply> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    // Some servers keep the connection open whatever the request says:
+    // the reply ends where its length or its last chunk says.
+    let mut r = BufReader::new(s);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP reply");
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Err(bad());
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (n, v) = l.split_once(':').ok_or_else(bad)?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let reply = HttpReply {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let mut body = Vec::new();
+    if reply
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        loop {
+            line.clear();
+            r.read_line(&mut line)?;
+            let size = line.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size, 16).map_err(|_| bad())?;
+            if size == 0 {
+                break;
+            }
+            let at = body.len();
+            body.resize(at + size + 2, 0);
+            r.read_exact(&mut body[at..])?;
+            body.truncate(at + size);
+        }
+    } else if let Some(n) = reply.header("content-length") {
+        body.resize(n.parse().map_err(|_| bad())?, 0);
+        r.read_exact(&mut body)?;
+    } else {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(HttpReply { body, ..reply })
 }
 
 /// A small xorshift generator: test sequences replay from their seed.

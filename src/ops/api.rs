@@ -1,0 +1,464 @@
+//! The queue API behind the web view. Every answer comes from the proxy's
+//! own `QUEUE …` command ([`Queues::admin`]), its RESP3 reply turned into
+//! JSON as it is: a field the command gains shows up here and on the page
+//! without a change. Errors are JSON too, `{"error": "<Redis's text>"}`,
+//! with a status that says whose fault they are.
+//!
+//! | route | QUEUE command |
+//! |---|---|
+//! | `GET /api/queues` | `INFO` of every queue key found per rule, and the rule's totals |
+//! | `GET /api/queues/{key}` | `INFO key` |
+//! | `GET /api/queues/{key}/leases?count=n` | `LEASES key [COUNT n]` |
+//! | `GET /api/queues/{key}/dead?count=n` | `DEAD key [COUNT n]` |
+//! | `POST /api/queues/{key}/redrive?count=n` | `REDRIVE key [COUNT n]` (admin token) |
+//! | `POST /api/queues/{key}/purge` | `PURGE key DEAD` (admin token) |
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::config::QueueRule;
+use crate::queue::Queues;
+use crate::upstream::{control, Endpoint};
+
+/// Queue keys listed per rule at most; the page says when there are more.
+pub const KEYS_PER_RULE: usize = 200;
+/// SCAN calls per glob rule and listing, each looking at about
+/// [`SCAN_COUNT`] keys: a large keyspace is sampled, not walked.
+const SCAN_ROUNDS: usize = 50;
+const SCAN_COUNT: &str = "1000";
+
+pub struct Ops {
+    pub handle: PrometheusHandle,
+    pub queues: Option<Arc<Queues>>,
+    pub endpoint: Arc<Endpoint>,
+    pub rules: Vec<QueueRule>,
+    pub admin_token: Option<String>,
+}
+
+/// Why a request got no data, and the status that tells whose fault it is.
+#[derive(Debug)]
+pub enum ApiError {
+    /// No rule makes the key a queue (or there are no rules).
+    NotFound(String),
+    /// Arguments the QUEUE command refused (a COUNT out of range, ...).
+    BadRequest(String),
+    /// This proxy's QUEUE command has no such subcommand.
+    NotImplemented(String),
+    /// Redis could not be reached or the connection broke.
+    Unavailable(String),
+    /// Any other error Redis answered (WRONGTYPE, OOM, NOPERM, ...).
+    Redis(String),
+    /// Actions are off: no `admin_token` is configured.
+    ActionsDisabled,
+    /// The bearer token is missing or wrong.
+    Unauthorized,
+}
+
+impl ApiError {
+    /// From the text of an error reply (without `-` and CRLF).
+    fn from_reply(text: String) -> ApiError {
+        let msg = text.strip_prefix("ERR ").unwrap_or(&text);
+        let starts = |p: &[&str]| p.iter().any(|p| msg.starts_with(p));
+        if starts(&["no queue rule matches key"]) {
+            ApiError::NotFound(text)
+        } else if starts(&["unknown subcommand"]) {
+            ApiError::NotImplemented(text)
+        } else if starts(&["upstream unavailable", "upstream connection lost"]) {
+            ApiError::Unavailable(text)
+        } else if starts(&[
+            "wrong number of arguments",
+            "syntax error",
+            "value is out of range",
+        ]) {
+            ApiError::BadRequest(text)
+        } else {
+            ApiError::Redis(text)
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, text) = match self {
+            ApiError::NotFound(t) => (StatusCode::NOT_FOUND, t),
+            ApiError::BadRequest(t) => (StatusCode::BAD_REQUEST, t),
+            ApiError::NotImplemented(t) => (StatusCode::NOT_IMPLEMENTED, t),
+            ApiError::Unavailable(t) => (StatusCode::SERVICE_UNAVAILABLE, t),
+            ApiError::Redis(t) => (StatusCode::BAD_GATEWAY, t),
+            ApiError::ActionsDisabled => (
+                StatusCode::FORBIDDEN,
+                "actions are disabled: no admin_token is configured".to_string(),
+            ),
+            ApiError::Unauthorized => {
+                let body =
+                    Json(json!({"error": "a valid Authorization: Bearer token is required"}));
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    body,
+                )
+                    .into_response();
+            }
+        };
+        (status, Json(json!({ "error": text }))).into_response()
+    }
+}
+
+/// Runs `QUEUE <args>` and returns its reply as JSON.
+async fn run(ops: &Ops, args: &[&[u8]]) -> Result<Value, ApiError> {
+    let Some(queues) = &ops.queues else {
+        return Err(ApiError::NotFound(
+            "no queue rules are configured".to_string(),
+        ));
+    };
+    reply_to_json(&queues.admin(args).await)
+}
+
+fn reply_to_json(reply: &[u8]) -> Result<Value, ApiError> {
+    if let Some(rest) = reply.strip_prefix(b"-") {
+        let line = rest.split(|&b| b == b'\r').next().unwrap_or_default();
+        return Err(ApiError::from_reply(
+            String::from_utf8_lossy(line).into_owned(),
+        ));
+    }
+    redis::parse_redis_value(reply)
+        .map(to_json)
+        .map_err(|e| ApiError::Redis(format!("unreadable reply: {e}")))
+}
+
+/// RESP3 → JSON: maps become objects, bulk strings text (invalid UTF-8
+/// replaced), numbers numbers.
+fn to_json(v: redis::Value) -> Value {
+    use redis::Value as R;
+    match v {
+        R::Nil => Value::Null,
+        R::Int(n) => n.into(),
+        R::BulkString(b) => String::from_utf8_lossy(&b).into_owned().into(),
+        R::SimpleString(s) => s.into(),
+        R::Okay => "OK".into(),
+        R::Array(items) | R::Set(items) => items.into_iter().map(to_json).collect(),
+        R::Map(pairs) => {
+            let mut m = Map::new();
+            for (k, v) in pairs {
+                let key = match to_json(k) {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                m.insert(key, to_json(v));
+            }
+            Value::Object(m)
+        }
+        R::Attribute { data, .. } => to_json(*data),
+        R::Double(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        R::Boolean(b) => b.into(),
+        R::VerbatimString { text, .. } => text.into(),
+        R::Push { data, .. } => data.into_iter().map(to_json).collect(),
+        R::ServerError(e) => json!({ "error": e.to_string() }),
+        other => format!("{other:?}").into(),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct Count {
+    count: Option<u64>,
+}
+
+/// `[verb, key]`, plus `COUNT n` when asked for.
+async fn run_counted(ops: &Ops, verb: &str, key: &str, count: Option<u64>) -> Response {
+    let n = count.map(|c| c.to_string());
+    let mut args: Vec<&[u8]> = vec![verb.as_bytes(), key.as_bytes()];
+    if let Some(n) = &n {
+        args.extend([&b"COUNT"[..], n.as_bytes()]);
+    }
+    respond(run(ops, &args).await)
+}
+
+fn respond(r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn info(State(ops): State<Arc<Ops>>, Path(key): Path<String>) -> Response {
+    respond(run(&ops, &[b"INFO", key.as_bytes()]).await)
+}
+
+pub async fn leases(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    Query(q): Query<Count>,
+) -> Response {
+    run_counted(&ops, "LEASES", &key, q.count).await
+}
+
+pub async fn dead(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    Query(q): Query<Count>,
+) -> Response {
+    run_counted(&ops, "DEAD", &key, q.count).await
+}
+
+pub async fn redrive(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    Query(q): Query<Count>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = authorize(&ops, &headers) {
+        return e.into_response();
+    }
+    tracing::info!(queue = %key, count = ?q.count, "operations: redrive dead letters");
+    run_counted(&ops, "REDRIVE", &key, q.count).await
+}
+
+pub async fn purge(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = authorize(&ops, &headers) {
+        return e.into_response();
+    }
+    tracing::info!(queue = %key, "operations: purge dead letters");
+    respond(run(&ops, &[b"PURGE", key.as_bytes(), b"DEAD"]).await)
+}
+
+fn authorize(ops: &Ops, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &ops.admin_token else {
+        return Err(ApiError::ActionsDisabled);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
+    match given {
+        Some(t) if same_secret(t.as_bytes(), token.as_bytes()) => Ok(()),
+        _ => Err(ApiError::Unauthorized),
+    }
+}
+
+/// Compares digests of both, in time independent of where they differ
+/// (and of the token's length).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let (x, y) = (
+        sha1_smol::Sha1::from(a).digest().bytes(),
+        sha1_smol::Sha1::from(b).digest().bytes(),
+    );
+    x.iter()
+        .zip(y.iter())
+        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
+        == 0
+}
+
+/// Every rule with its totals and the `QUEUE INFO` of its queue keys.
+pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
+    let scrape = ops.handle.render();
+    let mut rules = Vec::with_capacity(ops.rules.len());
+    // One control connection for every rule's SCAN, made per listing so
+    // that it logs in with the credentials of the moment.
+    let mut scan: Option<Result<_, String>> = None;
+    for rule in &ops.rules {
+        let mut entry = json!({
+            "pattern": rule.pattern,
+            "lease_ms": rule.lease_ms,
+            "max_deliveries": rule.max_deliveries,
+            "dead_letter": rule.dead_letter,
+            "totals": totals(&scrape, &rule.pattern),
+            "key_limit": KEYS_PER_RULE,
+        });
+        let Some(queues) = &ops.queues else {
+            rules.push(entry);
+            continue;
+        };
+        let found = if queues.is_exact(&rule.pattern) {
+            Ok(Found {
+                keys: BTreeSet::from([Bytes::from(rule.pattern.clone())]),
+                truncated: false,
+            })
+        } else {
+            if scan.is_none() {
+                let conn = control::admin(&ops.endpoint).await;
+                scan = Some(conn.map_err(|e| e.to_string()));
+            }
+            match scan.as_mut() {
+                Some(Ok(conn)) => discover(conn, queues, &rule.pattern).await,
+                Some(Err(e)) => Err(e.clone()),
+                None => Err("no connection".to_string()),
+            }
+        };
+        let mut listed = Vec::new();
+        let (keys, truncated) = match found {
+            Ok(f) => (f.keys, f.truncated),
+            Err(e) => {
+                entry["scan_error"] = e.into();
+                (known_keys(queues, &rule.pattern), false)
+            }
+        };
+        for key in keys {
+            let name = String::from_utf8_lossy(&key).into_owned();
+            match reply_to_json(&queues.admin(&[b"INFO", &key]).await) {
+                Ok(info) => listed.push(json!({ "key": name, "info": info })),
+                Err(e) => listed.push(json!({ "key": name, "error": error_text(e) })),
+            }
+        }
+        entry["queues"] = listed.into();
+        entry["truncated"] = truncated.into();
+        rules.push(entry);
+    }
+    Json(json!({
+        "rules": rules,
+        "admin_actions": ops.admin_token.is_some(),
+    }))
+    .into_response()
+}
+
+fn error_text(e: ApiError) -> String {
+    match e {
+        ApiError::NotFound(t)
+        | ApiError::BadRequest(t)
+        | ApiError::NotImplemented(t)
+        | ApiError::Unavailable(t)
+        | ApiError::Redis(t) => t,
+        ApiError::ActionsDisabled | ApiError::Unauthorized => String::new(),
+    }
+}
+
+struct Found {
+    keys: BTreeSet<Bytes>,
+    truncated: bool,
+}
+
+/// Queues of this rule that this proxy knows to have leases.
+fn known_keys(queues: &Queues, pattern: &str) -> BTreeSet<Bytes> {
+    queues
+        .leased(KEYS_PER_RULE * 4)
+        .into_iter()
+        .filter(|k| queues.rule_of(k).as_deref() == Some(pattern))
+        .take(KEYS_PER_RULE)
+        .collect()
+}
+
+/// The rule's queue keys: those with leases, and lists matching the
+/// pattern (a bounded SCAN). A key is the rule's only if this rule, not an
+/// earlier one, makes it a queue.
+async fn discover(
+    conn: &mut redis::aio::MultiplexedConnection,
+    queues: &Queues,
+    pattern: &str,
+) -> Result<Found, String> {
+    let mut keys = known_keys(queues, pattern);
+    let mut cursor = "0".to_string();
+    let mut truncated = true;
+    for _ in 0..SCAN_ROUNDS {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(&cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .arg("TYPE")
+            .arg("list");
+        let (next, batch): (String, Vec<Vec<u8>>) = control::query(conn, "SCAN", &cmd)
+            .await
+            .map_err(|e| e.to_string())?;
+        for k in batch {
+            if queues.rule_of(&k).as_deref() == Some(pattern) {
+                keys.insert(Bytes::from(k));
+            }
+        }
+        cursor = next;
+        if cursor == "0" {
+            truncated = false;
+            break;
+        }
+        if keys.len() > KEYS_PER_RULE {
+            break;
+        }
+    }
+    if keys.len() > KEYS_PER_RULE {
+        truncated = true;
+        keys = keys.into_iter().take(KEYS_PER_RULE).collect();
+    }
+    Ok(Found { keys, truncated })
+}
+
+/// The rule's queue counters from the exporter's own rendering, keyed by
+/// the series name without `ackproxy_` and `_total` (`pops`, `acks`, ...).
+fn totals(scrape: &str, pattern: &str) -> Value {
+    let label = metrics_exporter_prometheus::formatting::sanitize_label_value(pattern);
+    let mut m = Map::new();
+    for (name, _) in crate::telemetry::QUEUE_COUNTERS {
+        let prefix = format!("{name}{{rule=\"{label}\"}} ");
+        let value = scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let short = name
+            .trim_start_matches("ackproxy_")
+            .trim_end_matches("_total");
+        m.insert(short.to_string(), json!(value as u64));
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_replies_become_typed_errors() {
+        let e = reply_to_json(b"-ERR unknown subcommand 'DEAD'. Try QUEUE HELP.\r\n");
+        assert!(matches!(e, Err(ApiError::NotImplemented(t)) if t.contains("'DEAD'")));
+        let e = reply_to_json(b"-ERR no queue rule matches key 'x'\r\n");
+        assert!(matches!(e, Err(ApiError::NotFound(_))));
+        let e = reply_to_json(
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        );
+        assert!(matches!(e, Err(ApiError::Redis(t)) if t.starts_with("WRONGTYPE")));
+        let e = reply_to_json(b"-ERR upstream unavailable: refused\r\n");
+        assert!(matches!(e, Err(ApiError::Unavailable(_))));
+    }
+
+    #[test]
+    fn resp3_maps_become_objects() {
+        let v = reply_to_json(b"%2\r\n$5\r\nready\r\n:3\r\n$3\r\nkey\r\n$2\r\nq1\r\n").unwrap();
+        assert_eq!(v, json!({"ready": 3, "key": "q1"}));
+        let v = reply_to_json(b"*2\r\n%1\r\n$2\r\nid\r\n$1\r\n7\r\n_\r\n").unwrap();
+        assert_eq!(v, json!([{"id": "7"}, null]));
+    }
+
+    #[test]
+    fn secrets_compare_by_content() {
+        assert!(same_secret(b"token", b"token"));
+        assert!(!same_secret(b"token", b"tokem"));
+        assert!(!same_secret(b"token", b"token2"));
+        assert!(!same_secret(b"", b"token"));
+    }
+
+    #[test]
+    fn totals_are_read_from_the_rendered_series() {
+        let scrape = "# TYPE ackproxy_pops_total counter\n\
+                      ackproxy_pops_total{rule=\"tasks:*\"} 12\n\
+                      ackproxy_pops_total{rule=\"jobs\"} 3\n\
+                      ackproxy_acks_total{rule=\"jobs\"} 2\n";
+        let t = totals(scrape, "jobs");
+        assert_eq!(t["pops"], 3);
+        assert_eq!(t["acks"], 2);
+        assert_eq!(t["dead_letters"], 0);
+        assert_eq!(totals(scrape, "tasks:*")["pops"], 12);
+    }
+}

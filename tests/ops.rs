@@ -1,0 +1,859 @@
+//! The operations server: `/metrics`, the queue API (its numbers against
+//! the proxy's own `QUEUE INFO`/`LEASES`, status codes, the admin token),
+//! the loopback rule, the Grafana dashboard against a live scrape, and the
+//! web view driven in headless Chromium through chromedriver.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, http, Client, HttpReply, Proxy, Redis, Value};
+use serde_json::{json, Value as Json};
+
+const TOKEN: &str = "s3cret-ops-token";
+
+/// `jobs` keeps its leases for the whole test; `fragile` dead-letters a
+/// message whose first lease runs out.
+const RULES: &str = r#"
+[[queue]]
+pattern = "jobs"
+ack_id = "json:id"
+
+[[queue]]
+pattern = "tasks:*"
+
+[[queue]]
+pattern = "fragile"
+ack_id = "json:id"
+lease_ms = 50
+max_deliveries = 1
+"#;
+
+/// Fields drop in order: the proxy goes before its Redis.
+struct Setup {
+    proxy: Proxy,
+    redis: Redis,
+    ops: u16,
+}
+
+fn start(top: &str) -> Setup {
+    let redis = Redis::start();
+    let ops = free_port();
+    let toml = format!("{top}\n{RULES}");
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        &toml,
+        &["--metrics", &format!("127.0.0.1:{ops}")],
+    );
+    Setup { proxy, redis, ops }
+}
+
+fn with_token() -> Setup {
+    start(&format!("admin_token = \"{TOKEN}\""))
+}
+
+fn get(port: u16, path: &str) -> HttpReply {
+    http(port, "GET", path, &[], b"").expect("operations server answers")
+}
+
+fn post(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpReply {
+    http(port, "POST", path, headers, b"").expect("operations server answers")
+}
+
+fn json_of(r: &HttpReply) -> Json {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", r.text()))
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::Simple(s) | Value::Error(s) => s.clone(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
+/// A RESP2 flat map reply (`QUEUE INFO`, one lease) as name → value.
+fn map_of(v: &Value) -> BTreeMap<String, Value> {
+    let Value::Array(items) = v else {
+        panic!("not a map reply: {v:?}")
+    };
+    items
+        .chunks(2)
+        .map(|kv| (text(&kv[0]), kv[1].clone()))
+        .collect()
+}
+
+fn queue_info(c: &mut Client, key: &str) -> BTreeMap<String, Value> {
+    map_of(&c.cmd(&["QUEUE", "INFO", key]))
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+/// The API's view of a queue equals `QUEUE INFO` read just before and
+/// after it: every field the same, the oldest lease's age in between.
+fn assert_info_matches(
+    api: &Json,
+    before: &BTreeMap<String, Value>,
+    after: &BTreeMap<String, Value>,
+) {
+    let api = api.as_object().expect("info is an object");
+    assert_eq!(
+        api.keys().collect::<BTreeSet<_>>(),
+        before.keys().collect::<BTreeSet<_>>(),
+        "the API reports every QUEUE INFO field"
+    );
+    for (name, v) in before {
+        match v {
+            Value::Int(_) if name == "oldest-lease-age-ms" => {
+                let got = api[name].as_i64().unwrap();
+                assert!(
+                    (int(v)..=int(&after[name])).contains(&got),
+                    "{name}: {got} outside {v:?}..{:?}",
+                    after[name]
+                );
+            }
+            Value::Int(n) => assert_eq!(api[name], json!(n), "{name}"),
+            other => assert_eq!(api[name], json!(text(other)), "{name}"),
+        }
+    }
+}
+
+fn fill(c: &mut Client) {
+    for id in 1..=3 {
+        c.cmd(&["LPUSH", "jobs", &format!("{{\"id\":\"{id}\"}}")]);
+    }
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("{\"id\":\"1\"}"));
+    c.cmd(&["RPUSH", "tasks:a", "x", "y"]);
+    c.cmd(&["RPUSH", "tasks:b", "p", "q"]);
+    assert_eq!(c.cmd(&["RPOP", "tasks:b"]), Value::bulk("q"));
+    // Matches the glob but is no list: not a queue the view lists.
+    c.cmd(&["HSET", "tasks:meta", "f", "v"]);
+    c.cmd(&["RPUSH", "unrelated", "z"]);
+}
+
+#[test]
+fn the_queue_list_reports_what_queue_info_says() {
+    let s = with_token();
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    let before: BTreeMap<&str, _> = ["jobs", "tasks:a", "tasks:b"]
+        .into_iter()
+        .map(|k| (k, queue_info(&mut c, k)))
+        .collect();
+    let r = get(s.ops, "/api/queues");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+    let after: BTreeMap<&str, _> = before.keys().map(|&k| (k, queue_info(&mut c, k))).collect();
+    let body = json_of(&r);
+    assert_eq!(body["admin_actions"], json!(true));
+    let rules = body["rules"].as_array().unwrap();
+    let patterns: Vec<_> = rules
+        .iter()
+        .map(|r| r["pattern"].as_str().unwrap())
+        .collect();
+    assert_eq!(patterns, ["jobs", "tasks:*", "fragile"]);
+    let mut listed = Vec::new();
+    for rule in rules {
+        assert_eq!(rule["truncated"], json!(false));
+        for q in rule["queues"].as_array().unwrap() {
+            let key = q["key"].as_str().unwrap();
+            listed.push(key.to_string());
+            if let Some(b) = before.get(key) {
+                assert_info_matches(&q["info"], b, &after[key]);
+            }
+        }
+    }
+    // Exact names are always listed; glob rules list their lists only.
+    assert_eq!(listed, ["jobs", "tasks:a", "tasks:b", "fragile"]);
+    // Totals per rule are the exporter's counters.
+    let jobs = &rules[0];
+    assert_eq!(jobs["totals"]["pops"], json!(1));
+    assert_eq!(rules[1]["totals"]["pops"], json!(1));
+    assert_eq!(
+        common::metric(s.ops, "ackproxy_pops_total{rule=\"tasks:*\"}"),
+        1.0
+    );
+    assert_eq!(jobs["lease_ms"], json!(30000));
+    assert_eq!(jobs["key_limit"], json!(200));
+}
+
+#[test]
+fn one_queue_its_leases_and_errors_as_the_proxy_gives_them() {
+    let s = with_token();
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    c.cmd(&["RPUSH", "tasks:a/b", "m1", "m2", "m3"]);
+
+    let before = queue_info(&mut c, "jobs");
+    let r = get(s.ops, "/api/queues/jobs");
+    let after = queue_info(&mut c, "jobs");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_info_matches(&json_of(&r), &before, &after);
+    assert_eq!(int(&before["leased"]), 1);
+    // Scripts flushed behind the proxy's back are sent again in full.
+    assert_eq!(
+        s.redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    let r = get(s.ops, "/api/queues/jobs");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_of(&r)["leased"], json!(1));
+
+    // A key with `/` travels percent-encoded.
+    let r = get(s.ops, "/api/queues/tasks%3Aa%2Fb");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_of(&r)["ready"], json!(3));
+
+    let r = get(s.ops, "/api/queues/jobs/leases?count=5");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let api = json_of(&r);
+    let Value::Array(leases) = c.cmd(&["QUEUE", "LEASES", "jobs", "COUNT", "5"]) else {
+        panic!("LEASES is an array")
+    };
+    assert_eq!(api.as_array().unwrap().len(), leases.len());
+    assert_eq!(leases.len(), 1);
+    for (a, l) in api.as_array().unwrap().iter().zip(&leases) {
+        let l = map_of(l);
+        assert_eq!(a["id"], json!(text(&l["id"])));
+        assert_eq!(a["id"], json!("1"));
+        assert_eq!(a["payload"], json!(text(&l["payload"])));
+        assert_eq!(a["deliveries"], json!(int(&l["deliveries"])));
+        assert!(a["expires-in-ms"].as_i64().unwrap() <= 30_000);
+    }
+
+    // Errors are the proxy's own text, with a status saying why.
+    let not_queue = text(&c.cmd(&["QUEUE", "INFO", "unrelated"]));
+    let r = get(s.ops, "/api/queues/unrelated");
+    assert_eq!(r.status, 404);
+    assert_eq!(json_of(&r), json!({ "error": not_queue }));
+    let bad_count = text(&c.cmd(&["QUEUE", "LEASES", "jobs", "COUNT", "0"]));
+    let r = get(s.ops, "/api/queues/jobs/leases?count=0");
+    assert_eq!(r.status, 400);
+    assert_eq!(json_of(&r), json!({ "error": bad_count }));
+    assert_eq!(get(s.ops, "/api/nothing-here").status, 404);
+
+    // Dead letters come from QUEUE DEAD: until the proxy has it, its error
+    // passes through as 501 with the proxy's text.
+    let direct = c.cmd(&["QUEUE", "DEAD", "jobs", "COUNT", "10"]);
+    let r = get(s.ops, "/api/queues/jobs/dead?count=10");
+    match direct {
+        Value::Error(e) if e.contains("unknown subcommand") => {
+            assert_eq!(r.status, 501);
+            assert_eq!(json_of(&r), json!({ "error": e }));
+        }
+        Value::Error(e) => panic!("QUEUE DEAD jobs: {e}"),
+        Value::Array(items) => {
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(json_of(&r).as_array().unwrap().len(), items.len());
+        }
+        other => panic!("QUEUE DEAD jobs: {other:?}"),
+    }
+}
+
+#[test]
+fn an_unreachable_redis_is_reported_not_hidden() {
+    let mut s = start("");
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    s.redis.kill();
+    let r = get(s.ops, "/api/queues/jobs");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(json_of(&r)["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("ERR upstream unavailable"));
+    let r = get(s.ops, "/api/queues");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = json_of(&r);
+    let jobs = &body["rules"][0]["queues"][0];
+    assert_eq!(jobs["key"], json!("jobs"));
+    assert!(
+        jobs["error"].as_str().unwrap().contains("upstream"),
+        "{jobs}"
+    );
+    let tasks = &body["rules"][1];
+    assert!(tasks["scan_error"].as_str().is_some(), "{tasks}");
+    // What the proxy knows without Redis is still listed: tasks:b has a
+    // lease taken through it.
+    assert_eq!(tasks["queues"][0]["key"], json!("tasks:b"));
+}
+
+#[test]
+fn actions_are_refused_without_a_configured_token() {
+    let s = start("");
+    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+        let r = post(
+            s.ops,
+            path,
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+        );
+        assert_eq!(r.status, 403, "{path}");
+        assert!(json_of(&r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("admin_token"));
+    }
+    assert_eq!(
+        json_of(&get(s.ops, "/api/queues"))["admin_actions"],
+        json!(false)
+    );
+}
+
+#[test]
+fn actions_need_the_bearer_token() {
+    let s = with_token();
+    let mut c = s.proxy.client();
+    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+        for headers in [
+            vec![],
+            vec![("Authorization", "Bearer wrong-token")],
+            vec![("Authorization", "Basic s3cret-ops-token")],
+            vec![("Authorization", "Bearer s3cret-ops-toke")],
+        ] {
+            let r = post(s.ops, path, &headers);
+            assert_eq!(r.status, 401, "{path} {headers:?}");
+            assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+        }
+        // Reading is not acting: a GET is not allowed on an action.
+        assert_eq!(get(s.ops, path).status, 405);
+    }
+    // With the token, the request is the proxy's QUEUE command, whose
+    // reply (or error, until the command exists) comes back as it is.
+    let bearer = format!("Bearer {TOKEN}");
+    for (path, cmd) in [
+        (
+            "/api/queues/jobs/redrive?count=1",
+            vec!["QUEUE", "REDRIVE", "jobs", "COUNT", "1"],
+        ),
+        (
+            "/api/queues/jobs/purge",
+            vec!["QUEUE", "PURGE", "jobs", "DEAD"],
+        ),
+    ] {
+        let r = post(s.ops, path, &[("Authorization", &bearer)]);
+        match c.cmd(&cmd) {
+            Value::Error(e) if e.contains("unknown subcommand") => {
+                assert_eq!(r.status, 501, "{path}");
+                assert_eq!(json_of(&r), json!({ "error": e }));
+            }
+            Value::Error(e) => panic!("{cmd:?}: {e}"),
+            _ => assert_eq!(r.status, 200, "{path}: {}", r.text()),
+        }
+    }
+}
+
+#[test]
+fn pages_are_served_for_addresses_and_localhost_only() {
+    let s = start("");
+    let r = get(s.ops, "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(r.header("content-security-policy").is_some());
+    assert!(r.text().contains("<title>ackproxy"));
+    let localhost = format!("localhost:{}", s.ops);
+    assert_eq!(
+        http(s.ops, "GET", "/", &[("Host", &localhost)], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    // A name re-pointed at 127.0.0.1 by someone else's DNS is refused.
+    for path in ["/", "/api/queues", "/metrics"] {
+        let r = http(s.ops, "GET", path, &[("Host", "ops.attacker.example")], b"").unwrap();
+        assert_eq!(r.status, 403, "{path}");
+    }
+    let r = get(s.ops, "/metrics");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(r.text().contains("ackproxy_connections "));
+}
+
+fn ackproxy(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(args)
+        .env_remove("ACKPROXY_ADMIN_TOKEN")
+        .env_remove("ACKPROXY_OPS_PUBLIC")
+        .envs(env.iter().copied())
+        .output()
+        .expect("ackproxy runs")
+}
+
+#[test]
+fn a_public_operations_address_must_be_asked_for() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let public = format!("0.0.0.0:{}", free_port());
+    let base = ["--listen", &listen, "--upstream", "127.0.0.1:1"];
+    for check in [true, false] {
+        let mut args = base.to_vec();
+        args.extend(["--metrics", &public]);
+        if check {
+            args.push("--check-config");
+        }
+        let out = ackproxy(&args, &[]);
+        assert_eq!(out.status.code(), Some(2), "check {check}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not a loopback address") && err.contains("ops_public"),
+            "{err}"
+        );
+    }
+    let mut args = base.to_vec();
+    args.extend(["--metrics", &public, "--ops-public", "--check-config"]);
+    let out = ackproxy(&args, &[("ACKPROXY_ADMIN_TOKEN", TOKEN)]);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{summary}");
+    assert!(summary.contains("public allowed"), "{summary}");
+    assert!(summary.contains("admin token         set"), "{summary}");
+    assert!(!summary.contains(TOKEN), "{summary}");
+}
+
+#[test]
+fn glob_rules_list_a_bounded_number_of_keys() {
+    let s = start("");
+    let mut r = Client::connect(s.redis.port);
+    let n = 250;
+    for i in 0..n {
+        r.send(&["RPUSH", &format!("tasks:{i:03}"), "m"]);
+    }
+    for _ in 0..n {
+        assert_eq!(r.read_value(), Value::Int(1));
+    }
+    let body = json_of(&get(s.ops, "/api/queues"));
+    let tasks = &body["rules"][1];
+    assert_eq!(tasks["pattern"], json!("tasks:*"));
+    assert_eq!(tasks["truncated"], json!(true));
+    let queues = tasks["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 200);
+    assert!(queues.iter().all(|q| q["info"]["ready"] == json!(1)));
+}
+
+/// Every `ackproxy_*` name in the dashboard's expressions is a series the
+/// proxy exports (histogram suffixes stripped).
+#[test]
+fn the_dashboard_uses_only_exported_metrics() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config");
+    let dash: Json =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("grafana-dashboard.json")).unwrap())
+            .expect("the dashboard is JSON");
+    assert_eq!(dash["__inputs"][0]["name"], json!("DS_PROMETHEUS"));
+    let mut exprs = Vec::new();
+    collect_queries(&dash, &mut exprs);
+    let panels = dash["panels"].as_array().unwrap();
+    assert!(panels.iter().filter(|p| p["type"] != json!("row")).count() >= 10);
+    assert!(exprs.len() >= 15, "{exprs:?}");
+
+    let s = start("");
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    let scrape = get(s.ops, "/metrics").text();
+    let exported: BTreeSet<String> = scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect();
+    let mut used = BTreeSet::new();
+    for e in &exprs {
+        for name in metric_names(e) {
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|b| exported.contains(*b)))
+                .unwrap_or(&name)
+                .to_string();
+            assert!(
+                exported.contains(&base),
+                "{name} (in {e}) is not exported; the scrape has {exported:?}"
+            );
+            used.insert(base);
+        }
+    }
+    // Each queue counter and the connection series have a panel.
+    for name in [
+        "ackproxy_connections",
+        "ackproxy_commands_total",
+        "ackproxy_upstream_errors_total",
+        "ackproxy_pops_total",
+        "ackproxy_acks_total",
+        "ackproxy_nacks_total",
+        "ackproxy_redeliveries_total",
+        "ackproxy_dead_letters_total",
+    ] {
+        assert!(used.contains(name), "no panel shows {name}");
+    }
+    let prom = std::fs::read_to_string(dir.join("prometheus.yml")).unwrap();
+    assert!(prom.contains("metrics_path: /metrics"));
+}
+
+/// The PromQL of every panel target and template variable.
+fn collect_queries(v: &Json, out: &mut Vec<String>) {
+    match v {
+        Json::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr" | "definition", Json::String(s)) => out.push(s.clone()),
+                    ("query", Json::String(s)) => out.push(s.clone()),
+                    _ => collect_queries(v, out),
+                }
+            }
+        }
+        Json::Array(a) => a.iter().for_each(|v| collect_queries(v, out)),
+        _ => {}
+    }
+}
+
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while let Some(at) = expr[i..].find("ackproxy_") {
+        let start = i + at;
+        let end = b[start..]
+            .iter()
+            .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+            .map_or(b.len(), |n| start + n);
+        out.push(expr[start..end].to_string());
+        i = end;
+    }
+    out
+}
+
+// ---------------------------------------------------------------------
+// The web view in headless Chromium, through chromedriver's WebDriver API.
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+struct Browser {
+    driver: Child,
+    port: u16,
+    session: String,
+    profile: PathBuf,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "chromedriver must be installed (tests/setup-deps.sh installs chromium-driver)",
+            );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = http(port, "GET", "/status", &[], b"") {
+                if json_of(&r)["value"]["ready"] == json!(true) {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "chromedriver never became ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = std::env::temp_dir().join(format!("ackproxy-chromium-{port}"));
+        let _ = std::fs::remove_dir_all(&profile);
+        std::fs::create_dir_all(&profile).unwrap();
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,1000",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            },
+        }}});
+        let mut b = Browser {
+            driver,
+            port,
+            session: String::new(),
+            profile,
+        };
+        let v = b.call("POST", "/session", caps);
+        b.session = v["sessionId"].as_str().expect("a session").to_string();
+        b
+    }
+
+    fn call(&self, method: &str, path: &str, body: Json) -> Json {
+        let body = if method == "GET" {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        };
+        let r = http(
+            self.port,
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            &body,
+        )
+        .expect("chromedriver answers");
+        let v = json_of(&r);
+        assert_eq!(r.status, 200, "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    fn session(&self, method: &str, path: &str, body: Json) -> Json {
+        self.call(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    fn go(&self, url: &str) {
+        self.session("POST", "/url", json!({ "url": url }));
+    }
+
+    fn js(&self, script: &str) -> Json {
+        self.session(
+            "POST",
+            "/execute/sync",
+            json!({ "script": script, "args": [] }),
+        )
+    }
+
+    /// Waits until `script` returns something other than null or false.
+    fn wait_for(&self, what: &str, script: &str) -> Json {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self.js(script);
+            if !v.is_null() && v != json!(false) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "the page never showed {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn element(&self, css: &str) -> String {
+        let v = self.session(
+            "POST",
+            "/element",
+            json!({ "using": "css selector", "value": css }),
+        );
+        v[ELEMENT].as_str().expect("an element").to_string()
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.element(css);
+        self.session("POST", &format!("/element/{id}/click"), json!({}));
+    }
+
+    fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css);
+        self.session("POST", &format!("/element/{id}/clear"), json!({}));
+        self.session(
+            "POST",
+            &format!("/element/{id}/value"),
+            json!({ "text": text }),
+        );
+    }
+
+    /// Saves a PNG of the window under target/test-output/ and prints where.
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let png = base64(
+            self.session("GET", "/screenshot", json!(null))
+                .as_str()
+                .unwrap(),
+        );
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-output");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, png).unwrap();
+        println!("screenshot: {}", path.display());
+        path
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let path = format!("/session/{}", self.session);
+            let _ = http(self.port, "DELETE", &path, &[], b"");
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn base64(s: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let digits: Vec<u8> = s
+        .bytes()
+        .filter(|&c| c != b'=' && c != b'\n')
+        .map(value)
+        .collect();
+    digits
+        .chunks(4)
+        .flat_map(|c| {
+            let n = c
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &d)| n | (d as u32) << (18 - 6 * i));
+            let bytes = n.to_be_bytes();
+            bytes[1..c.len()].to_vec()
+        })
+        .collect()
+}
+
+/// What a cell of the queue list shows, as a number.
+fn cell(key: &str, field: &str) -> String {
+    format!(
+        "const c = document.querySelector('tr[data-key=\"{key}\"] td[data-field=\"{field}\"]'); \
+         return c ? c.getAttribute('data-value') : null;"
+    )
+}
+
+#[test]
+fn the_web_view_in_chromium() {
+    let s = with_token();
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    let browser = Browser::start();
+    let base = format!("http://127.0.0.1:{}/", s.ops);
+    browser.go(&base);
+
+    // The queue list shows what QUEUE INFO says.
+    browser.wait_for("the queue list", &cell("tasks:b", "leased"));
+    for key in ["jobs", "tasks:a", "tasks:b", "fragile"] {
+        let info = queue_info(&mut c, key);
+        for field in ["ready", "leased", "dead"] {
+            let shown = browser.js(&cell(key, field));
+            assert_eq!(shown, json!(int(&info[field]).to_string()), "{key} {field}");
+        }
+    }
+    assert!(browser.js(&cell("tasks:meta", "ready")).is_null());
+    // It refreshes by itself: a push shows up without a reload.
+    c.cmd(&["LPUSH", "jobs", "{\"id\":\"4\"}"]);
+    let ready = int(&queue_info(&mut c, "jobs")["ready"]);
+    assert_eq!(ready, 3);
+    browser.wait_for(
+        "the new message",
+        &format!(
+            "return (() => {{ {} }})() === '3' || null;",
+            cell("jobs", "ready")
+        ),
+    );
+    browser.screenshot("ops-queues.png");
+
+    // One queue: its leases as QUEUE LEASES lists them.
+    browser.click("tr[data-key=\"jobs\"] a");
+    let ids = browser.wait_for(
+        "the leases of jobs",
+        "const rows = document.querySelectorAll('#leases tbody tr'); \
+         return rows.length ? [...rows].map((r) => r.getAttribute('data-id')) : null;",
+    );
+    assert_eq!(ids, json!(["1"]));
+    assert_eq!(
+        browser
+            .js("return document.querySelector('#q-info dd[data-field=\"leased\"]').textContent;"),
+        json!("1")
+    );
+
+    // A dead letter: `fragile` allows one delivery, and its 50 ms lease
+    // runs out unacknowledged.
+    c.cmd(&["LPUSH", "fragile", "{\"id\":\"d1\"}"]);
+    assert_eq!(c.cmd(&["RPOP", "fragile"]), Value::bulk("{\"id\":\"d1\"}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while int(&queue_info(&mut c, "fragile")["dead"]) != 1 {
+        assert!(Instant::now() < deadline, "the lease never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    browser.go(&format!("{base}#queue/fragile"));
+    browser.wait_for(
+        "fragile's dead count",
+        "const d = document.querySelector('#q-info dd[data-field=\"dead\"]'); \
+         return d && d.textContent === '1' || null;",
+    );
+
+    // Without the token the action is refused, in the page.
+    browser.click("#redrive");
+    let refused = browser.wait_for(
+        "the refusal",
+        "const r = document.getElementById('action-result'); \
+         return r.getAttribute('data-status') === '401' ? r.textContent : null;",
+    );
+    assert!(refused.as_str().unwrap().contains("Bearer"), "{refused}");
+    browser.type_into("#token", TOKEN);
+
+    // REDRIVE needs `QUEUE DEAD`/`QUEUE REDRIVE`, which arrive with the
+    // dead-letter commands. Until then the page must say that dead letters
+    // cannot be listed, and a redrive with the right token gets the
+    // proxy's error; once `QUEUE DEAD` exists, this step redrives for real.
+    let dead_supported = !matches!(
+        c.cmd(&["QUEUE", "DEAD", "fragile"]),
+        Value::Error(e) if e.contains("unknown subcommand")
+    );
+    if dead_supported {
+        browser.wait_for(
+            "the dead letter",
+            "return document.querySelectorAll('#dead tbody tr').length === 1 || null;",
+        );
+        browser.screenshot("ops-queue-dead.png");
+        browser.click("#redrive");
+        browser.wait_for(
+            "the redrive",
+            "const r = document.getElementById('action-result'); \
+             return r.getAttribute('data-status') === '200' || null;",
+        );
+        let info = queue_info(&mut c, "fragile");
+        assert_eq!((int(&info["dead"]), int(&info["ready"])), (0, 1));
+        browser.wait_for(
+            "no dead letters",
+            "const d = document.querySelector('#q-info dd[data-field=\"dead\"]'); \
+             return d && d.textContent === '0' || null;",
+        );
+    } else {
+        println!("QUEUE DEAD is not in this proxy yet: the redrive step checks the error path");
+        let shown = browser.wait_for(
+            "the missing QUEUE DEAD",
+            "const e = document.getElementById('dead-error'); \
+             return e.hidden ? null : e.textContent;",
+        );
+        assert!(
+            shown
+                .as_str()
+                .unwrap()
+                .contains("unknown subcommand 'DEAD'"),
+            "{shown}"
+        );
+        browser.click("#redrive");
+        let answer = browser.wait_for(
+            "the redrive's answer",
+            "const r = document.getElementById('action-result'); \
+             return r.getAttribute('data-status') === '501' ? r.textContent : null;",
+        );
+        assert!(
+            answer
+                .as_str()
+                .unwrap()
+                .contains("unknown subcommand 'REDRIVE'"),
+            "{answer}"
+        );
+        browser.screenshot("ops-queue-dead.png");
+        assert_eq!(int(&queue_info(&mut c, "fragile")["dead"]), 1);
+    }
+}
