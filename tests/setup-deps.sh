@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the proxy, its tests and its benchmarks run against:
-# redis-server (the upstream), redis-tools (redis-cli, redis-benchmark) and
-# nutcracker (twemproxy, the comparison in bench/), from Debian's packages.
+# redis-server (the upstream), redis-tools (redis-cli, redis-benchmark),
+# nutcracker (twemproxy, the comparison in bench/) and openssl (the
+# benchmark's TLS certificates), from Debian's packages.
 # Prints nothing and changes nothing when all of them are present.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/usr/local/sbin"
@@ -10,6 +11,7 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=()
@@ -19,6 +21,6 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq </dev/null
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
 
-for tool in redis-server redis-cli redis-benchmark nutcracker; do
+for tool in redis-server redis-cli redis-benchmark nutcracker openssl; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup-deps: $tool still missing" >&2; exit 1; }
 done
