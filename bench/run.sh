@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Passthrough benchmark: direct Redis vs twemproxy (nutcracker, one server
-# connection) vs ackproxy, measured in the same run with redis-benchmark,
-# plus the proxy's memory with many idle client connections.
+# connection) vs ackproxy, measured in the same run with redis-benchmark;
+# then the same over TLS: Redis's own TLS port vs ackproxy's TLS listener
+# (upstream plain, and upstream TLS too); last the proxy's memory with many
+# idle client connections.
 #
 #   bash bench/run.sh            full run (what bench/RESULTS.md records)
 #   bash bench/run.sh --smoke    a few thousand requests, 500 idle clients:
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-for tool in redis-server redis-cli redis-benchmark nutcracker; do
+for tool in redis-server redis-cli redis-benchmark nutcracker openssl; do
   command -v "$tool" >/dev/null || { echo "$tool not found: run bash tests/setup-deps.sh" >&2; exit 1; }
 done
 
@@ -93,8 +95,26 @@ alive() { # pid name
   kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
 }
 
+# Test certificates for the TLS measurements, made for this run: a CA and
+# a certificate for 127.0.0.1 it signed (ECDSA P-256).
+tls="$PWD/$out/tls"  # absolute: redis-server changes to its --dir first
+mkdir -p "$tls"
+{
+  openssl ecparam -name prime256v1 -genkey -noout -out "$tls/ca.key"
+  openssl req -x509 -new -key "$tls/ca.key" -days 2 -subj "/CN=ackproxy bench CA" -out "$tls/ca.pem"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$tls/server.key"
+  openssl req -new -key "$tls/server.key" -subj "/CN=localhost" -out "$tls/server.csr"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+    -CAcreateserial -days 2 -out "$tls/server.pem" \
+    -extfile <(printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n')
+} >"$out/openssl.log" 2>&1 || { cat "$out/openssl.log" >&2; echo "openssl failed" >&2; exit 1; }
+
+# One Redis for everything, its TLS port beside the plain one.
 redis_port=$(free_port)
+redis_tls_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+  --tls-port "$redis_tls_port" --tls-cert-file "$tls/server.pem" \
+  --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.pem" --tls-auth-clients no \
   --daemonize no --dir "$out" >"$out/redis.log" 2>&1 &
 redis_pid=$!
 pids+=("$redis_pid")
@@ -125,6 +145,24 @@ proxy_pid=$!
 pids+=("$proxy_pid")
 wait_ping "$proxy_port" "$proxy_pid" ackproxy
 
+# ackproxy's TLS listener (no client certificates, as the Redis above),
+# with a plain upstream and with a TLS one. Each also listens in plain
+# text, which is how it is found to be up.
+tls_args=(--tls-cert-file "$tls/server.pem" --tls-key-file "$tls/server.key" --tls-auth-clients no)
+ptls_plain=$(free_port); ptls_port=$(free_port)
+RUST_LOG=warn "$proxy_bin" --listen "127.0.0.1:$ptls_plain" --upstream "127.0.0.1:$redis_port" \
+  --tls-listen "127.0.0.1:$ptls_port" "${tls_args[@]}" >"$out/ackproxy-tls.log" 2>&1 &
+ptls_pid=$!
+pids+=("$ptls_pid")
+wait_ping "$ptls_plain" "$ptls_pid" ackproxy-tls
+ptls2_plain=$(free_port); ptls2_port=$(free_port)
+RUST_LOG=warn "$proxy_bin" --listen "127.0.0.1:$ptls2_plain" --upstream "127.0.0.1:$redis_tls_port" \
+  --upstream-tls --upstream-tls-ca-cert-file "$tls/ca.pem" \
+  --tls-listen "127.0.0.1:$ptls2_port" "${tls_args[@]}" >"$out/ackproxy-tls2.log" 2>&1 &
+ptls2_pid=$!
+pids+=("$ptls2_pid")
+wait_ping "$ptls2_plain" "$ptls2_pid" ackproxy-tls2
+
 if [ -n "$baseline" ]; then
   base_port=$(free_port)
   RUST_LOG=warn "$baseline" --listen "127.0.0.1:$base_port" \
@@ -134,18 +172,29 @@ if [ -n "$baseline" ]; then
   wait_ping "$base_port" "$base_pid" baseline
 fi
 
-declare -A rps p50 p99
+declare -A rps p50 p99 cpu
+# The proxies' CPU per request (utime + stime over a measurement): unlike
+# rates, it hardly moves when other processes load the machine.
+declare -A pid_of=([ackproxy]=$proxy_pid [ackproxy-tls]=$ptls_pid [ackproxy-tls2]=$ptls2_pid)
+if [ -n "$baseline" ]; then pid_of[baseline]=$base_pid; fi
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 csv="$out/benchmark.csv"
 echo "target,test,pipeline,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$csv"
-measure() { # target port test pipeline
+measure() { # target port test pipeline [redis-benchmark options]
   local line r q50 q99 target=$1 port=$2 t=$3 pipe=$4
+  local extra=("${@:5}") pid=${pid_of[$1]:-} t0=0 c=""
+  if [ -n "$pid" ]; then t0=$(ticks "$pid"); fi
   # redis-benchmark 7.0 --csv: "test","rps","avg_latency_ms","min_latency_ms",
   # "p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
   # Its opening CONFIG GET fails on twemproxy; it warns and goes on.
   if ! line=$(redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -n "$n" -P "$pipe" -t "$t" \
-    -r 100000 --csv 2>>"$out/redis-benchmark.err" | tail -1); then
+    -r 100000 "${extra[@]}" --csv 2>>"$out/redis-benchmark.err" | tail -1); then
     echo "redis-benchmark failed against $target ($t, P$pipe)" >&2
     exit 1
+  fi
+  if [ -n "$pid" ]; then
+    c=$(awk "BEGIN{printf \"%.2f\", ($(ticks "$pid") - $t0) * 1e6 / $hz / $n}")
   fi
   line=${line//\"/}
   IFS=, read -r _ r _ _ q50 _ q99 _ <<<"$line"
@@ -158,6 +207,9 @@ measure() { # target port test pipeline
   # Keep the best of the rounds: the machine is shared by all processes.
   if [ -z "${rps[$key]:-}" ] || awk "BEGIN{exit !($r > ${rps[$key]})}"; then
     rps[$key]=$r; p50[$key]=$q50; p99[$key]=$q99
+  fi
+  if [ -n "$c" ] && { [ -z "${cpu[$key]:-}" ] || awk "BEGIN{exit !($c < ${cpu[$key]})}"; }; then
+    cpu[$key]=$c
   fi
 }
 
@@ -175,9 +227,21 @@ for pipe in 1 16; do
     done
   done
 done
+tls_tests=(set get)
+cacert=(--tls --cacert "$tls/ca.pem")
+for pipe in 1 16; do
+  for t in "${tls_tests[@]}"; do
+    for _ in $(seq "$rounds"); do
+      measure direct-tls "$redis_tls_port" "$t" "$pipe" "${cacert[@]}"
+      measure ackproxy-tls "$ptls_port" "$t" "$pipe" "${cacert[@]}"
+      measure ackproxy-tls2 "$ptls2_port" "$t" "$pipe" "${cacert[@]}"
+    done
+  done
+done
 alive "$redis_pid" redis; alive "$twem_pid" nutcracker; alive "$proxy_pid" ackproxy
+alive "$ptls_pid" ackproxy-tls; alive "$ptls2_pid" ackproxy-tls2
 
-ratio() { awk "BEGIN{printf \"%.2f\", $1/$2}"; }
+ratio() { awk "BEGIN{if ($2 == 0) print \"-\"; else printf \"%.2f\", $1/$2}"; }
 report="$out/report.txt"
 {
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores; load average before: $load_before"
@@ -195,16 +259,35 @@ report="$out/report.txt"
         "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$a]}" "${rps[$w]}")"
     done
   done
+  echo
+  echo "TLS (redis-benchmark --tls): Redis's TLS port; ackproxy's TLS listener to plain Redis; both sides TLS"
+  echo "(cpu: the proxy's CPU µs per request, least of the rounds)"
+  printf '%-6s %-4s | %10s %13s | %10s %13s %5s | %10s %13s %5s | %7s %7s\n' \
+    test pipe direct-tls p50/p99 tls-plain p50/p99 cpu tls-tls p50/p99 cpu tp/dir tt/dir
+  for pipe in 1 16; do
+    for t in "${tls_tests[@]}"; do
+      d="direct-tls/$t/P$pipe"; a="ackproxy-tls/$t/P$pipe"; b="ackproxy-tls2/$t/P$pipe"
+      printf '%-6s P%-3s | %10s %13s | %10s %13s %5s | %10s %13s %5s | %7s %7s\n' \
+        "${t^^}" "$pipe" \
+        "${rps[$d]}" "${p50[$d]}/${p99[$d]}" \
+        "${rps[$a]}" "${p50[$a]}/${p99[$a]}" "${cpu[$a]}" \
+        "${rps[$b]}" "${p50[$b]}/${p99[$b]}" "${cpu[$b]}" \
+        "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$b]}" "${rps[$d]}")"
+    done
+  done
   if [ -n "$baseline" ]; then
     echo
     echo "before/after: baseline = $baseline"
-    printf '%-6s %-4s | %10s %13s | %10s %13s | %7s\n' test pipe baseline p50/p99 ackproxy p50/p99 after/before
+    echo "(cpu: the proxy's CPU µs per request, least of the rounds)"
+    printf '%-6s %-4s | %10s %13s %5s | %10s %13s %5s | %7s %7s\n' \
+      test pipe baseline p50/p99 cpu ackproxy p50/p99 cpu 'rps a/b' 'cpu a/b'
     for pipe in 1 16; do
       for t in "${tests[@]}"; do
         b="baseline/$t/P$pipe"; a="ackproxy/$t/P$pipe"
-        printf '%-6s P%-3s | %10s %13s | %10s %13s | %7s\n' "${t^^}" "$pipe" \
-          "${rps[$b]}" "${p50[$b]}/${p99[$b]}" "${rps[$a]}" "${p50[$a]}/${p99[$a]}" \
-          "$(ratio "${rps[$a]}" "${rps[$b]}")"
+        printf '%-6s P%-3s | %10s %13s %5s | %10s %13s %5s | %7s %7s\n' "${t^^}" "$pipe" \
+          "${rps[$b]}" "${p50[$b]}/${p99[$b]}" "${cpu[$b]}" \
+          "${rps[$a]}" "${p50[$a]}/${p99[$a]}" "${cpu[$a]}" \
+          "$(ratio "${rps[$a]}" "${rps[$b]}")" "$(ratio "${cpu[$a]}" "${cpu[$b]}")"
       done
     done
   fi

@@ -56,7 +56,11 @@ pub async fn serve(
             metrics::counter!("ackproxy_rejected_connections_total").increment(1);
             let stop = shutdown.clone();
             tokio::spawn(async move {
-                if let Some(mut stream) = handshake(stream, tls, stop).await {
+                let stream = match tls {
+                    None => Some(Stream::Plain(stream)),
+                    Some(acceptor) => tls_handshake(stream, acceptor, stop).await,
+                };
+                if let Some(mut stream) = stream {
                     let _ = stream
                         .write_all(b"-ERR max number of clients reached\r\n")
                         .await;
@@ -67,17 +71,30 @@ pub async fn serve(
         }
         active.fetch_add(1, Ordering::AcqRel);
         let (ctx, active, all_done) = (ctx.clone(), active.clone(), all_done.clone());
-        let stop = shutdown.clone();
-        // The handshake runs here, not in the accept loop: a slow or silent
-        // client holds up no one else.
-        tokio::spawn(async move {
-            if let Some(stream) = handshake(stream, tls, stop).await {
-                session::run(stream, ctx).await;
-            }
+        let done = move || {
             if active.fetch_sub(1, Ordering::AcqRel) == 1 {
                 all_done.notify_waiters();
             }
-        });
+        };
+        match tls {
+            None => tokio::spawn(async move {
+                session::run(Stream::Plain(stream), ctx).await;
+                done();
+            }),
+            // The handshake runs in the client's task, not in the accept
+            // loop: a slow or silent client holds up no one else. A future
+            // of its own, so that plain clients' tasks do not carry its
+            // state.
+            Some(acceptor) => {
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    if let Some(stream) = tls_handshake(stream, acceptor, stop).await {
+                        session::run(stream, ctx).await;
+                    }
+                    done();
+                })
+            }
+        };
     }
     drop(listeners);
     tracing::info!(
@@ -120,16 +137,13 @@ async fn accept_any(
     .await
 }
 
-/// The client's stream, after its TLS handshake if it came in on the TLS
-/// listener; `None` if that failed, timed out, or the proxy is stopping.
-async fn handshake(
+/// The client's stream after its TLS handshake; `None` if that failed,
+/// timed out, or the proxy is stopping.
+async fn tls_handshake(
     tcp: TcpStream,
-    tls: Option<TlsAcceptor>,
+    acceptor: TlsAcceptor,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Stream> {
-    let Some(acceptor) = tls else {
-        return Some(Stream::Plain(tcp));
-    };
     let peer = tcp.peer_addr().ok();
     let failed = |why: String| {
         metrics::counter!("ackproxy_tls_handshake_failures_total").increment(1);

@@ -17,16 +17,6 @@ fn send_and_collect(port: u16, bytes: &[u8]) -> Vec<u8> {
     read_to_close(&mut s)
 }
 
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn malformed_requests_get_redis_errors_and_a_close() {
     let redis = Redis::start();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the proxy, its tests and its benchmarks run against:
 # redis-server (the upstream), redis-tools (redis-cli, redis-benchmark),
-# nutcracker (twemproxy, the comparison in bench/) and chromium with
-# chromium-driver (tests/ops.rs drives the web view), from Debian's packages.
+# nutcracker (twemproxy, the comparison in bench/), openssl (the benchmark's TLS
+# certificates) and chromium with chromium-driver (tests/ops.rs drives the web
+# view), from Debian's packages.
 # Prints nothing and changes nothing when all of them are present.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/usr/local/sbin"
@@ -11,6 +12,7 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
@@ -22,6 +24,6 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq </dev/null
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
 
-for tool in redis-server redis-cli redis-benchmark nutcracker chromium chromedriver; do
+for tool in redis-server redis-cli redis-benchmark nutcracker openssl chromium chromedriver; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup-deps: $tool still missing" >&2; exit 1; }
 done

@@ -62,42 +62,54 @@ fn lock(s: &Mutex<TlsStream<TcpStream>>) -> MutexGuard<'_, TlsStream<TcpStream>>
 }
 
 impl ReadHalf {
-    /// Waits for input and appends what has arrived to `buf`; `Ok(0)` is
-    /// the end of the stream. `buf` is grown (by at least `chunk`) only
-    /// once there is input, so a connection waiting for its next request
-    /// holds no buffer of its own. Cancel-safe: nothing is lost if the
-    /// future is dropped before it completes.
-    pub async fn read_some(&mut self, buf: &mut BytesMut, chunk: usize) -> io::Result<usize> {
+    /// Waits until there is something to read: input, the end of the
+    /// stream or an error. As with tokio's `readable`, a wake-up may find
+    /// nothing after all, which `try_read_buf` reports as `WouldBlock`.
+    /// Needs no buffer, so a connection waiting for its next request holds
+    /// none. Cancel-safe.
+    pub async fn readable(&self) -> io::Result<()> {
         match self {
-            ReadHalf::Plain(rd) => loop {
-                rd.readable().await?;
-                crate::resp::grow(buf, chunk);
-                match rd.try_read_buf(buf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    r => return r,
-                }
-            },
+            ReadHalf::Plain(rd) => rd.readable().await,
             ReadHalf::Tls(s) => {
-                std::future::poll_fn(|cx| poll_take(&mut lock(s), cx, buf, chunk)).await
+                std::future::poll_fn(|cx| {
+                    let mut s = lock(s);
+                    Poll::Ready(ready!(Pin::new(&mut *s).poll_fill_buf(cx)).map(|_| ()))
+                })
+                .await
+            }
+        }
+    }
+
+    /// Appends what has arrived to `buf` without waiting: `Ok(0)` at the
+    /// end of the stream, `WouldBlock` if nothing has.
+    pub fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        match self {
+            ReadHalf::Plain(rd) => rd.try_read_buf(buf),
+            ReadHalf::Tls(s) => {
+                // Whatever this poll registers is replaced by the next
+                // `readable`, which the caller awaits before it sleeps.
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                match poll_take(&mut lock(s), &mut cx, buf) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+                }
             }
         }
     }
 }
 
-/// Moves the plaintext rustls has decrypted into `buf`: waits for the
-/// first piece, then takes whatever else is ready.
+/// Moves the plaintext rustls has decrypted into `buf`: the first piece,
+/// then whatever else is ready.
 fn poll_take(
     s: &mut TlsStream<TcpStream>,
     cx: &mut Context<'_>,
     buf: &mut BytesMut,
-    chunk: usize,
 ) -> Poll<io::Result<usize>> {
     let mut s = Pin::new(s);
     let first = ready!(s.as_mut().poll_fill_buf(cx))?;
     if first.is_empty() {
         return Poll::Ready(Ok(0));
     }
-    crate::resp::grow(buf, chunk);
     let mut taken = first.len();
     buf.extend_from_slice(first);
     s.as_mut().consume(taken);

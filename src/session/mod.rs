@@ -244,23 +244,25 @@ impl Session {
                 self.buf = BytesMut::new();
             }
             let idle = self.idle_timeout();
-            // The buffer is allocated only once there is something to read,
-            // so idle connections cost almost nothing.
-            let read = tokio::select! {
+            tokio::select! {
                 biased;
                 _ = self.out.closed() => return Stop::Gone,
                 _ = shutdown.changed() => return Stop::Finish,
-                r = self.rd.read_some(&mut self.buf, 4096) => r,
+                r = self.rd.readable() => if r.is_err() { return Stop::Gone },
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
                     if self.out.unwritten() == 0 {
                         return Stop::Gone;
                     }
-                    continue;
                 }
-            };
-            match read {
-                Ok(0) | Err(_) => return Stop::Gone,
+            }
+            // The buffer is allocated only once there is something to read,
+            // so idle connections cost almost nothing.
+            crate::resp::grow(&mut self.buf, 4096);
+            match self.rd.try_read_buf(&mut self.buf) {
+                Ok(0) => return Stop::Gone,
                 Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Stop::Gone,
             }
             if self.buf.len() > QUERY_BUFFER_LIMIT {
                 tracing::warn!("client query buffer limit reached, closing");
@@ -671,13 +673,21 @@ impl Session {
                     return None;
                 }
                 _ = state.closed() => return Some(Stop::Gone),
-                // Keep what the client sends meanwhile for later, but
-                // notice when it goes away: its pop is then abandoned.
-                r = self.rd.read_some(&mut self.buf, 4096) => match r {
-                    Ok(0) | Err(_) => return Some(Stop::Gone),
-                    Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
+                r = self.rd.readable() => {
+                    if r.is_err() {
                         return Some(Stop::Gone);
-                    },
+                    }
+                    // Keep what the client sends meanwhile for later, but
+                    // notice when it goes away: its pop is then abandoned.
+                    crate::resp::grow(&mut self.buf, 4096);
+                    match self.rd.try_read_buf(&mut self.buf) {
+                        Ok(0) => return Some(Stop::Gone),
+                        Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
+                            return Some(Stop::Gone);
+                        },
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Some(Stop::Gone),
+                    }
                 }
             }
         }

@@ -88,7 +88,10 @@ impl Endpoint {
         let Some(tls) = &self.tls else {
             return Ok(Stream::Plain(tcp));
         };
-        tokio::time::timeout(self.connect_timeout, tls.connect(tcp))
+        // Boxed: a handshake in progress holds a whole rustls connection,
+        // and this future is part of every session's state (it may open a
+        // dedicated connection), TLS or not.
+        tokio::time::timeout(self.connect_timeout, Box::pin(tls.connect(tcp)))
             .await
             .map_err(|_| self.unavailable("TLS handshake timed out"))?
             .map_err(|e| self.unavailable(format!("TLS handshake: {e}")))

@@ -552,6 +552,17 @@ impl Rng {
     }
 }
 
+/// A process's resident memory, in kB.
+pub fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
 /// Everything a connection receives until the peer closes it.
 pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
