@@ -6,6 +6,12 @@
 //! every call of 100 µs or more logged). The target: no script call over
 //! 5 ms.
 //!
+//! The slow log measures wall time: on a machine whose cores are shared
+//! with other busy processes, a call that waited for a core looks slow.
+//! With `ACKPROXY_DELAY_RT=1` redis-server runs at real-time priority
+//! (`chrt -f 1`), so that what is measured is the scripts; both runs are
+//! worth recording.
+//!
 //! Run: `cargo bench --bench queue_delay`. `ACKPROXY_DELAY_N` sets the
 //! number of messages, `ACKPROXY_DELAY_BATCH` the reaper's batch (default
 //! 100, the proxy's default), `ACKPROXY_BIN` the proxy binary. The table is
@@ -15,7 +21,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{append_results, slowest_script, start_proxy, start_redis, Conn};
+use common::{append_results, script_durations, start_proxy, start_redis, Conn};
 
 /// Script calls slower than this fail the benchmark's target.
 const TARGET_MS: f64 = 5.0;
@@ -52,6 +58,39 @@ fn counts(direct: &mut Conn, queue: &str) -> (i64, i64) {
     let delayed = int_of(&direct.cmd(&[b"ZCARD", delayed.as_bytes()]).0);
     let ready = int_of(&direct.cmd(&[b"LLEN", queue.as_bytes()]).0);
     (delayed, ready)
+}
+
+/// The slow log's script calls of a phase: (how many, p50, p99, p99.9,
+/// max, how many over the target), durations in ms.
+struct Slow {
+    n: usize,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+    over: usize,
+}
+
+fn slow(direct: &mut Conn) -> Slow {
+    let mut d = script_durations(direct);
+    d.sort_unstable();
+    let at = |q: f64| -> f64 {
+        if d.is_empty() {
+            return 0.0;
+        }
+        d[((d.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0
+    };
+    Slow {
+        n: d.len(),
+        p50: at(0.5),
+        p99: at(0.99),
+        p999: at(0.999),
+        max: at(1.0),
+        over: d
+            .iter()
+            .filter(|&&us| us as f64 > TARGET_MS * 1000.0)
+            .count(),
+    }
 }
 
 /// A section of `INFO`, as text.
@@ -101,7 +140,15 @@ fn main() {
     );
     let dir = std::env::temp_dir().join(format!("ackproxy-delay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (_redis, redis_port) = start_redis(&dir);
+    let (redis, redis_port) = start_redis(&dir);
+    let realtime = std::env::var("ACKPROXY_DELAY_RT").as_deref() == Ok("1");
+    if realtime {
+        let ok = std::process::Command::new("chrt")
+            .args(["-f", "-p", "1", &redis.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "chrt -f -p 1 failed: run without ACKPROXY_DELAY_RT");
+    }
     let (_proxy, proxy_port) = start_proxy(&bin, redis_port, &config, &dir);
     let mut direct = Conn::connect(redis_port);
     let mut c = Conn::connect(proxy_port);
@@ -148,11 +195,11 @@ fn main() {
         loaded_at < due,
         "loading took past the due time: raise ACKPROXY_DELAY_MARGIN_MS"
     );
-    let (load_max, load_slow) = slowest_script(&mut direct);
+    let load_slow = slow(&mut direct);
     eprintln!(
-        "loaded {n} delayed messages in {:.2} s; slowest push call {} µs",
+        "loaded {n} delayed messages in {:.2} s; slowest push call {:.2} ms",
         load.as_secs_f64(),
-        load_max
+        load_slow.max
     );
 
     // Until the due time nothing moves.
@@ -182,41 +229,59 @@ fn main() {
     let cpu_after = cpu_and_calls(&mut direct);
     let promote_cpu = per_call_us(cpu_before, cpu_after);
     let promote_calls = cpu_after.1 - cpu_before.1;
-    let (max, slow) = slowest_script(&mut direct);
+    let promote_slow = slow(&mut direct);
     let rate = n as f64 / took.as_secs_f64();
-    let verdict = if (max.max(load_max) as f64) / 1000.0 <= TARGET_MS {
+    let verdict = if load_slow.over + promote_slow.over == 0 {
         "met"
     } else {
         "MISSED"
     };
     eprintln!(
-        "promoted {n} in {:.2} s ({rate:.0}/s); slowest call {max} µs; target {verdict}",
-        took.as_secs_f64()
+        "promoted {n} in {:.2} s ({rate:.0}/s); slowest call {:.2} ms; target {verdict}",
+        took.as_secs_f64(),
+        promote_slow.max
     );
 
     let mut out = String::new();
-    out.push_str("| phase | messages | time | rate | Redis CPU per script call | script calls ≥ 0.1 ms | slowest script call |\n");
+    out.push_str(
+        "| phase | messages | time | rate | Redis CPU per script call | script calls ≥ 0.1 ms: n, p50 / p99 / p99.9 / max | calls over 5 ms |\n",
+    );
     out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    let slow_cells = |s: &Slow| {
+        format!(
+            "{}: {:.2} / {:.2} / {:.2} / **{:.2} ms** | {}",
+            s.n, s.p50, s.p99, s.p999, s.max, s.over
+        )
+    };
     out.push_str(&format!(
-        "| load: `QUEUE PUSH {queue} <100 payloads> AT t`, 64 in flight | {n} | {:.2} s | {:.0}/s | {load_cpu:.0} µs | {load_slow} | {:.2} ms |\n",
+        "| load: `QUEUE PUSH {queue} <100 payloads> AT t`, 64 in flight | {n} | {:.2} s | {:.0}/s | {load_cpu:.0} µs | {} |\n",
         load.as_secs_f64(),
         n as f64 / load.as_secs_f64(),
-        load_max as f64 / 1000.0
+        slow_cells(&load_slow)
     ));
     out.push_str(&format!(
-        "| promotion by the reaper (batch {batch}, {promote_calls} calls), from the due time | {n} | {:.2} s | **{rate:.0}/s** | {promote_cpu:.0} µs | {slow} | {:.2} ms |\n",
+        "| promotion by the reaper (batch {batch}, {promote_calls} calls), from the due time | {n} | {:.2} s | **{rate:.0}/s** | {promote_cpu:.0} µs | {} |\n",
         took.as_secs_f64(),
-        max as f64 / 1000.0
+        slow_cells(&promote_slow)
     ));
     out.push_str(&format!(
         "\n{before} messages still delayed at the due time; the first reached the list {:.0} ms after it. \
-         Target (no script call over {TARGET_MS} ms): **{verdict}**.\n",
-        first_seen.unwrap_or_default().as_secs_f64() * 1000.0
+         redis-server {}. Target (no script call over {TARGET_MS} ms): **{verdict}**.\n",
+        first_seen.unwrap_or_default().as_secs_f64() * 1000.0,
+        if realtime {
+            "at real-time priority (`chrt -f 1`): the slow log measures the scripts"
+        } else {
+            "at normal priority: the slow log includes time spent waiting for a core"
+        }
     ));
     println!("{out}");
     append_results(
         "Delayed delivery",
-        "cargo bench --bench queue_delay",
+        if realtime {
+            "ACKPROXY_DELAY_RT=1 cargo bench --bench queue_delay"
+        } else {
+            "cargo bench --bench queue_delay"
+        },
         &format!(
             "{n} messages of 38 bytes, one due time, nobody popping; SLOWLOG threshold 100 µs"
         ),

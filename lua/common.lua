@@ -353,8 +353,9 @@ local function drop(k, token, payload, dest, owner)
   if owner and owner ~= '' then redis.call('ZREM', k.owned, owner .. '|' .. token) end
 end
 
--- Up to n of the leases owner holds on queue k (n < 0: all), and whether
--- it holds more.
+-- Up to n of the entries owner has in queue k's owned set (n < 0: all):
+-- lease tokens, and '~'..retry key for a lease of a next-pop rule that
+-- ran out and whose message is back in the list; and whether it has more.
 local function owned_by(k, owner, n)
   local members = redis.call('ZRANGEBYLEX', k.owned, '[' .. owner .. '|', '(' .. owner .. '}',
     'LIMIT', 0, n < 0 and -1 or n + 1)
@@ -363,25 +364,6 @@ local function owned_by(k, owner, n)
   local tokens = {}
   for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 2) end
   return tokens, more
-end
-
--- ack = 'next-pop': a connection that pops again has finished the messages
--- it popped before from this queue. Acknowledges up to n of them (n < 0:
--- all); returns how many, and whether it holds more.
-local function release_owned(k, owner, n)
-  local tokens, more = owned_by(k, owner, n)
-  local done = 0
-  for _, token in ipairs(tokens) do
-    local payload, _, _, dest = record(k, token)
-    if payload then
-      drop(k, token, payload, dest, owner)
-      done = done + 1
-    else
-      redis.call('ZREM', k.owned, owner .. '|' .. token)
-    end
-  end
-  tally(k, 'acks', done)
-  return done, more
 end
 
 -- Whether a redelivered copy goes in at the right end of the list.
@@ -403,20 +385,29 @@ end
 
 -- The retry entry of an id: copies back in the list (or waiting to be),
 -- the highest delivery count, copies a late ACK cancelled, the last payload
--- requeued, NACKs, expiries, first delivery, and the delayed-set member of
--- the last copy that waits for a backoff (false if none).
+-- requeued, NACKs, expiries, first delivery, the delayed-set member of the
+-- last copy that waits for a backoff (false if none), and the owned-set
+-- member by which the next pop of the connection whose lease ran out can
+-- still acknowledge it (next-pop rules; false if none).
 local function retry_entry(k, rk)
+  local e = { pending = 0, seen = 0, cancelled = 0, last = false, nacks = 0, expiries = 0,
+    first = false, waiting = false, late = false }
   local raw = redis.call('HGET', k.retry, rk)
-  if not raw then return 0, 0, 0, false, 0, 0, false, false end
-  local pending, seen, cancelled, last, nacks, expiries, first, waiting = cmsgpack.unpack(raw)
-  return pending, seen, cancelled, last, nacks or 0, expiries or 0, first or false, waiting or false
+  if raw then
+    local f = { cmsgpack.unpack(raw) }
+    e.pending, e.seen, e.cancelled, e.last = f[1], f[2], f[3], f[4]
+    e.nacks, e.expiries, e.first, e.waiting, e.late = f[5] or 0, f[6] or 0, f[7] or false, f[8] or false, f[9] or false
+  end
+  return e
 end
 
-local function set_retry(k, rk, pending, seen, cancelled, last, nacks, expiries, first, waiting)
-  if pending <= 0 then
+local function set_retry(k, rk, e)
+  if e.pending <= 0 then
     redis.call('HDEL', k.retry, rk)
+    if e.late then redis.call('ZREM', k.owned, e.late) end
   else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, seen, cancelled, last, nacks, expiries, first, waiting))
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(e.pending, e.seen, e.cancelled, e.last, e.nacks,
+      e.expiries, e.first, e.waiting, e.late))
   end
 end
 
@@ -467,10 +458,10 @@ local function dead_letter(k, r, payload, h, now)
 end
 
 -- Ends a lease without an ACK. why: 'expired' | 'nacked' | 'disconnected';
--- delay_ms: the wait asked for, or nil for the rule's backoff. The message goes
--- back to the list, at once or after the wait (and a retry entry keeps its
--- history), or past max deliveries its raw payload goes to the dead-letter
--- list. Returns requeued, deadlettered.
+-- delay_ms: the wait asked for, or nil for the rule's backoff. The message
+-- goes back to the list, at once or after the wait (and a retry entry keeps
+-- its history), or past max deliveries its raw payload goes to the
+-- dead-letter list. Returns requeued, deadlettered.
 local function expire(k, r, token, why, delay_ms, now)
   local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay = record(k, token)
   if not payload then
@@ -511,9 +502,16 @@ local function expire(k, r, token, why, delay_ms, now)
     redis.call(requeue_right(r) and 'RPUSH' or 'LPUSH', k.q, payload)
   end
   local rk = id_key(id)
-  local pending, seen, cancelled = retry_entry(k, rk)
-  if deliveries > seen then seen = deliveries end
-  set_retry(k, rk, pending + 1, seen, cancelled, payload, nacks, expiries, first, waiting)
+  local e = retry_entry(k, rk)
+  if deliveries > e.seen then e.seen = deliveries end
+  e.pending, e.last, e.nacks, e.expiries, e.first, e.waiting = e.pending + 1, payload, nacks, expiries, first, waiting
+  if why == 'expired' and owner and owner ~= '' and r.ack == 'next-pop' then
+    -- A slow worker may still pop again: that is then a late ACK.
+    if e.late then redis.call('ZREM', k.owned, e.late) end
+    e.late = owner .. '|~' .. rk
+    redis.call('ZADD', k.owned, 0, e.late)
+  end
+  set_retry(k, rk, e)
   return 1, 0
 end
 
@@ -525,15 +523,21 @@ end
 -- as its new lease carries it, or nil when a late ACK cancelled this copy.
 local function popped(k, r, payload, now)
   local rk = id_key(ack_id(payload, r.field))
-  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
-  if pending == 0 then return { deliveries = 1, nacks = 0, expiries = 0, first = now } end
-  local h = { deliveries = seen + 1, nacks = nacks, expiries = expiries, first = first or now }
-  if cancelled > 0 then
-    cancelled = cancelled - 1
+  local e = retry_entry(k, rk)
+  if e.pending == 0 then return { deliveries = 1, nacks = 0, expiries = 0, first = now } end
+  local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now }
+  if e.cancelled > 0 then
+    e.cancelled = e.cancelled - 1
     h = nil
     add_cancelled(k, -1)
   end
-  set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
+  -- Redelivered: too late for the earlier worker's next pop to call back.
+  if e.late then
+    redis.call('ZREM', k.owned, e.late)
+    e.late = false
+  end
+  e.pending = e.pending - 1
+  set_retry(k, rk, e)
   return h
 end
 
@@ -558,19 +562,55 @@ end
 -- Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
 -- have looked at.
 local function late_ack(k, r, rk, maxlen)
-  local pending, seen, cancelled, last, nacks, expiries, first, waiting = retry_entry(k, rk)
-  if pending <= cancelled then return 0, 0 end
-  if waiting and redis.call('ZREM', k.delayed, waiting) == 1 then
-    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, false)
+  local e = retry_entry(k, rk)
+  if e.pending <= e.cancelled then return 0, 0 end
+  if e.late then
+    redis.call('ZREM', k.owned, e.late)
+    e.late = false
+  end
+  if e.waiting and redis.call('ZREM', k.delayed, e.waiting) == 1 then
+    e.pending, e.waiting = e.pending - 1, false
+    set_retry(k, rk, e)
     return 1, 0
   end
-  if last and remove_copy(k, r, last, maxlen) then
-    set_retry(k, rk, pending - 1, seen, cancelled, last, nacks, expiries, first, waiting)
+  if e.last and remove_copy(k, r, e.last, maxlen) then
+    e.pending = e.pending - 1
   else
-    set_retry(k, rk, pending, seen, cancelled + 1, last, nacks, expiries, first, waiting)
+    e.cancelled = e.cancelled + 1
     add_cancelled(k, 1)
   end
+  set_retry(k, rk, e)
   return 1, maxlen
+end
+
+-- Late ACKs looked at per next-pop release, in list elements.
+local RELEASE_LATE_SCAN = 2000
+
+-- ack = 'next-pop': a connection that pops again has finished the messages
+-- it popped before from this queue. Acknowledges up to n of them (n < 0:
+-- all), late ones too (their lease ran out, their copy not yet popped
+-- again); returns how many, and whether it holds more.
+local function release_owned(k, r, owner, n)
+  local tokens, more = owned_by(k, owner, n)
+  local done, late, budget = 0, 0, RELEASE_LATE_SCAN
+  for _, token in ipairs(tokens) do
+    if string.byte(token, 1) == 126 then
+      redis.call('ZREM', k.owned, owner .. '|' .. token)
+      local n_late, looked = late_ack(k, r, string.sub(token, 2), budget)
+      late, budget = late + n_late, budget - looked
+    else
+      local payload, _, _, dest = record(k, token)
+      if payload then
+        drop(k, token, payload, dest, owner)
+        done = done + 1
+      else
+        redis.call('ZREM', k.owned, owner .. '|' .. token)
+      end
+    end
+  end
+  tally(k, 'acks', done)
+  tally(k, 'late_acks', late)
+  return done + late, more
 end
 
 -- Ends up to n expired plain leases, oldest first. With redeliver 'next'

@@ -17,8 +17,10 @@ local now = now_ms()
 local tokens, more = owned_by(k, owner, n)
 local out = { 0, more and 1 or 0 }
 for _, token in ipairs(tokens) do
-  local payload, _, _, dest = record(k, token)
+  local payload, _, _, dest
+  if string.byte(token, 1) ~= 126 then payload, _, _, dest = record(k, token) end
   if not payload then
+    -- Gone, or the mark of a lease that already ran out: nothing to end.
     redis.call('ZREM', k.owned, owner .. '|' .. token)
   elseif dest ~= '' then
     mark_ending(k, token, 'disconnected', 0)

@@ -71,7 +71,7 @@ for g = 1, G do
     local r = rule(ai)
     ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
     if releasing and owner ~= '' and r.ack == 'next-pop' and count > 0 then
-      local done, more = release_owned(k, owner, release_budget)
+      local done, more = release_owned(k, r, owner, release_budget)
       if release_budget > 0 then release_budget = release_budget - done end
       if more then return reply({ 2, g }) end
     end

@@ -1,7 +1,9 @@
 //! Failure behaviour of queues: consumer processes and a proxy killed with
-//! SIGKILL while messages flow through two proxies; Redis killed and
-//! restarted with AOF. At the end every message is done, duplicates stay
-//! within what the kills explain, and no auxiliary key is left.
+//! SIGKILL while messages flow through two proxies, once with workers that
+//! send ACK and once with unchanged workers that never do (`ack =
+//! "next-pop"`); Redis killed and restarted with AOF. At the end every
+//! message is done, duplicates stay within what the kills explain, and no
+//! auxiliary key is left.
 //!
 //! Consumers are separate processes: this test binary re-executed with
 //! `consumer_process --exact --ignored`, driven by environment variables.
@@ -32,6 +34,15 @@ pop_end = "right"
 interval_ms = 100
 "#;
 
+/// The same queue for workers that never send ACK: their next pop on the
+/// same connection acknowledges.
+fn next_pop_config() -> String {
+    QUEUE_CONFIG.replace(
+        "pop_end = \"right\"",
+        "pop_end = \"right\"\nack = \"next-pop\"",
+    )
+}
+
 // ------------------------------------------------------------- consumer side
 
 /// One command on a possibly broken connection; never panics.
@@ -58,10 +69,11 @@ fn id_of(payload: &str) -> String {
 }
 
 /// The consumer loop: BRPOP q 1 → HINCRBY deliveries payload 1 → SADD done
-/// payload → ACK q id. `done` is written before the ACK: a kill between the
+/// payload → ACK q id (unless `ack` is false: then the next BRPOP is the
+/// acknowledgement). `done` is written before the ACK: a kill between the
 /// two then means a redelivery (counted as a duplicate), never a message
 /// that was acked but not recorded.
-fn consume(port: u16, state: &Path) -> std::io::Result<()> {
+fn consume(port: u16, state: &Path, ack: bool) -> std::io::Result<()> {
     let mut c = Client::try_connect(port)?;
     c.set_read_timeout(Some(Duration::from_secs(10)));
     std::fs::write(state, port.to_string())?;
@@ -83,6 +95,9 @@ fn consume(port: u16, state: &Path) -> std::io::Result<()> {
             Value::Int(_) => {}
             other => return Err(io_err(format!("SADD: {other:?}"))),
         }
+        if !ack {
+            continue;
+        }
         match try_cmd(&mut c, &["ACK", "q", &id_of(&payload)])? {
             Value::Int(_) => {}
             other => return Err(io_err(format!("ACK: {other:?}"))),
@@ -102,10 +117,11 @@ fn consumer_process() {
         .parse()
         .unwrap();
     let state = PathBuf::from(std::env::var("ACKPROXY_CONSUMER_STATE").unwrap());
+    let ack = std::env::var("ACKPROXY_CONSUMER_ACK").as_deref() != Ok("no");
     let mut which = index;
     loop {
         let port = ports[which % ports.len()];
-        if let Err(_e) = consume(port, &state) {
+        if let Err(_e) = consume(port, &state, ack) {
             thread::sleep(Duration::from_millis(50));
         }
         which += 1; // alternate proxies on every reconnect
@@ -118,6 +134,8 @@ struct Consumers {
     children: Vec<Child>,
     ports: String,
     dir: PathBuf,
+    /// Whether the workers send ACK.
+    ack: bool,
 }
 
 impl Consumers {
@@ -127,13 +145,14 @@ impl Consumers {
             .env("ACKPROXY_CONSUMER_PORTS", &self.ports)
             .env("ACKPROXY_CONSUMER_INDEX", i.to_string())
             .env("ACKPROXY_CONSUMER_STATE", self.dir.join(format!("c{i}")))
+            .env("ACKPROXY_CONSUMER_ACK", if self.ack { "yes" } else { "no" })
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn consumer process")
     }
 
-    fn start(n: usize, ports: &[u16], dir: PathBuf) -> Consumers {
+    fn start(n: usize, ports: &[u16], dir: PathBuf, ack: bool) -> Consumers {
         std::fs::create_dir_all(&dir).unwrap();
         let mut c = Consumers {
             children: Vec::new(),
@@ -143,6 +162,7 @@ impl Consumers {
                 .collect::<Vec<_>>()
                 .join(","),
             dir,
+            ack,
         };
         for i in 0..n {
             let child = c.spawn_one(i);
@@ -315,6 +335,18 @@ fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<St
 
 #[test]
 fn consumers_and_proxy_killed() {
+    kill_consumers_and_a_proxy(QUEUE_CONFIG, true);
+}
+
+/// Workers that cannot change: they pop and never acknowledge, and the
+/// rule's `ack = "next-pop"` takes each pop as the acknowledgement of the
+/// one before. Killed at random as above, they lose nothing.
+#[test]
+fn next_pop_consumers_that_never_ack_and_proxy_killed() {
+    kill_consumers_and_a_proxy(&next_pop_config(), false);
+}
+
+fn kill_consumers_and_a_proxy(config_text: &str, ack: bool) {
     let long = std::env::var("ACKPROXY_LONG_FAULT")
         .map(|v| v == "1")
         .unwrap_or(false);
@@ -326,7 +358,7 @@ fn consumers_and_proxy_killed() {
     let started = Instant::now();
 
     let redis = Redis::start();
-    let config = write_config(QUEUE_CONFIG);
+    let config = write_config(config_text);
     let cfg = config.to_str().unwrap();
     let port_a = free_port();
     let port_b = free_port();
@@ -335,7 +367,8 @@ fn consumers_and_proxy_killed() {
     let mut direct = redis.client();
 
     let state_dir = std::env::temp_dir().join(format!("ackproxy-fault-consumers-{}", redis.port));
-    let mut consumers = Consumers::start(CONSUMERS, &[port_a, port_b], state_dir);
+    println!("workers send ACK: {ack}");
+    let mut consumers = Consumers::start(CONSUMERS, &[port_a, port_b], state_dir, ack);
     let mut rng = Rng::from_clock();
     let mut kills = 0usize;
     let mut attached_at_proxy_kill = 0usize;
@@ -412,6 +445,21 @@ fn consumers_and_proxy_killed() {
          elapsed {elapsed:?}"
     );
     let dead = direct.cmd(&["LLEN", "{q}:dead"]);
+    if let Value::Array(info) = proxy_b.client().cmd(&["QUEUE", "INFO", "q"]) {
+        let shown: Vec<String> = info
+            .chunks(2)
+            .map(|kv| match kv {
+                [Value::Bulk(k), Value::Int(v)] => format!("{}={v}", String::from_utf8_lossy(k)),
+                [Value::Bulk(k), Value::Bulk(v)] => format!(
+                    "{}={}",
+                    String::from_utf8_lossy(k),
+                    String::from_utf8_lossy(v)
+                ),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        println!("QUEUE INFO q: {}", shown.join(" "));
+    }
     drop(proxy_a);
     drop(proxy_b);
     let _ = std::fs::remove_file(&config);

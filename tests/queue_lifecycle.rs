@@ -1010,6 +1010,37 @@ fn next_pop_through_a_parked_blocking_pop() {
 }
 
 #[test]
+fn next_pop_acknowledges_when_it_parks_behind_other_waiting_workers() {
+    let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
+    let mut busy = proxy.client();
+    busy.cmd(&["LPUSH", "np7", "b"]);
+    assert_eq!(busy.cmd(&["RPOP", "np7"]), Value::bulk("b"));
+    // An idle worker waits on the empty queue first.
+    let mut idle = proxy.client();
+    idle.send(&["BRPOP", "np7", "0"]);
+    wait_parked(metrics, 1);
+    // busy asks for its next job and waits behind idle: b is acknowledged
+    // at once, not when busy's turn comes.
+    busy.send(&["BRPOP", "np7", "0"]);
+    wait_parked(metrics, 2);
+    eventually("b acknowledged", || {
+        (info_int(&proxy, "np7", "acks") == 1).then_some(())
+    });
+    assert_eq!(info_int(&proxy, "np7", "leased"), 0);
+}
+
+#[test]
+fn a_next_pop_blocking_pop_that_times_out_has_acknowledged() {
+    let (_redis, proxy) = start();
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np6", "a"]);
+    assert_eq!(w.cmd(&["RPOP", "np6"]), Value::bulk("a"));
+    assert_eq!(w.cmd(&["BRPOP", "np6", "0.1"]), Value::Nil);
+    let i = info(&proxy, "np6");
+    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 1), "{i:?}");
+}
+
+#[test]
 fn a_killed_next_pop_worker_gets_its_message_redelivered() {
     let (_redis, proxy) = start();
     let mut w = proxy.client();
@@ -1022,6 +1053,40 @@ fn a_killed_next_pop_worker_gets_its_message_redelivered() {
     let l = &leases(&proxy, "np3")[0];
     assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
     assert_eq!(info_int(&proxy, "np3", "acks"), 0);
+}
+
+#[test]
+fn a_late_next_pop_calls_back_the_redelivery_as_a_late_ack_would() {
+    let (redis, proxy) = start();
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np5", "slow"]);
+    assert_eq!(w.cmd(&["RPOP", "np5"]), Value::bulk("slow"));
+    // The worker is slower than its lease (300 ms): the message is back.
+    eventually("the expiry", || {
+        let i = info(&proxy, "np5");
+        (as_int(&i["expiries"]) == 1 && as_int(&i["ready"]) == 1).then_some(())
+    });
+    // It finishes and pops again, before anyone took the copy: that pop
+    // acknowledges late, and the copy is gone.
+    assert_eq!(w.cmd(&["RPOP", "np5"]), Value::Nil);
+    let i = info(&proxy, "np5");
+    let got: Vec<i64> = ["ready", "leased", "late-acks", "acks"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![0, 0, 1, 0], "{i:?}");
+    let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    assert_eq!(left, vec![Value::bulk("ackq:{np5}:np5:stats")]);
+    // Once the copy was popped again, the late pop is too late.
+    w.cmd(&["LPUSH", "np5", "slow2"]);
+    assert_eq!(w.cmd(&["RPOP", "np5"]), Value::bulk("slow2"));
+    let mut other = proxy.client();
+    assert_eq!(pop_eventually(&mut other, "np5"), "slow2");
+    assert_eq!(w.cmd(&["RPOP", "np5"]), Value::Nil);
+    assert_eq!(info_int(&proxy, "np5", "leased"), 1);
+    assert_eq!(info_int(&proxy, "np5", "late-acks"), 1);
 }
 
 /// What next-pop does to a client that shares one connection among jobs

@@ -125,12 +125,13 @@ impl Conn {
     }
 }
 
-/// The slowest EVAL/EVALSHA in the slow log, µs, and how many were logged.
-pub fn slowest_script(direct: &mut Conn) -> (i64, usize) {
+/// The durations (µs) of the EVAL/EVALSHA calls in the slow log, which is
+/// then reset.
+pub fn script_durations(direct: &mut Conn) -> Vec<i64> {
     direct.send(&[b"SLOWLOG", b"GET", b"1000000"]);
     let l = direct.line();
     let n: usize = l[1..].parse().unwrap();
-    let (mut max, mut count) = (0, 0);
+    let mut out = Vec::new();
     for _ in 0..n {
         // id, time, duration, args, client addr, client name
         let _entry = direct.line();
@@ -150,12 +151,17 @@ pub fn slowest_script(direct: &mut Conn) -> (i64, usize) {
         direct.read(&mut Vec::new());
         direct.read(&mut Vec::new());
         if name.to_ascii_uppercase().starts_with(b"EVAL") {
-            count += 1;
-            max = max.max(dur[0]);
+            out.push(dur[0]);
         }
     }
     direct.cmd(&[b"SLOWLOG", b"RESET"]);
-    (max, count)
+    out
+}
+
+/// The slowest EVAL/EVALSHA in the slow log, µs, and how many were logged.
+pub fn slowest_script(direct: &mut Conn) -> (i64, usize) {
+    let d = script_durations(direct);
+    (d.iter().copied().max().unwrap_or(0), d.len())
 }
 
 /// Appends a section to `bench/RESULTS.md`: a heading with the time, the

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::command::{Args, Kind, PopForm};
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
@@ -89,7 +89,8 @@ pub struct Queues {
     registry: Arc<registry::Registry>,
     waiters: Waiters,
     owners: owners::Owners,
-    /// The proxy's own connection, for [`Queues::admin`].
+    /// The proxy's own connection: [`Queues::admin`], the release of a
+    /// timed-out next-pop pop.
     own: Caller,
 }
 
@@ -122,10 +123,7 @@ impl Queues {
         let reaper = reaper::Reaper {
             rules: rules.clone(),
             registry: registry.clone(),
-            caller: Caller {
-                shared,
-                client: ClientState::new(0, usize::MAX),
-            },
+            caller: caller.clone(),
             waiters: waiters.clone(),
             interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
             batch: config.reaper.batch.max(1),
@@ -277,6 +275,8 @@ impl Queues {
         };
         let (owner, waiters) = (self.owners.owner(conn), self.waiters.clone());
         tokio::spawn(async move {
+            // A parked pop of this connection still running leases first.
+            waiters.sync().await;
             for q in &queues {
                 if owners::requeue(&caller, q, &owner).await > 0 {
                     waiters.wake(q.name.clone());
@@ -351,12 +351,37 @@ impl Queues {
     pub async fn blocking_pop(&self, pop: Pop, _client: Arc<ClientState>) -> Bytes {
         let timeout = pop.timeout;
         let timeout_reply = pop.timeout_reply();
-        let rx = self.waiters.park(pop);
+        let next_pop: Vec<Arc<rules::Queue>> = pop
+            .queues()
+            .filter(|q| q.rule.ack == config::AckPolicy::NextPop)
+            .cloned()
+            .collect();
+        // Asking for the next message finished the last one: acknowledged
+        // now, not when the dispatcher first gets to this pop (which, with
+        // others parked before it on an empty queue, may be a long time).
+        for q in &next_pop {
+            owners::release(&self.own, q, &pop.owner).await;
+        }
+        let mut rx = self.waiters.park(pop);
         if let crate::timeout::Timeout::Millis(ms) = timeout {
-            match tokio::time::timeout(Duration::from_millis(ms), rx).await {
+            match tokio::time::timeout(Duration::from_millis(ms), &mut rx).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
-                Err(_) => timeout_reply,
+                Err(_) => {
+                    // A pop may be running for this client right now: its
+                    // reply, if already sent, is the answer (the message
+                    // was taken as the time ran out); otherwise it is
+                    // undone by the dispatcher, which on next-pop rules
+                    // must happen before this connection pops again.
+                    rx.close();
+                    if let Ok(reply) = rx.try_recv() {
+                        return reply;
+                    }
+                    if !next_pop.is_empty() {
+                        self.waiters.sync().await;
+                    }
+                    timeout_reply
+                }
             }
         } else {
             rx.await.unwrap_or_else(|_| {

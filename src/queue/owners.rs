@@ -19,6 +19,7 @@ use super::pop::Pop;
 use super::rules::Queue;
 use super::scripts;
 use super::value::Value;
+use crate::config::AckPolicy;
 
 /// A number for each client connection of this process.
 pub fn next_conn() -> u64 {
@@ -127,27 +128,35 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     ended
 }
 
-/// A parked pop whose client left while it ran: on requeue_on_disconnect
-/// rules its lease ends now (the client's own disconnect handling may have
-/// run before this pop leased anything).
-pub fn abandoned(caller: &Caller, pop: &Pop) {
+/// Acknowledges the leases `owner` holds on `q` (a next-pop rule), in
+/// bounded calls.
+pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
+    for _ in 0..MAX_CALLS {
+        let call = Call::new(&scripts::RELEASE)
+            .queue(q)
+            .rule(q)
+            .arg(owner.clone())
+            .arg(DISOWN_PER_CALL.to_string());
+        match caller.run(&call).await {
+            Ok(v) if v.array().get(1).map(Value::int) == Some(1) => {}
+            // Done, or Redis is away: the leases then expire as usual.
+            _ => return,
+        }
+    }
+}
+
+/// A parked pop whose client was gone (or whose timeout passed) when its
+/// reply came. On next-pop rules the lease ends now: the connection's next
+/// pop would otherwise acknowledge a message nobody received. (Its earlier
+/// leases there were acknowledged when this pop began, so what it holds is
+/// what this pop took.)
+pub async fn undelivered(caller: &Caller, pop: &Pop) {
     if pop.owner.is_empty() {
         return;
     }
-    let queues: Vec<std::sync::Arc<Queue>> = pop
-        .queues()
-        .filter(|q| q.rule.requeue_on_disconnect)
-        .cloned()
-        .collect();
-    if queues.is_empty() {
-        return;
+    for q in pop.queues().filter(|q| q.rule.ack == AckPolicy::NextPop) {
+        requeue(caller, q, &pop.owner).await;
     }
-    let (caller, owner) = (caller.clone(), pop.owner.clone());
-    tokio::spawn(async move {
-        for q in &queues {
-            requeue(&caller, q, &owner).await;
-        }
-    });
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ script!(DEAD, "dead");
 script!(REDRIVE, "redrive");
 script!(PURGE, "purge");
 script!(DISOWN, "disown");
+script!(RELEASE, "release");
 
 pub const ALL: &[&Script] = &[
     &POP,
@@ -56,6 +57,7 @@ pub const ALL: &[&Script] = &[
     &REDRIVE,
     &PURGE,
     &DISOWN,
+    &RELEASE,
 ];
 
 /// `SCRIPT LOAD` of every script, as one write, for the upstream

@@ -34,6 +34,8 @@ enum Msg {
     Park(Pop, oneshot::Sender<Bytes>),
     Wake(Bytes),
     WakeAll,
+    /// Answered once every pop started before it has finished.
+    Sync(oneshot::Sender<()>),
     /// Notifications are (true) or are not (false) available.
     Notifications(bool),
 }
@@ -91,6 +93,15 @@ impl Waiters {
     pub fn wake(&self, key: Bytes) {
         let _ = self.tx.send(Msg::Wake(key));
     }
+
+    /// Returns once the pops in progress have finished (and, for a client
+    /// that was no longer there to take its reply, been undone).
+    pub async fn sync(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Sync(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
 }
 
 struct Parked {
@@ -145,6 +156,9 @@ impl Dispatcher {
                     if self.by_key.contains_key(&key) {
                         self.wake(&[key]).await;
                     }
+                }
+                Msg::Sync(done) => {
+                    let _ = done.send(());
                 }
                 Msg::WakeAll => {
                     let keys: Vec<Bytes> = self.by_key.keys().cloned().collect();
@@ -230,11 +244,11 @@ impl Dispatcher {
                 };
                 if let Some(p) = self.remove(id) {
                     served += 1;
-                    // If the client just went away its message stays leased
-                    // and comes back when the lease expires, or now with
-                    // requeue_on_disconnect.
+                    // If the client just went away (or its timeout passed)
+                    // its message stays leased and comes back when the
+                    // lease expires; on next-pop rules, now.
                     if p.reply.send(reply).is_err() {
-                        super::owners::abandoned(&self.caller, &p.pop);
+                        super::owners::undelivered(&self.caller, &p.pop).await;
                     }
                 }
             }
