@@ -123,7 +123,7 @@ impl Queues {
         let reaper = reaper::Reaper {
             rules: rules.clone(),
             registry: registry.clone(),
-            caller: caller.clone(),
+            caller: own.clone(),
             waiters: waiters.clone(),
             interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
             batch: config.reaper.batch.max(1),
