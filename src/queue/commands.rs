@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::call::{Call, ScriptReply};
+use super::call::{Call, Caller, ScriptReply};
 use super::job::Job;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
@@ -219,7 +219,7 @@ pub fn nack(
             // message is back in the queue before the client hears back.
             for pair in items.get(1..).unwrap_or_default().chunks(2) {
                 let [token, dest] = pair else { break };
-                super::reaper::expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
+                expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
             }
         }
         // Messages waiting for their delay are due later: the reaper looks.
@@ -642,4 +642,21 @@ fn purge(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
     }
     let call = Call::new(&scripts::PURGE).queue(&q);
     rewrite(call, how.full, |v| int_reply(v.int()))
+}
+
+/// Ends one expired (or nacked) move lease, removing its stale copy from
+/// `dest` first. Returns (requeued, dead-lettered).
+pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> (i64, i64) {
+    let call = Call::new(&scripts::EXPIRE_MOVE)
+        .queue(q)
+        .key(Bytes::copy_from_slice(dest))
+        .rule(q)
+        .arg(Bytes::copy_from_slice(token));
+    match caller.run(&call).await {
+        Ok(v) => (
+            v.array().first().map(Value::int).unwrap_or(0),
+            v.array().get(1).map(Value::int).unwrap_or(0),
+        ),
+        Err(_) => (0, 0),
+    }
 }

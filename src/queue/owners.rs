@@ -119,7 +119,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
         ended += items.first().map(Value::int).unwrap_or(0);
         for pair in items.get(2..).unwrap_or_default().chunks(2) {
             let [token, dest] = pair else { break };
-            super::reaper::expire_move(caller, q, dest.bytes(), token.bytes()).await;
+            super::commands::expire_move(caller, q, dest.bytes(), token.bytes()).await;
         }
         if items.get(1).map(Value::int) != Some(1) {
             break;

@@ -94,7 +94,8 @@ impl Reaper {
         let moves = items.get(5..).unwrap_or_default();
         for pair in moves.chunks(2) {
             let [token, dest] = pair else { break };
-            let (a, b) = expire_move(&self.caller, q, dest.bytes(), token.bytes()).await;
+            let (a, b) =
+                super::commands::expire_move(&self.caller, q, dest.bytes(), token.bytes()).await;
             requeued += a;
             dead += b;
         }
@@ -157,22 +158,5 @@ impl Reaper {
             }
         }
         cursor
-    }
-}
-
-/// Ends one expired (or nacked) move lease, removing its stale copy from
-/// `dest` first. Returns (requeued, dead-lettered).
-pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> (i64, i64) {
-    let call = Call::new(&scripts::EXPIRE_MOVE)
-        .queue(q)
-        .key(Bytes::copy_from_slice(dest))
-        .rule(q)
-        .arg(Bytes::copy_from_slice(token));
-    match caller.run(&call).await {
-        Ok(v) => (
-            v.array().first().map(Value::int).unwrap_or(0),
-            v.array().get(1).map(Value::int).unwrap_or(0),
-        ),
-        Err(_) => (0, 0),
     }
 }
