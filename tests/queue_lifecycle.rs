@@ -196,7 +196,7 @@ fn metric(port: u16, series: &str) -> f64 {
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return 0.0;
     };
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
