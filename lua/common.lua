@@ -130,12 +130,12 @@ local function delay_all(k, payloads, due, flag)
   if #args > 0 then redis.call('ZADD', k.delayed, unpack(args)) end
 end
 
--- Pushes vals (any number) where producers push, so that vals[1] is popped
--- first, as LPUSH of them in order would.
-local function push_all_new(k, r, vals)
+-- Pushes vals[from or 1], vals[from + 1], ... (any number) where producers
+-- push, so that the first is popped first, as LPUSH of them in order would.
+local function push_all_new(k, r, vals, from)
   local chunk = {}
-  for _, v in ipairs(vals) do
-    chunk[#chunk + 1] = v
+  for i = from or 1, #vals do
+    chunk[#chunk + 1] = vals[i]
     if #chunk == PUSH_CHUNK then
       push_new(k, r, chunk)
       chunk = {}

@@ -23,15 +23,7 @@ end
 local first = RULE_SIZE + 3
 if not is_list_or_none(k.q) then return redis.error_reply(WRONGTYPE) end
 if due <= now then
-  local chunk = {}
-  for i = first, #ARGV do
-    chunk[#chunk + 1] = ARGV[i]
-    if #chunk == PUSH_CHUNK then
-      push_new(k, r, chunk)
-      chunk = {}
-    end
-  end
-  push_new(k, r, chunk)
+  push_all_new(k, r, ARGV, first)
   return reply({ #ARGV - first + 1, -1 })
 end
 local chunk = {}

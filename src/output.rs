@@ -439,7 +439,9 @@ pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Re
     state.kill();
 }
 
-async fn resolve(
+/// A reply as the client gets it: transformed, re-sent once through
+/// `resend` when the transform asks (a script Redis no longer has).
+pub async fn resolve(
     mut reply: Reply,
     count: u32,
     mut transform: Option<&mut (dyn ReplyTransform + 'static)>,

@@ -192,17 +192,7 @@ fn start_with_metrics(config: &str) -> (Redis, Proxy, u16) {
 
 /// The value of a series of the metrics endpoint (0 while it is absent).
 fn metric(port: u16, series: &str) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return 0.0;
-    };
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    common::metric(port, series).max(0.0)
 }
 
 /// Waits until the proxy has `n` blocking pops parked.

@@ -276,19 +276,8 @@ fn rust_client_pings(pki: &Pki, port: u16, cert: Option<&str>) -> bool {
 
 /// A counter or gauge of the proxy's metrics endpoint.
 fn metric(metrics_port: u16, name: &str) -> Option<u64> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .ok()?;
-    let text = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .map(|v| v as u64)
+    let v = common::metric(metrics_port, name);
+    (v >= 0.0).then_some(v as u64)
 }
 
 fn wait_for_metric(metrics_port: u16, name: &str, want: u64) {

@@ -311,19 +311,21 @@ impl Queues {
                 request,
                 mut transform,
             } => {
-                let mut request = request;
-                // At most one retry: a script sent in full cannot be missing.
-                for _ in 0..2 {
-                    let reply = match self.own.shared.call(request, self.own.client.clone()).await {
-                        Ok(b) => b,
-                        Err(e) => return Bytes::from(e.to_reply()),
-                    };
-                    match transform.apply(reply) {
-                        crate::output::Transformed::Done(b) => return b,
-                        crate::output::Transformed::Retry(again) => request = again,
-                    }
-                }
-                Bytes::from_static(b"-ERR ackproxy: script could not be loaded\r\n")
+                // The same NOSCRIPT retry as for a client's reply stream.
+                let shared = self.own.shared.clone();
+                let resend: crate::output::Resend = Box::new(move |request, client| {
+                    let shared = shared.clone();
+                    Box::pin(async move { shared.call(request, client).await })
+                });
+                let reply = self.own.shared.call(request, self.own.client.clone()).await;
+                crate::output::resolve(
+                    reply,
+                    1,
+                    Some(transform.as_mut()),
+                    &resend,
+                    &self.own.client,
+                )
+                .await
             }
             Intercept::Job(job) => job.run(self.own.clone()).await,
             Intercept::Pass | Intercept::Block(_) => {
