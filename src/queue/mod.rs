@@ -89,7 +89,8 @@ pub struct Queues {
     registry: Arc<registry::Registry>,
     waiters: Waiters,
     owners: owners::Owners,
-    /// The proxy's own calls (a timed-out next-pop pop's release).
+    /// The proxy's own calls (a next-pop blocking pop's release before it
+    /// waits).
     caller: Caller,
 }
 
