@@ -203,7 +203,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
             assert_eq!(numkeys, QUEUE_GROUP);
         } else if sha == scripts::ACK.sha() {
             acks += 1;
-            let n = argv.len() - RULE_ARGS - 1;
+            let n = argv.len() - RULE_ARGS;
             assert!(n <= IDS_PER_CALL, "an ACK call with {n} ids");
         }
     }
