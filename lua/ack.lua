@@ -1,9 +1,9 @@
 -- ack.lua: ACK queue id [id ...]
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
--- ARGV: the queue's rule (RULE_SIZE values), then the late-ACK scan budget
---       (list elements looked at, over all ids), then ack ids (the caller
---       sends a bounded number per call).
+-- ARGV: the queue's rule (RULE_SIZE values), then ack ids (the caller sends
+--       a bounded number per call). A late ACK looks at LATE_SCAN_PER_CALL
+--       list elements at most, over all ids.
 -- Per id: releases one lease with that id; if none is leased but a copy went
 -- back to the list after its lease expired and was not popped again, that
 -- copy is taken out of the list (or, when it is not near the end it went
@@ -12,9 +12,9 @@
 
 local k = group(1)
 local r = rule(1)
-local budget = tonumber(ARGV[RULE_SIZE + 1])
+local budget = LATE_SCAN_PER_CALL
 local released, late = 0, 0
-for i = RULE_SIZE + 2, #ARGV do
+for i = RULE_SIZE + 1, #ARGV do
   local ik = id_key(ARGV[i])
   local token, payload, _, _, dest, _, _, _, _, owner = first_lease(k, ik)
   if token then

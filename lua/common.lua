@@ -1,13 +1,15 @@
 -- common.lua: functions shared by every ackproxy script. It follows the
--- generated prelude (group(i), rule(i), GROUP_SIZE, RULE_SIZE, EVENT,
--- STATS_TTL_MS: see src/queue/scripts.rs) and precedes each script's own
--- text, so each script stays one atomic EVAL.
+-- generated prelude (group(i), rule(i), GROUP_SIZE, RULE_SIZE,
+-- event_names(), STATS_TTL_MS and the per-call bounds: see
+-- src/queue/scripts.rs) and precedes each script's own text, so each script
+-- stays one atomic EVAL.
 --
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
 -- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
--- retry (hash), dead (list), delayed (zset), stats (hash), history (hash),
--- horder (zset), owned (zset); `base` is i. A
--- queue's rule arrives as RULE_SIZE consecutive ARGV, read with rule(i):
+-- retry (hash), dead (list), delayed (zset), stats (hash), history (hash);
+-- `base` is i. A
+-- queue's rule arrives as RULE_SIZE ARGV (one MessagePack sequence), read
+-- with rule(i):
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
 -- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
@@ -20,12 +22,12 @@
 -- flight), which is indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
 --       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay])
--- owned: score 0, members owner..'|'..token: the leases a client
---       connection took on a rule that tracks them (ack = 'next-pop' or
---       requeue_on_disconnect). An owner is a proxy-wide connection name
---       without '|'.
--- ids:  score 0, members: the longer tokens, and for move leases
---       'd'..sha1(dest.."\0"..payload)..'|'..token.
+-- ids:  score 0, members: the longer tokens; for move leases
+--       'd'..sha1(dest.."\0"..payload)..'|'..token; on rules that track
+--       connections 'o'..owner..'|'..token for the lease a client connection
+--       took, and 'o'..owner..'|~'..retry key for one of a next-pop rule that
+--       ran out, whose message is back in the list. An owner is a
+--       proxy-wide connection name without '|'.
 -- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued, nacks,
 --        expiries, first delivery, delayed member of a copy waiting for its
@@ -38,11 +40,13 @@
 --        sequence number of delayed.
 -- history: 'h'..sha1(payload) -> cmsgpack(copies of payload in the dead
 --        letter list, ack id, deliveries, nacks, expiries, first and last
---        delivery (ms), last reason, when dead-lettered (ms));
--- horder: the same fields -> when dead-lettered, to keep DEAD_HISTORY.
+--        delivery (ms), last reason, when dead-lettered (ms)); at most
+--        DEAD_HISTORY of them.
 --
 -- Every script returns reply(result): {events, result}, where events lists
--- what it tallied (see tally below) for the proxy's counters.
+-- what it tallied (see tally below) for the proxy's counters. Everything
+-- here runs at every call (a script cannot keep state between calls), so
+-- what is not needed on the common paths is kept out of it.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -52,25 +56,27 @@ end
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
 
--- What this call did, as flat (group base, event number, amount) triples,
--- and the stats hashes it changed.
+-- What this call did, as flat (group base, event name, amount) triples,
+-- and the stats hashes whose time to live it renews.
 local TALLIED = {}
 local TOUCHED = {}
 
--- Counts n of event `name` for queue k: in its stats hash at once (so an
--- error later in the script does not lose it) and in the reply.
+-- Counts n of event `name` (one of event_names()) for queue k: in its
+-- stats hash at once (so an error later in the script does not lose it)
+-- and in the reply. Pops renew the hash's time to live, and so does a
+-- count that created it (or its field).
 local function tally(k, name, n)
   if not n or n == 0 then return end
-  local e = EVENT[name] or error('ackproxy: unknown event ' .. name)
-  redis.call('HINCRBY', k.stats, name, n)
-  TOUCHED[k.stats] = true
+  if redis.call('HINCRBY', k.stats, name, n) == n or name == 'deliveries' then
+    TOUCHED[k.stats] = true
+  end
   TALLIED[#TALLIED + 1] = k.base
-  TALLIED[#TALLIED + 1] = e
+  TALLIED[#TALLIED + 1] = name
   TALLIED[#TALLIED + 1] = n
 end
 
--- The reply of every script. A stats hash lives STATS_TTL_MS past its last
--- change. A nil result would end the reply array: false stands for nothing.
+-- The reply of every script. A nil result would end the reply array: false
+-- stands for nothing.
 local function reply(result)
   for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
   if result == nil then result = false end
@@ -262,6 +268,8 @@ end
 
 local function id_key(id) return 'i' .. redis.sha1hex(id) end
 local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
+-- A lease (token) or a late mark ('~'..retry key) of a connection.
+local function owned_key(owner, rest) return 'o' .. owner .. '|' .. rest end
 
 local ID_KEY_LEN = 41
 
@@ -319,7 +327,7 @@ local function new_lease(k, r, payload, h, dest, dest_end, now, owner)
   end
   redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
   if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
-  if owner ~= '' then redis.call('ZADD', k.owned, 0, owner .. '|' .. token) end
+  if owner ~= '' then redis.call('ZADD', k.ids, 0, owned_key(owner, token)) end
 end
 
 -- Reads a lease record: payload, id, deliveries, dest, dest_end, started,
@@ -350,19 +358,19 @@ local function drop(k, token, payload, dest, owner)
   redis.call('HDEL', k.msgs, token)
   if #token > ID_KEY_LEN then redis.call('ZREM', k.ids, token) end
   if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
-  if owner and owner ~= '' then redis.call('ZREM', k.owned, owner .. '|' .. token) end
+  if owner and owner ~= '' then redis.call('ZREM', k.ids, owned_key(owner, token)) end
 end
 
--- Up to n of the entries owner has in queue k's owned set (n < 0: all):
+-- Up to n of the entries owner has in queue k's ids index (n < 0: all):
 -- lease tokens, and '~'..retry key for a lease of a next-pop rule that
 -- ran out and whose message is back in the list; and whether it has more.
 local function owned_by(k, owner, n)
-  local members = redis.call('ZRANGEBYLEX', k.owned, '[' .. owner .. '|', '(' .. owner .. '}',
+  local members = redis.call('ZRANGEBYLEX', k.ids, '[o' .. owner .. '|', '(o' .. owner .. '}',
     'LIMIT', 0, n < 0 and -1 or n + 1)
   local more = n >= 0 and #members > n
   if more then members[#members] = nil end
   local tokens = {}
-  for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 2) end
+  for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 3) end
   return tokens, more
 end
 
@@ -386,7 +394,7 @@ end
 -- The retry entry of an id: copies back in the list (or waiting to be),
 -- the highest delivery count, copies a late ACK cancelled, the last payload
 -- requeued, NACKs, expiries, first delivery, the delayed-set member of the
--- last copy that waits for a backoff (false if none), and the owned-set
+-- last copy that waits for a backoff (false if none), and the ids
 -- member by which the next pop of the connection whose lease ran out can
 -- still acknowledge it (next-pop rules; false if none).
 local function retry_entry(k, rk)
@@ -404,7 +412,7 @@ end
 local function set_retry(k, rk, e)
   if e.pending <= 0 then
     redis.call('HDEL', k.retry, rk)
-    if e.late then redis.call('ZREM', k.owned, e.late) end
+    if e.late then redis.call('ZREM', k.ids, e.late) end
   else
     redis.call('HSET', k.retry, rk, cmsgpack.pack(e.pending, e.seen, e.cancelled, e.last, e.nacks,
       e.expiries, e.first, e.waiting, e.late))
@@ -422,7 +430,6 @@ local function forget_dead(k, payload)
   local f = { cmsgpack.unpack(raw) }
   if f[1] <= 1 then
     redis.call('HDEL', k.history, hk)
-    redis.call('ZREM', k.horder, hk)
   else
     f[1] = f[1] - 1
     redis.call('HSET', k.history, hk, cmsgpack.pack(unpack(f, 1, 9)))
@@ -444,11 +451,11 @@ local function dead_letter(k, r, payload, h, now)
   local copies = raw and cmsgpack.unpack(raw) or 0
   redis.call('HSET', k.history, hk, cmsgpack.pack(copies + 1, h.id, h.deliveries, h.nacks,
     h.expiries, h.first, h.last, h.why, now))
-  redis.call('ZADD', k.horder, now, hk)
-  if redis.call('ZCARD', k.horder) > DEAD_HISTORY then
-    local oldest = redis.call('ZRANGE', k.horder, 0, 0)[1]
-    redis.call('ZREM', k.horder, oldest)
-    redis.call('HDEL', k.history, oldest)
+  if redis.call('HLEN', k.history) > DEAD_HISTORY then
+    -- Past the bound one history goes, chosen at random (its payload stays).
+    local other = redis.call('HRANDFIELD', k.history)
+    if other == hk then other = redis.call('HRANDFIELD', k.history) end
+    redis.call('HDEL', k.history, other)
   end
   if r.dead_max > 0 then
     local over = math.min(redis.call('LLEN', k.dead) - r.dead_max, DEAD_DROP_PER_CALL)
@@ -507,9 +514,9 @@ local function expire(k, r, token, why, delay_ms, now)
   e.pending, e.last, e.nacks, e.expiries, e.first, e.waiting = e.pending + 1, payload, nacks, expiries, first, waiting
   if why == 'expired' and owner and owner ~= '' and r.ack == 'next-pop' then
     -- A slow worker may still pop again: that is then a late ACK.
-    if e.late then redis.call('ZREM', k.owned, e.late) end
-    e.late = owner .. '|~' .. rk
-    redis.call('ZADD', k.owned, 0, e.late)
+    if e.late then redis.call('ZREM', k.ids, e.late) end
+    e.late = owned_key(owner, '~' .. rk)
+    redis.call('ZADD', k.ids, 0, e.late)
   end
   set_retry(k, rk, e)
   return 1, 0
@@ -533,7 +540,7 @@ local function popped(k, r, payload, now)
   end
   -- Redelivered: too late for the earlier worker's next pop to call back.
   if e.late then
-    redis.call('ZREM', k.owned, e.late)
+    redis.call('ZREM', k.ids, e.late)
     e.late = false
   end
   e.pending = e.pending - 1
@@ -565,7 +572,7 @@ local function late_ack(k, r, rk, maxlen)
   local e = retry_entry(k, rk)
   if e.pending <= e.cancelled then return 0, 0 end
   if e.late then
-    redis.call('ZREM', k.owned, e.late)
+    redis.call('ZREM', k.ids, e.late)
     e.late = false
   end
   if e.waiting and redis.call('ZREM', k.delayed, e.waiting) == 1 then
@@ -595,7 +602,7 @@ local function release_owned(k, r, owner, n)
   local done, late, budget = 0, 0, RELEASE_LATE_SCAN
   for _, token in ipairs(tokens) do
     if string.byte(token, 1) == 126 then
-      redis.call('ZREM', k.owned, owner .. '|' .. token)
+      redis.call('ZREM', k.ids, owned_key(owner, token))
       local n_late, looked = late_ack(k, r, string.sub(token, 2), budget)
       late, budget = late + n_late, budget - looked
     else
@@ -604,7 +611,7 @@ local function release_owned(k, r, owner, n)
         drop(k, token, payload, dest, owner)
         done = done + 1
       else
-        redis.call('ZREM', k.owned, owner .. '|' .. token)
+        redis.call('ZREM', k.ids, owned_key(owner, token))
       end
     end
   end

@@ -21,7 +21,7 @@ for _, token in ipairs(tokens) do
   if string.byte(token, 1) ~= 126 then payload, _, _, dest = record(k, token) end
   if not payload then
     -- Gone, or the mark of a lease that already ran out: nothing to end.
-    redis.call('ZREM', k.owned, owner .. '|' .. token)
+    redis.call('ZREM', k.ids, owned_key(owner, token))
   elseif dest ~= '' then
     mark_ending(k, token, 'disconnected', 0)
     out[#out + 1] = token

@@ -23,8 +23,9 @@ for _, z in ipairs({ k.leases, k.mleases }) do
 end
 local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
 local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
-local totals = redis.call('HMGET', k.stats, unpack(EVENT_NAME))
-for i = 1, #EVENT_NAME do totals[i] = tonumber(totals[i]) or 0 end
+local names = event_names()
+local totals = redis.call('HMGET', k.stats, unpack(names))
+for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end
 return reply({
   len(k.q) - cancelled,
   redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases),

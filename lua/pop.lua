@@ -9,14 +9,9 @@
 --         (0 allowed: only says whether the source exists)
 -- ARGV[4] move: '' | 'L' | 'R' (push each popped value onto the destination
 --         at that end)
--- ARGV[5] at most this many expired leases, over all queue sources, are
---         returned to their queues before popping
--- ARGV[6] at most this many copies cancelled by a late ACK are skipped
--- ARGV[7] at most this many delayed messages, over all queue sources, are
---         moved into their lists when due, before popping
--- ARGV[8] the client connection popping ('' if none): leases on rules that
+-- ARGV[5] the client connection popping ('' if none): leases on rules that
 --         track it record it
--- ARGV[9] at most this many earlier leases of that connection, over all
+-- ARGV[6] at most this many earlier leases of that connection, over all
 --         queue sources with ack = 'next-pop', are acknowledged before
 --         popping (0: none, -1: all)
 -- then per source: 'q' followed by its rule (RULE_SIZE values), or 'p'.
@@ -31,20 +26,21 @@
 -- call again.
 -- A source holding a non-list, or a destination that is not a list, gives
 -- Redis's WRONGTYPE error and nothing is popped.
--- Work per call: ARGV[5] requeues, ARGV[7] promotions, ARGV[9] releases,
--- count pops and ARGV[6] skips, whatever the queue holds; the caller bounds count and the
--- number of sources.
+-- Work per call: REQUEUE_PER_CALL expired leases returned, PROMOTE_PER_CALL
+-- due messages moved in (over all queue sources), ARGV[6] releases, count
+-- pops and SKIP_PER_CALL skips, whatever the queue holds; the caller bounds
+-- count and the number of sources.
 
 local G = tonumber(ARGV[1])
 local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
 local count = tonumber(ARGV[3])
 local push = ARGV[4]
-local requeue_budget = tonumber(ARGV[5])
-local skip_budget = tonumber(ARGV[6])
-local promote_budget = tonumber(ARGV[7])
-local owner = ARGV[8]
-local releasing = ARGV[9] ~= '0'
-local release_budget = tonumber(ARGV[9])
+local requeue_budget = REQUEUE_PER_CALL
+local skip_budget = SKIP_PER_CALL
+local promote_budget = PROMOTE_PER_CALL
+local owner = ARGV[5]
+local releasing = ARGV[6] ~= '0'
+local release_budget = tonumber(ARGV[6])
 local dest = ''
 if push ~= '' then
   dest = KEYS[#KEYS]
@@ -61,8 +57,8 @@ local function exists(key)
   return false
 end
 
--- Sources' ARGV start after the 9 fixed ones above.
-local ki, ai = 1, 10
+-- Sources' ARGV start after the 6 fixed ones above.
+local ki, ai = 1, 7
 for g = 1, G do
   local kind = ARGV[ai]
   ai = ai + 1

@@ -8,5 +8,5 @@
 local k = group(1)
 if not is_list_or_none(k.dead) then return redis.error_reply(WRONGTYPE) end
 local n = redis.call('LLEN', k.dead)
-redis.call('UNLINK', k.dead, k.history, k.horder)
+redis.call('UNLINK', k.dead, k.history)
 return reply(n)

@@ -833,7 +833,7 @@ impl Config {
             let _ = writeln!(
                 s,
                 "queue {:?}: lease {} ms, max deliveries {}, ack id {}, ack {}{}, \
-                 redeliver {} ({retry}), consumers pop from the {}, dead letters {} ({})",
+                 redeliver {}, retries {retry}, consumers pop from the {}, dead letters {} ({})",
                 q.pattern,
                 q.lease_ms,
                 q.max_deliveries,

@@ -203,7 +203,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
             assert_eq!(numkeys, QUEUE_GROUP);
         } else if sha == scripts::ACK.sha() {
             acks += 1;
-            let n = argv.len() - RULE_ARGS - 1;
+            let n = argv.len() - RULE_ARGS;
             assert!(n <= IDS_PER_CALL, "an ACK call with {n} ids");
         }
     }
@@ -531,4 +531,30 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
         redrives >= 2500 / REDRIVE_PER_CALL as usize,
         "{redrives} redrive calls"
     );
+}
+
+#[test]
+fn dead_letter_histories_stay_within_their_bound() {
+    use ackproxy::queue::keys::DEAD_HISTORY;
+
+    let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    let n = DEAD_HISTORY as usize + 50;
+    push_many(&mut direct, "once:h", (0..n).map(|i| format!("m{i}")));
+    assert_eq!(len_of(&c.cmd(&["RPOP", "once:h", &n.to_string()])), n);
+    let ids: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+    let mut nack: Vec<&str> = vec!["NACK", "once:h"];
+    nack.extend(ids.iter().map(String::as_str));
+    assert_eq!(c.cmd(&nack), Value::Int(n as i64));
+    // Every payload stays a dead letter; only so many histories are kept.
+    assert_eq!(int(&direct.cmd(&["LLEN", "{once:h}:dead"])), n as i64);
+    assert_eq!(
+        int(&direct.cmd(&["HLEN", "ackq:{once:h}:once:h:history"])),
+        DEAD_HISTORY as i64
+    );
+    let shown = c.cmd(&["QUEUE", "DEAD", "once:h", "COUNT", "1000"]);
+    assert_eq!(len_of(&shown), 1000);
 }

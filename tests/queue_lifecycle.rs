@@ -1218,3 +1218,31 @@ fn delayed_copies_survive_a_restarted_sequence() {
     c.cmd(&["QUEUE", "PUSH", "d13", "a", "DELAY", "100000"]);
     assert_eq!(info_int(&proxy, "d13", "delayed"), 6);
 }
+
+#[test]
+fn new_queue_commands_need_the_users_rights() {
+    let redis = Redis::start_with(&["--requirepass", "secret"]);
+    let mut admin = redis.client();
+    assert_eq!(admin.cmd(&["AUTH", "secret"]), Value::Simple("OK".into()));
+    // May read the queue, not write it.
+    let setuser = [
+        "ACL", "SETUSER", "reader", "on", ">rpass", "~dacl", "+lrange", "+rpop",
+    ];
+    assert_eq!(admin.cmd(&setuser), Value::Simple("OK".into()));
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &["--upstream-password", "secret"]);
+    let mut c = proxy.client();
+    assert_eq!(
+        c.cmd(&["AUTH", "reader", "rpass"]),
+        Value::Simple("OK".into())
+    );
+    let refused = |sub: &str| {
+        Value::Error(format!(
+            "NOPERM this user has no permissions to run the 'queue|{sub}' command"
+        ))
+    };
+    assert_eq!(c.cmd(&["QUEUE", "PUSH", "dacl", "x"]), refused("push"));
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "dacl"]), refused("redrive"));
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "dacl", "DEAD"]), refused("purge"));
+    assert_eq!(c.cmd(&["QUEUE", "DEAD", "dacl"]), Value::Array(vec![]));
+    assert_eq!(admin.cmd(&["EXISTS", "dacl"]), Value::Int(0));
+}

@@ -1,7 +1,7 @@
 //! Random interleavings of queue operations checked against a model: pushes
-//! with duplicate payloads, every pop form with counts up to 10× the per-call
-//! bound, ACK (timely, late and unknown), NACK, EXTEND and lease expiry
-//! (forced with `QUEUE EXTEND id 1`). After every step the proxy's view
+//! (LPUSH and QUEUE PUSH) with duplicate payloads, every pop form with
+//! counts up to 10× the per-call bound, ACK (timely, late and unknown), NACK
+//! (also DELAY 0), EXTEND and lease expiry (forced with `QUEUE EXTEND id 1`). After every step the proxy's view
 //! (`QUEUE INFO`) and every reply must match the model: every message in
 //! exactly one place, none lost, none invented; at the end, once everything
 //! is acknowledged, no auxiliary key remains. (Move pops take part; what
@@ -181,14 +181,26 @@ fn run(seed: u64) {
                 let big = rng.below(4) == 0;
                 let n = 1 + rng.below(if big { 300 } else { 8 });
                 let ps: Vec<String> = (0..n).map(|_| payload(&mut rng)).collect();
-                let mut args = vec!["LPUSH", "mq"];
+                // QUEUE PUSH (due now) puts them where LPUSH would.
+                let queue_push = rng.below(2) == 0;
+                let mut args = if queue_push {
+                    vec!["QUEUE", "PUSH", "mq"]
+                } else {
+                    vec!["LPUSH", "mq"]
+                };
                 args.extend(ps.iter().map(String::as_str));
-                c.cmd(&args);
+                if queue_push && rng.below(2) == 0 {
+                    args.extend(["DELAY", "0"]);
+                }
+                let r = c.cmd(&args);
+                if queue_push {
+                    assert_eq!(r, Value::Int(n as i64), "{args:?}");
+                }
                 for p in &ps {
                     add(&mut m.ready, p, 1);
                 }
                 m.pushed += n as i64;
-                format!("LPUSH {n}")
+                format!("{} {n}", args[0])
             }
             2 | 3 => {
                 let count = 1 + rng.below(BOUND * 10);
@@ -281,9 +293,14 @@ fn run(seed: u64) {
                 let Some(p) = any_leased(&m, &mut rng) else {
                     continue;
                 };
-                assert_eq!(c.cmd(&["NACK", "mq", &p]), Value::Int(1));
+                // DELAY 0 is at once, as a NACK under this rule's policy.
+                let mut args = vec!["NACK", "mq", p.as_str()];
+                if rng.below(2) == 0 {
+                    args.extend(["DELAY", "0"]);
+                }
+                assert_eq!(c.cmd(&args), Value::Int(1));
                 m.returned(&p);
-                format!("NACK {p}")
+                format!("{args:?}")
             }
             _ => {
                 // Expiry: every lease of that payload ends in 1 ms.

@@ -81,19 +81,13 @@ fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
 
 /// Ids acknowledged or nacked per script call: about 10 µs each.
 pub const IDS_PER_CALL: usize = 50;
-/// List elements one ACK call may look at to take late-acked copies out of
-/// the list (LPOS ... MAXLEN), over all its ids.
-const LATE_SCAN_PER_CALL: &str = "2000";
 /// The longest lease QUEUE EXTEND grants: 30 days. A lease that never ends
 /// would keep its message from everyone for good.
 pub const MAX_EXTEND_MS: i64 = 30 * 24 * 3600 * 1000;
 
 /// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
 pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    let mut call = Call::new(&scripts::ACK)
-        .queue(q)
-        .rule(q)
-        .arg(LATE_SCAN_PER_CALL);
+    let mut call = Call::new(&scripts::ACK).queue(q).rule(q);
     for id in ids {
         call = call.arg(id.clone());
     }

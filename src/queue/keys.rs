@@ -14,14 +14,12 @@
 //! | `…:leases` | zset | lease token → deadline (ms, Redis time), plain pops |
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
 //! | `…:msgs` | hash | token (`i`+sha1(ack id), longer for duplicates) → msgpack record |
-//! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token |
+//! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token, `o`+connection+`|`+token on rules that track connections |
 //! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
 //! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |
 //! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
 //! | dead letter | list | raw payloads past max deliveries |
-//! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason) |
-//! | `…:horder` | zset | the same fields → when dead-lettered, to keep at most [`DEAD_HISTORY`] |
-//! | `…:owned` | zset | `connection|token` of leases on rules that track connections |
+//! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason), at most [`DEAD_HISTORY`] |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
 //! (`{jobs}:dead`), `Q:dead` for one with a tag (`{user1}jobs:dead`), and
@@ -44,7 +42,12 @@ pub enum Role {
 /// a queue, in the order a script receives them as a group of consecutive
 /// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
 /// `scripts.rs`). Adding a key is one line here.
-pub const GROUP: [(&str, Role); 12] = [
+///
+/// Every key costs every call: Redis's CPU per script call grows with the
+/// number and length of its keys, more than with anything the scripts do
+/// on the common paths, so indexes share a key where their members cannot
+/// meet (see `ids`).
+pub const GROUP: [(&str, Role); 10] = [
     ("q", Role::Queue),
     ("leases", Role::Aux("leases")),
     ("mleases", Role::Aux("mleases")),
@@ -55,8 +58,6 @@ pub const GROUP: [(&str, Role); 12] = [
     ("delayed", Role::Aux("delayed")),
     ("stats", Role::Aux("stats")),
     ("history", Role::Aux("history")),
-    ("horder", Role::Aux("horder")),
-    ("owned", Role::Aux("owned")),
 ];
 
 /// Keys a script takes per queue.
@@ -72,8 +73,9 @@ pub const REAPED_SUFFIXES: [&str; 3] = ["leases", "mleases", "delayed"];
 /// their last change: 30 days.
 pub const STATS_TTL_MS: u64 = 30 * 24 * 3600 * 1000;
 
-/// Histories of dead letters kept per queue at most; past it the oldest is
-/// dropped (its payload stays in the dead-letter list, shown without one).
+/// Histories of dead letters kept per queue at most; past it one is dropped
+/// at random (its payload stays in the dead-letter list, shown without
+/// one).
 pub const DEAD_HISTORY: u64 = 10_000;
 
 use bytes::Bytes;

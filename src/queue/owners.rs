@@ -1,7 +1,7 @@
 //! Leases by client connection, for the rules that track them
 //! (`ack = "next-pop"`, `requeue_on_disconnect`). Each client connection
 //! has a name, unique across proxies and restarts, which the leases it takes
-//! on such rules record (the queue's `owned` key). A next-pop pop
+//! on such rules record (in the queue's `ids` index). A next-pop pop
 //! acknowledges what its connection holds on the queue inside its own
 //! script; when a connection closes, its leases on requeue_on_disconnect
 //! queues end at once. For that the proxy remembers, per connection, the

@@ -20,13 +20,6 @@ use crate::timeout::{parse_timeout_secs, Timeout};
 pub const POP_BATCH: u64 = 50;
 /// Source keys looked at per call.
 pub const SOURCES_PER_CALL: usize = 16;
-/// Expired leases returned to their queues per call, before popping.
-const REQUEUE_PER_CALL: &str = "16";
-/// Copies cancelled by a late ACK skipped per call.
-const SKIP_PER_CALL: &str = "100";
-/// Delayed messages that fell due moved into their lists per call, before
-/// popping: a pop finds what is due even between two reaper passes.
-const PROMOTE_PER_CALL: &str = "100";
 /// Earlier leases of the connection acknowledged per call by a pop on an
 /// `ack = "next-pop"` queue.
 const RELEASE_PER_CALL: i64 = 100;
@@ -297,9 +290,6 @@ impl Pop {
             .arg(Bytes::from_static(end))
             .arg(count.to_string())
             .arg(push)
-            .arg(REQUEUE_PER_CALL)
-            .arg(SKIP_PER_CALL)
-            .arg(PROMOTE_PER_CALL)
             .arg(self.owner.clone())
             .arg(release.to_string());
         for s in sources {

@@ -6,12 +6,12 @@
 //! (and its help text in `telemetry.rs`).
 //!
 //! A script's reply is `{events, result}`: `events` is a flat array of
-//! (KEYS index where the queue's group starts, event number, amount).
+//! (KEYS index where the queue's group starts, event name, amount).
 
 use super::value::Value;
 
 /// Event names as the Lua side uses them and the `stats` hash stores them,
-/// with the per-rule counter each one increments. Numbered from 1 in Lua.
+/// with the per-rule counter each one increments.
 pub const EVENTS: &[(&str, &str)] = &[
     ("deliveries", "ackproxy_pops_total"),
     ("acks", "ackproxy_acks_total"),
@@ -45,9 +45,9 @@ pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
     for ev in parts[0].array().chunks(3) {
         let [base, event, n] = ev else { break };
         let rule = groups.iter().find(|(b, _)| *b as i64 == base.int());
-        let metric = usize::try_from(event.int() - 1)
-            .ok()
-            .and_then(|i| EVENTS.get(i));
+        let metric = EVENTS
+            .iter()
+            .find(|(name, _)| name.as_bytes() == event.bytes());
         if let (Some((_, rule)), Some((_, metric)), Ok(n)) = (rule, metric, u64::try_from(n.int()))
         {
             metrics::counter!(*metric, "rule" => rule.clone()).increment(n);
