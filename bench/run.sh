@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Passthrough benchmark: direct Redis vs twemproxy (nutcracker, one server
 # connection) vs ackproxy, measured in the same run with redis-benchmark;
-# then the same over TLS: Redis's own TLS port vs ackproxy's TLS listener
-# (upstream plain, and upstream TLS too); last the proxy's memory with many
-# idle client connections.
+# direct Redis and ackproxy again with every client logged in as the ACL
+# user `bench` (all rights; redis-benchmark --user bench -a ...), which
+# through ackproxy share that user's connection; then the same over TLS:
+# Redis's own TLS port vs ackproxy's TLS listener (upstream plain, and
+# upstream TLS too); last the proxy's memory with many idle client
+# connections.
 #
 #   bash bench/run.sh            full run (what bench/RESULTS.md records)
 #   bash bench/run.sh --smoke    a few thousand requests, 500 idle clients:
@@ -12,6 +15,11 @@
 #   bash bench/run.sh --baseline /path/to/older/ackproxy
 #                                also measures that binary, interleaved,
 #                                for a before/after comparison in one run
+#   bash bench/run.sh --pairs 10 also runs ackproxy unauthenticated and
+#                                logged in back to back, 10 pairs per test,
+#                                and reports the median of the pairs'
+#                                ratios: both halves of a pair see the same
+#                                load on a shared machine
 #
 # Every process it starts is stopped on exit. Output: bench/out/.
 set -euo pipefail
@@ -24,6 +32,7 @@ hold=5
 rounds=2
 smoke=0
 baseline=""
+pairs=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; n=5000; idle=500; hold=2; rounds=1 ;;
@@ -31,7 +40,8 @@ while [ $# -gt 0 ]; do
     --idle) idle="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --baseline) baseline="$2"; shift ;;
-    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin]" >&2; exit 2 ;;
+    --pairs) pairs="$2"; shift ;;
+    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin] [--pairs k]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -119,6 +129,11 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 redis_pid=$!
 pids+=("$redis_pid")
 wait_ping "$redis_port" "$redis_pid" redis
+# A user with every right, for the logged-in measurements.
+bench_pass=bench-pass
+[ "$(redis-cli -p "$redis_port" ACL SETUSER bench on ">$bench_pass" '~*' '&*' +@all)" = OK ] \
+  || { echo "ACL SETUSER bench failed" >&2; exit 1; }
+login=(--user bench -a "$bench_pass")
 
 twem_port=$(free_port)
 cat >"$out/nutcracker.yml" <<EOF
@@ -175,28 +190,37 @@ fi
 declare -A rps p50 p99 cpu
 # The proxies' CPU per request (utime + stime over a measurement): unlike
 # rates, it hardly moves when other processes load the machine.
-declare -A pid_of=([ackproxy]=$proxy_pid [ackproxy-tls]=$ptls_pid [ackproxy-tls2]=$ptls2_pid)
+declare -A pid_of=([ackproxy]=$proxy_pid [ackproxy-auth]=$proxy_pid
+  [ackproxy-tls]=$ptls_pid [ackproxy-tls2]=$ptls2_pid)
 if [ -n "$baseline" ]; then pid_of[baseline]=$base_pid; fi
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 csv="$out/benchmark.csv"
 echo "target,test,pipeline,rps,avg_ms,min_ms,p50_ms,p95_ms,p99_ms,max_ms" >"$csv"
+# One redis-benchmark run: its CSV line, without quotes. redis-benchmark
+# 7.0 --csv: "test","rps","avg_latency_ms","min_latency_ms",
+# "p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
+# Its opening CONFIG GET fails on twemproxy; it warns and goes on.
+run_benchmark() { # port test pipeline [redis-benchmark options]
+  local line port=$1 t=$2 pipe=$3
+  shift 3
+  line=$(redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -n "$n" -P "$pipe" -t "$t" \
+    -r 100000 --csv "$@" 2>>"$out/redis-benchmark.err" | tail -1) || return 1
+  echo "${line//\"/}"
+}
+
 measure() { # target port test pipeline [redis-benchmark options]
   local line r q50 q99 target=$1 port=$2 t=$3 pipe=$4
-  local extra=("${@:5}") pid=${pid_of[$1]:-} t0=0 c=""
+  local pid=${pid_of[$1]:-} t0=0 c=""
+  shift 4
   if [ -n "$pid" ]; then t0=$(ticks "$pid"); fi
-  # redis-benchmark 7.0 --csv: "test","rps","avg_latency_ms","min_latency_ms",
-  # "p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms".
-  # Its opening CONFIG GET fails on twemproxy; it warns and goes on.
-  if ! line=$(redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -n "$n" -P "$pipe" -t "$t" \
-    -r 100000 "${extra[@]}" --csv 2>>"$out/redis-benchmark.err" | tail -1); then
+  if ! line=$(run_benchmark "$port" "$t" "$pipe" "$@"); then
     echo "redis-benchmark failed against $target ($t, P$pipe)" >&2
     exit 1
   fi
   if [ -n "$pid" ]; then
     c=$(awk "BEGIN{printf \"%.2f\", ($(ticks "$pid") - $t0) * 1e6 / $hz / $n}")
   fi
-  line=${line//\"/}
   IFS=, read -r _ r _ _ q50 _ q99 _ <<<"$line"
   if ! [[ "$r" =~ ^[0-9.]+$ ]] || [ "${r%.*}" -eq 0 ]; then
     echo "redis-benchmark gave no result against $target ($t, P$pipe): '$line'" >&2
@@ -208,6 +232,7 @@ measure() { # target port test pipeline [redis-benchmark options]
   if [ -z "${rps[$key]:-}" ] || awk "BEGIN{exit !($r > ${rps[$key]})}"; then
     rps[$key]=$r; p50[$key]=$q50; p99[$key]=$q99
   fi
+  # The least CPU per request of the rounds: the one least disturbed.
   if [ -n "$c" ] && { [ -z "${cpu[$key]:-}" ] || awk "BEGIN{exit !($c < ${cpu[$key]})}"; }; then
     cpu[$key]=$c
   fi
@@ -223,6 +248,8 @@ for pipe in 1 16; do
       measure direct "$redis_port" "$t" "$pipe"
       measure twemproxy "$twem_port" "$t" "$pipe"
       measure ackproxy "$proxy_port" "$t" "$pipe"
+      measure direct-auth "$redis_port" "$t" "$pipe" "${login[@]}"
+      measure ackproxy-auth "$proxy_port" "$t" "$pipe" "${login[@]}"
       if [ -n "$baseline" ]; then measure baseline "$base_port" "$t" "$pipe"; fi
     done
   done
@@ -260,6 +287,20 @@ report="$out/report.txt"
     done
   done
   echo
+  echo "logged in as user bench (redis-benchmark --user bench -a ...), against the figures above;"
+  echo "proxy CPU in µs per request (user + system), unauthenticated and logged in"
+  printf '%-6s %-4s | %10s %13s | %10s %13s | %7s %11s | %7s %7s %11s\n' \
+    test pipe direct p50/p99 ackproxy p50/p99 ack/dir auth/unauth cpu cpu-auth auth/unauth
+  for pipe in 1 16; do
+    for t in "${tests[@]}"; do
+      d="direct-auth/$t/P$pipe"; a="ackproxy-auth/$t/P$pipe"; u="ackproxy/$t/P$pipe"
+      printf '%-6s P%-3s | %10s %13s | %10s %13s | %7s %11s | %7s %7s %11s\n' "${t^^}" "$pipe" \
+        "${rps[$d]}" "${p50[$d]}/${p99[$d]}" "${rps[$a]}" "${p50[$a]}/${p99[$a]}" \
+        "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$a]}" "${rps[$u]}")" \
+        "${cpu[$u]}" "${cpu[$a]}" "$(ratio "${cpu[$a]}" "${cpu[$u]}")"
+    done
+  done
+  echo
   echo "TLS (redis-benchmark --tls): Redis's TLS port; ackproxy's TLS listener to plain Redis; both sides TLS"
   echo "(cpu: the proxy's CPU µs per request, least of the rounds)"
   printf '%-6s %-4s | %10s %13s | %10s %13s %5s | %10s %13s %5s | %7s %7s\n' \
@@ -293,6 +334,37 @@ report="$out/report.txt"
   fi
 } >"$report"
 cat "$report"
+
+if [ "$pairs" -gt 0 ]; then
+  rps_of() { # port test pipeline [options]
+    local line r
+    line=$(run_benchmark "$@") || { echo "redis-benchmark failed ($*)" >&2; exit 1; }
+    IFS=, read -r _ r _ <<<"$line"
+    echo "$r"
+  }
+  {
+    echo
+    echo "ackproxy logged in as bench / unauthenticated: median of $pairs back-to-back pairs"
+    echo "(the order alternates; each pair's ratio, then the median)"
+    for pipe in 1 16; do
+      for t in "${tests[@]}"; do
+        ratios=()
+        for i in $(seq "$pairs"); do
+          if (( i % 2 )); then
+            u=$(rps_of "$proxy_port" "$t" "$pipe"); a=$(rps_of "$proxy_port" "$t" "$pipe" "${login[@]}")
+          else
+            a=$(rps_of "$proxy_port" "$t" "$pipe" "${login[@]}"); u=$(rps_of "$proxy_port" "$t" "$pipe")
+          fi
+          ratios+=("$(ratio "$a" "$u")")
+        done
+        median=$(printf '%s\n' "${ratios[@]}" | sort -n \
+          | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+        printf '%-6s P%-3s | median %s | %s\n' "${t^^}" "$pipe" "$median" "${ratios[*]}"
+      done
+    done
+  } | tee -a "$report"
+  alive "$proxy_pid" ackproxy
+fi
 
 # Memory with many idle clients: each connects, sends one PING, reads the
 # PONG, then idles while VmRSS is read.
