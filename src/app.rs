@@ -59,12 +59,12 @@ async fn start_inner(
         let addr: SocketAddr = addr
             .parse()
             .map_err(|e| StartError::Config(format!("metrics address {addr:?}: {e}")))?;
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
+        crate::telemetry::install(addr)
             .map_err(|e| StartError::Config(format!("metrics endpoint: {e}")))?;
-        crate::telemetry::register(&config.queues);
     }
+    // Also without an endpoint: the rules' recent ack latencies feed
+    // QUEUE INFO; the series themselves are then no-ops.
+    crate::telemetry::register(&config.queues, config.metrics.is_some());
     let endpoint = Arc::new(Endpoint {
         addr: config.upstream.clone().expect("upstream set above"),
         credentials: std::sync::RwLock::new(Credentials {

@@ -34,7 +34,7 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Context>, mut shutdown: watch
             }
         };
         if active.load(Ordering::Acquire) >= maxclients {
-            metrics::counter!("ackproxy_rejected_connections_total").increment(1);
+            crate::telemetry::clients().rejected.increment(1);
             tokio::spawn(async move {
                 let _ = stream
                     .write_all(b"-ERR max number of clients reached\r\n")

@@ -20,7 +20,8 @@ pub const HELP: &[&str] = &[
     "EXTEND <queue> <id> <ms>",
     "    Renew the leases of the messages with this id for <ms> milliseconds from now.",
     "INFO <queue>",
-    "    Ready, leased and dead message counts, oldest lease age, and the queue's rule.",
+    "    Ready, leased and dead message counts, oldest lease age, the queue's rule, and a",
+    "    lease suggested from recent ack latencies (2 x p99, -1 before 10 acks).",
     "LEASES <queue> [COUNT <n>]",
     "    The leases that expire first (default 10): id, payload, deliveries, ms left, destination.",
     "HELP",
@@ -86,12 +87,18 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
     call
 }
 
+/// Counts an ACK call's outcome under the queue's rule, with the age of
+/// each lease it released (pop → ACK, by Redis's clock).
 fn count_acks(q: &Queue, v: &Value) -> i64 {
-    let released = v.array().first().map(Value::int).unwrap_or(0);
-    let late = v.array().get(1).map(Value::int).unwrap_or(0);
-    let queue = q.rule.pattern.clone();
-    metrics::counter!("ackproxy_acks_total", "rule" => queue.clone()).increment(released as u64);
-    metrics::counter!("ackproxy_late_acks_total", "rule" => queue).increment(late as u64);
+    let items = v.array();
+    let released = items.first().map(Value::int).unwrap_or(0);
+    let late = items.get(1).map(Value::int).unwrap_or(0);
+    let rule = crate::telemetry::rule(&q.rule.pattern);
+    rule.acks.increment(released as u64);
+    rule.late_acks.increment(late as u64);
+    for age in items.get(2..).unwrap_or_default() {
+        rule.acked_after(age.int().max(0) as u64);
+    }
     released + late
 }
 
@@ -149,14 +156,14 @@ pub fn nack(
         Err(e) => return e,
     };
     let ids = ids_of(args, 2);
-    let queue = q.rule.pattern.clone();
+    let rule = crate::telemetry::rule(&q.rule.pattern);
     if one_call {
         // Move leases are only marked due here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, &ids);
         return rewrite(call, full, move |v| {
             let n = v.array().first().map(Value::int).unwrap_or(0);
-            metrics::counter!("ackproxy_nacks_total", "rule" => queue.clone()).increment(n as u64);
+            rule.nacks.increment(n as u64);
             int_reply(n)
         });
     }
@@ -178,7 +185,7 @@ pub fn nack(
             }
         }
         registry.touch(&q.name);
-        metrics::counter!("ackproxy_nacks_total", "rule" => queue).increment(total as u64);
+        rule.nacks.increment(total as u64);
         int_reply(total)
     }))
 }
@@ -234,11 +241,12 @@ pub fn queue(
             let call = Call::new(&scripts::INFO).queue(&q);
             let rule = q.rule.clone();
             let dead = Bytes::copy_from_slice(q.keys.dead());
+            let suggested = suggested_lease_ms(&rule.pattern);
             rewrite(call, full, move |v| {
                 let a = v.array();
                 let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
                 let mut out = BytesMut::new();
-                reply::map(&mut out, 8, protocol);
+                reply::map(&mut out, 9, protocol);
                 for (name, value) in [
                     ("ready", field(0)),
                     ("leased", field(1)),
@@ -247,6 +255,7 @@ pub fn queue(
                     ("requeued", field(4)),
                     ("lease-ms", rule.lease_ms as i64),
                     ("max-deliveries", rule.max_deliveries as i64),
+                    ("suggested-lease-ms", suggested),
                 ] {
                     reply::bulk(&mut out, name.as_bytes());
                     reply::integer(&mut out, value);
@@ -321,6 +330,29 @@ pub fn queue(
     }
 }
 
+/// A lease that covers almost every job: the 99th percentile of the rule's
+/// recent pop → ACK latencies (the last [`RECENT_ACKS`] acknowledged
+/// through this proxy) times [`LEASE_SAFETY`], rounded up to a second; -1
+/// until there are [`MIN_ACKS_FOR_SUGGESTION`] of them.
+///
+/// [`RECENT_ACKS`]: crate::telemetry::RECENT_ACKS
+fn suggested_lease_ms(pattern: &str) -> i64 {
+    match crate::telemetry::rule(pattern).ack_p99() {
+        Some((p99, n)) if n >= MIN_ACKS_FOR_SUGGESTION => {
+            let ms = p99.saturating_mul(LEASE_SAFETY).max(1);
+            ms.div_ceil(1000).saturating_mul(1000) as i64
+        }
+        _ => -1,
+    }
+}
+
+/// Twice the p99: a job slower than all but 1 % of the recent ones still
+/// finishes before its lease ends, with room for a slower worker or a
+/// pause, while a dead worker's message is back within about two jobs' time.
+const LEASE_SAFETY: u64 = 2;
+/// Fewer acknowledgements say too little about the slow end.
+const MIN_ACKS_FOR_SUGGESTION: usize = 10;
+
 /// LREM destination count payload, where the destination received messages
 /// from a queue's move pops: removing a copy releases its lease.
 pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
@@ -335,11 +367,10 @@ pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    let queue = q.rule.pattern.clone();
+    let rule = crate::telemetry::rule(&q.rule.pattern);
     rewrite(call, full, move |v| {
         let released = v.array().get(1).map(Value::int).unwrap_or(0);
-        metrics::counter!("ackproxy_acks_total", "rule" => queue.clone())
-            .increment(released as u64);
+        rule.acks.increment(released as u64);
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
 }

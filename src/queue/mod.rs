@@ -250,7 +250,8 @@ impl Queues {
 fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
     registry.record(done);
     if let Some(q) = &done.queue {
-        metrics::counter!("ackproxy_pops_total", "rule" => q.rule.pattern.clone())
+        crate::telemetry::rule(&q.rule.pattern)
+            .pops
             .increment(done.count as u64);
     }
 }
