@@ -12,6 +12,13 @@
 //! `QUEUE_BENCH_CONNS` (default 50) the connections, `QUEUE_BENCH_THREADS`
 //! (default 1) the load generator's threads. The table is printed
 //! and appended to `bench/RESULTS.md` under "Queue".
+//!
+//! `QUEUE_BENCH_METRICS=1` measures instead what metrics cost: two proxies
+//! on one Redis, one without and one with `--metrics`, interleaved over
+//! `QUEUE_BENCH_ROUNDS` (default 3) rounds of (1) redis-benchmark GET and
+//! SET, 50 clients, no pipelining, and (2) RPOP + ACK pairs as in (a), with
+//! the proxy's CPU time per request (steadier than rates on a shared
+//! machine). The table is printed, not recorded.
 
 mod common;
 
@@ -28,7 +35,7 @@ use ackproxy::queue::pop::{self, Parsed};
 use ackproxy::queue::rules::Rules;
 use ackproxy::queue::scripts;
 use ackproxy::upstream::encode_command;
-use common::{start_proxy, start_redis};
+use common::{free_port, start_proxy, start_proxy_with, start_redis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -405,6 +412,11 @@ fn main() {
     let load_before = load_before.split(' ').take(3).collect::<Vec<_>>().join(" ");
     let dir = std::env::temp_dir().join(format!("ackproxy-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    if std::env::var_os("QUEUE_BENCH_METRICS").is_some() {
+        metrics_cost(&bin, &dir, (conns, secs), &load_before);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let (redis, redis_port) = start_redis(&dir);
     let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, &dir);
 
@@ -535,4 +547,107 @@ fn main() {
     drop(proxy);
     drop(redis);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// redis-benchmark's requests per second for `test` against `port`.
+fn redis_benchmark(port: u16, test: &str, n: usize) -> f64 {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "50"])
+        .args(["-n", &n.to_string(), "-r", "100000", "-t", test, "--csv"])
+        .output()
+        .expect("redis-benchmark (bash tests/setup-deps.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default().replace('"', "");
+    last.split(',')
+        .nth(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("redis-benchmark gave no result: {text}"))
+}
+
+/// Metrics off against metrics on, interleaved in one run.
+fn metrics_cost(bin: &str, dir: &std::path::Path, (conns, secs): (usize, f64), load: &str) {
+    let rounds: usize = std::env::var("QUEUE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let n = 200_000;
+    let (redis, redis_port) = start_redis(dir);
+    let (off, off_port) = start_proxy(bin, redis_port, CONFIG, dir);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let (on, on_port) = start_proxy_with(bin, redis_port, CONFIG, dir, &["--metrics", &metrics]);
+    let config = Config::from_toml(CONFIG).unwrap();
+    let rules = Arc::new(Rules::new(&config.queues));
+    let fill = ((secs + 2.0) * 60_000.0) as usize * rounds;
+    prefill(redis_port, "bench_off", false, fill);
+    prefill(redis_port, "bench_on", false, fill);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Per target: every round's figure, for the median. Rates depend on
+    // whatever else the machine runs; the proxy's CPU time per request
+    // much less, so both are kept.
+    let mut get = [Vec::new(), Vec::new()];
+    let mut set = [Vec::new(), Vec::new()];
+    let mut pairs = [Vec::new(), Vec::new()];
+    let mut get_us = [Vec::new(), Vec::new()];
+    let mut set_us = [Vec::new(), Vec::new()];
+    let mut pair_us = [Vec::new(), Vec::new()];
+    // The proxy's CPU µs per request over one redis-benchmark run.
+    let timed = |pid: u32, port: u16, test: &str| {
+        let before = cpu_seconds(pid).unwrap_or(0.0);
+        let rps = redis_benchmark(port, test, n);
+        let us = (cpu_seconds(pid).unwrap_or(0.0) - before) * 1e6 / n as f64;
+        (rps, us)
+    };
+    let targets = [
+        (off_port, "bench_off", off.0.id()),
+        (on_port, "bench_on", on.0.id()),
+    ];
+    for round in 0..rounds {
+        for (i, &(port, queue, pid)) in targets.iter().enumerate() {
+            let (rps, us) = timed(pid, port, "get");
+            get[i].push(rps);
+            get_us[i].push(us);
+            let (rps, us) = timed(pid, port, "set");
+            set[i].push(rps);
+            set_us[i].push(us);
+            let pids = Pids {
+                redis: redis.0.id(),
+                proxy: Some(pid),
+            };
+            let o = run_mode(&rt, Mode::Proxy, port, (conns, secs), &rules, queue, pids);
+            pairs[i].push(o.pairs_per_sec);
+            pair_us[i].push(o.proxy_cpu.unwrap_or(0.0) * 1e6 / o.pairs_per_sec);
+            eprintln!(
+                "round {round} metrics {}: GET {:.0}, SET {:.0}, pairs {:.0}",
+                if i == 0 { "off" } else { "on" },
+                get[i][round],
+                set[i][round],
+                pairs[i][round]
+            );
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!(
+        "\n{rounds} rounds interleaved, medians; load average before {load}\n\n\
+         | test | metrics off | metrics on | on / off |\n|---|---:|---:|---:|"
+    );
+    for (name, v) in [
+        ("GET, P1, 50 clients (rps)", &mut get),
+        ("SET, P1, 50 clients (rps)", &mut set),
+        ("RPOP + ACK pairs/s", &mut pairs),
+        ("GET: proxy CPU µs per request", &mut get_us),
+        ("SET: proxy CPU µs per request", &mut set_us),
+        ("RPOP + ACK: proxy CPU µs per pair", &mut pair_us),
+    ] {
+        let (a, b) = (median(&mut v[0]), median(&mut v[1]));
+        let digits = if a < 100.0 { 2 } else { 0 };
+        println!("| {name} | {a:.digits$} | {b:.digits$} | {:.3} |", b / a);
+    }
+    drop((on, off, redis));
 }

@@ -55,6 +55,9 @@ async fn start_inner(
         }
     };
     let ops = crate::ops::prepare(&config).await?;
+    // Also without an operations address: the rules' recent ack latencies
+    // feed QUEUE INFO; the series themselves are then no-ops.
+    crate::telemetry::register(&config.queues, config.metrics.is_some());
     // Bad TLS files stop the start before anything connects or listens.
     let tls_error = |e: crate::net::tls::TlsError| StartError::Config(e.to_string());
     let acceptor = crate::net::tls::acceptor(&config).map_err(tls_error)?;

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
@@ -17,6 +18,7 @@ use tokio::sync::Notify;
 
 use crate::error::UpstreamError;
 use crate::net::WriteHalf;
+use crate::telemetry::{self, Latency, Route};
 
 pub type Reply = Result<Bytes, UpstreamError>;
 
@@ -33,6 +35,27 @@ pub enum Transformed {
     Retry(Bytes),
 }
 
+/// When the requests a slot answers were received, for their latency.
+enum Stamp {
+    /// Not timed: messages nobody asked for, or timing is off.
+    None,
+    /// Every reply of the slot answers a request of one read.
+    At(Instant, Route),
+    /// Replies of the dedicated connection, one instant per reply.
+    Each(Vec<Instant>),
+}
+
+impl Stamp {
+    /// The stamp of replies that leave before the rest of their batch
+    /// (only shared batches, stamped once, are sent in parts).
+    fn of_part(&self) -> Stamp {
+        match self {
+            Stamp::At(at, route) => Stamp::At(*at, *route),
+            _ => Stamp::None,
+        }
+    }
+}
+
 enum Slot {
     /// `count` replies not arrived yet; `parts` holds complete replies of
     /// the batch that arrived first, written before the rest arrives.
@@ -40,6 +63,7 @@ enum Slot {
         count: u32,
         transform: Option<Box<dyn ReplyTransform>>,
         parts: VecDeque<(Bytes, u32)>,
+        stamp: Stamp,
     },
     Filled {
         reply: Reply,
@@ -47,6 +71,7 @@ enum Slot {
         transform: Option<Box<dyn ReplyTransform>>,
         /// Bytes counted against the output limit while queued.
         accounted: usize,
+        stamp: Stamp,
     },
     /// Write everything before, then close the connection.
     Close,
@@ -62,6 +87,11 @@ struct Queue {
     /// Sequence number of `slots[0]`.
     head: u64,
     slots: VecDeque<Slot>,
+    /// When the session's last read of requests happened (timing only).
+    received: Option<Instant>,
+    /// When the requests sent on the dedicated connection and not answered
+    /// yet were received, in order (timing only).
+    dedicated: VecDeque<Instant>,
 }
 
 /// State shared by a client's session, its writer and its reply sources.
@@ -82,6 +112,8 @@ pub struct ClientState {
     /// A reply of at least [`BIG_REPLY`] bytes reached this client on a
     /// shared connection: its requests go to its dedicated connection.
     big_replies: AtomicBool,
+    /// Request latency is timed.
+    latency: Option<&'static Latency>,
 }
 
 /// Replies this long hold a shared connection up for everyone behind them.
@@ -93,6 +125,8 @@ impl ClientState {
             queue: Mutex::new(Queue {
                 head: 0,
                 slots: VecDeque::new(),
+                received: None,
+                dedicated: VecDeque::new(),
             }),
             head_filled: Notify::new(),
             queued_bytes: AtomicUsize::new(0),
@@ -105,19 +139,57 @@ impl ClientState {
             closed: AtomicBool::new(false),
             close: Notify::new(),
             big_replies: AtomicBool::new(false),
+            latency: telemetry::latency(),
         })
     }
 
-    /// Takes the next slot, for `count` replies that arrive later.
+    /// The session read requests now: they were all received together.
+    pub fn received(&self) {
+        if self.latency.is_some() {
+            self.queue.lock().unwrap().received = Some(Instant::now());
+        }
+    }
+
+    fn stamp(&self, q: &Queue, route: Route) -> Stamp {
+        match (self.latency, q.received) {
+            (Some(_), Some(at)) => Stamp::At(at, route),
+            _ => Stamp::None,
+        }
+    }
+
+    /// Takes the next slot, for `count` requests of the client whose
+    /// replies arrive later: a rewritten queue operation when there is a
+    /// transform, else requests multiplexed on a shared connection.
     pub fn reserve(&self, count: u32, transform: Option<Box<dyn ReplyTransform>>) -> u64 {
+        let route = if transform.is_some() {
+            Route::Queue
+        } else {
+            Route::Shared
+        };
+        telemetry::clients().commands(route).increment(count as u64);
         self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
         let mut q = self.queue.lock().unwrap();
+        let stamp = self.stamp(&q, route);
         q.slots.push_back(Slot::Waiting {
             count,
             transform,
             parts: VecDeque::new(),
+            stamp,
         });
         q.head + q.slots.len() as u64 - 1
+    }
+
+    /// A request of the client sent on its dedicated connection; `paired`
+    /// when its reply is known to answer it (then [`ready`](Self::ready)
+    /// times it).
+    pub fn sent_dedicated(&self, paired: bool) {
+        telemetry::clients().commands(Route::Dedicated).increment(1);
+        if paired && self.latency.is_some() {
+            let mut q = self.queue.lock().unwrap();
+            if let Some(at) = q.received {
+                q.dedicated.push_back(at);
+            }
+        }
     }
 
     /// Fills slot `seq` with the reply that arrived for it.
@@ -140,6 +212,7 @@ impl ClientState {
                 count,
                 transform,
                 parts,
+                stamp,
             } = std::mem::replace(slot, Slot::Close)
             {
                 let (reply, count) = if parts.is_empty() {
@@ -169,6 +242,7 @@ impl ClientState {
                     count,
                     transform,
                     accounted,
+                    stamp,
                 };
             }
             i == 0
@@ -206,8 +280,8 @@ impl ClientState {
         }
     }
 
-    /// Bytes answering `count` requests (0 for messages nobody asked for:
-    /// pub/sub, MONITOR).
+    /// Bytes from the dedicated connection answering `count` requests sent
+    /// there (0 for messages nobody asked for: pub/sub, MONITOR).
     pub fn ready(&self, bytes: Bytes, count: u32) {
         if self.is_closed() {
             return;
@@ -215,12 +289,51 @@ impl ClientState {
         self.account(bytes.len());
         self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
         let accounted = bytes.len();
-        self.push(Slot::Filled {
-            reply: Ok(bytes),
-            count,
-            transform: None,
-            accounted,
-        });
+        let mut q = self.queue.lock().unwrap();
+        let stamp = match count {
+            _ if q.dedicated.is_empty() => Stamp::None,
+            0 => Stamp::None,
+            1 => Stamp::At(q.dedicated.pop_front().unwrap(), Route::Dedicated),
+            n => {
+                let n = (n as usize).min(q.dedicated.len());
+                Stamp::Each(q.dedicated.drain(..n).collect())
+            }
+        };
+        Self::push_locked(
+            &self.head_filled,
+            q,
+            Slot::Filled {
+                reply: Ok(bytes),
+                count,
+                transform: None,
+                accounted,
+                stamp,
+            },
+        );
+    }
+
+    /// A reply the proxy made to one request, served by `route`.
+    pub fn answer(&self, bytes: Bytes, route: Route) {
+        telemetry::clients().commands(route).increment(1);
+        if self.is_closed() {
+            return;
+        }
+        self.account(bytes.len());
+        self.unwritten.fetch_add(1, Ordering::AcqRel);
+        let accounted = bytes.len();
+        let q = self.queue.lock().unwrap();
+        let stamp = self.stamp(&q, route);
+        Self::push_locked(
+            &self.head_filled,
+            q,
+            Slot::Filled {
+                reply: Ok(bytes),
+                count: 1,
+                transform: None,
+                accounted,
+                stamp,
+            },
+        );
     }
 
     /// Closes the connection once everything queued so far is written.
@@ -229,13 +342,15 @@ impl ClientState {
     }
 
     fn push(&self, slot: Slot) {
-        let at_head = {
-            let mut q = self.queue.lock().unwrap();
-            q.slots.push_back(slot);
-            q.slots.len() == 1
-        };
+        Self::push_locked(&self.head_filled, self.queue.lock().unwrap(), slot);
+    }
+
+    fn push_locked(head_filled: &Notify, mut q: std::sync::MutexGuard<'_, Queue>, slot: Slot) {
+        q.slots.push_back(slot);
+        let at_head = q.slots.len() == 1;
+        drop(q);
         if at_head {
-            self.head_filled.notify_one();
+            head_filled.notify_one();
         }
     }
 
@@ -247,7 +362,7 @@ impl ClientState {
             out.push(q.slots.pop_front().unwrap());
             q.head += 1;
         }
-        if let Some(Slot::Waiting { parts, .. }) = q.slots.front_mut() {
+        if let Some(Slot::Waiting { parts, stamp, .. }) = q.slots.front_mut() {
             for (bytes, count) in parts.drain(..) {
                 let accounted = bytes.len();
                 out.push(Slot::Filled {
@@ -255,6 +370,7 @@ impl ClientState {
                     count,
                     transform: None,
                     accounted,
+                    stamp: stamp.of_part(),
                 });
             }
         }
@@ -385,6 +501,8 @@ pub type Resend = Box<
 pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Resend) {
     let mut wbuf = BytesMut::new();
     let mut filled = Vec::new();
+    // Stamps of the replies in `wbuf` or being written, timed once written.
+    let mut written: Vec<(Stamp, u32)> = Vec::new();
     let result: std::io::Result<()> = async {
         loop {
             if state.is_closed() {
@@ -402,6 +520,7 @@ pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Re
                         count,
                         mut transform,
                         accounted,
+                        stamp,
                     } => {
                         let bytes =
                             resolve(reply, count, transform.as_deref_mut(), &resend, &state).await;
@@ -417,9 +536,15 @@ pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Re
                             wbuf.extend_from_slice(&bytes);
                         }
                         state.written(count as usize, accounted);
+                        if !matches!(stamp, Stamp::None) {
+                            written.push((stamp, count));
+                        }
                     }
                     Slot::Close => {
                         flush(&mut sock, &mut wbuf).await?;
+                        if let Some(latency) = state.latency {
+                            record(latency, &mut written);
+                        }
                         let _ = sock.shutdown().await;
                         return Ok(());
                     }
@@ -427,6 +552,9 @@ pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Re
                 }
             }
             flush(&mut sock, &mut wbuf).await?;
+            if let Some(latency) = state.latency {
+                record(latency, &mut written);
+            }
             if wbuf.capacity() > 4 * COALESCE {
                 wbuf = BytesMut::new();
             }
@@ -437,6 +565,29 @@ pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Re
         tracing::debug!("client write failed: {e}");
     }
     state.kill();
+}
+
+/// Latency of every reply just written: one clock read for all of them.
+fn record(latency: &Latency, written: &mut Vec<(Stamp, u32)>) {
+    if written.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    for (stamp, count) in written.drain(..) {
+        match stamp {
+            Stamp::None => {}
+            Stamp::At(at, route) => latency
+                .route(route)
+                .record_many(now.duration_since(at).as_secs_f64(), count as usize),
+            Stamp::Each(ats) => {
+                for at in ats {
+                    latency
+                        .route(Route::Dedicated)
+                        .record(now.duration_since(at).as_secs_f64());
+                }
+            }
+        }
+    }
 }
 
 /// A reply as the client gets it: transformed, re-sent once through

@@ -53,7 +53,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         if active.load(Ordering::Acquire) >= maxclients {
-            metrics::counter!("ackproxy_rejected_connections_total").increment(1);
+            crate::telemetry::clients().rejected.increment(1);
             let stop = shutdown.clone();
             tokio::spawn(async move {
                 let stream = match tls {
@@ -146,7 +146,7 @@ async fn tls_handshake(
 ) -> Option<Stream> {
     let peer = tcp.peer_addr().ok();
     let failed = |why: String| {
-        metrics::counter!("ackproxy_tls_handshake_failures_total").increment(1);
+        crate::telemetry::clients().tls_failures.increment(1);
         tracing::debug!(?peer, "TLS handshake failed: {why}");
         None
     };

@@ -2,10 +2,156 @@
 //! start-up (at 0), so that dashboards and alerts see a series before its
 //! first event. Queue series are labelled by rule (its pattern), never by key:
 //! the number of series stays bounded whatever keys clients use.
+//!
+//! Recording goes through handles made once (per route, per rule), never
+//! through a lookup by name and labels per request. Without a metrics
+//! address no recorder is installed: the handles are no-ops, and request
+//! latency is not even timed (no clock reads).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, RwLock};
+
+use metrics::{Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::config::QueueRule;
 
+/// Where a client's request was served; the `route` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Multiplexed on a shared upstream connection.
+    Shared = 0,
+    /// On the client's own upstream connection.
+    Dedicated = 1,
+    /// A queue operation (pop, ACK, NACK, QUEUE, acknowledging LREM)
+    /// carried out by the proxy's scripts.
+    Queue = 2,
+    /// Answered by the proxy alone (QUIT, RESET, protocol errors, refusals).
+    Proxy = 3,
+}
+
+const ROUTES: [&str; 4] = ["shared", "dedicated", "queue", "proxy"];
+
+/// Request latency buckets, in seconds: 50 µs to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+/// Pop → ACK buckets, in seconds: 10 ms to 1 h.
+const ACK_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+    3600.0,
+];
+
+const COMMANDS: &str = "ackproxy_commands_total";
+const COMMAND_SECONDS: &str = "ackproxy_command_duration_seconds";
+const ACK_SECONDS: &str = "ackproxy_ack_latency_seconds";
+
+/// The Prometheus exporter, with the histograms' buckets.
+pub fn builder() -> Result<PrometheusBuilder, String> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(COMMAND_SECONDS.into()), LATENCY_BUCKETS)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ACK_SECONDS.into()), ACK_BUCKETS))
+        .map_err(|e| e.to_string())
+}
+
+/// Client connections, requests and parked pops.
+pub struct Clients {
+    pub connections: Gauge,
+    pub connections_total: Counter,
+    pub rejected: Counter,
+    pub tls_failures: Counter,
+    pub parked: Gauge,
+    pub polling: Gauge,
+    commands: [Counter; 4],
+}
+
+impl Clients {
+    pub fn commands(&self, route: Route) -> &Counter {
+        &self.commands[route as usize]
+    }
+}
+
+/// The proxy's connections to Redis.
+pub struct Upstream {
+    pub connects: Counter,
+    pub errors: Counter,
+    pub reconnects: Counter,
+    pub shared: Gauge,
+    pub dedicated: Gauge,
+    /// Shared connections of logged-in users (one per user and password).
+    pub user: Gauge,
+}
+
+/// Request latency per route: request received → reply written.
+pub struct Latency {
+    per_route: [Histogram; 4],
+}
+
+impl Latency {
+    pub fn route(&self, route: Route) -> &Histogram {
+        &self.per_route[route as usize]
+    }
+}
+
+/// Acknowledgement latencies kept per rule for `QUEUE INFO`'s suggestion:
+/// the last [`RECENT_ACKS`] of them, in a ring.
+pub const RECENT_ACKS: usize = 1024;
+
+/// The series of one queue rule, and its recent ack latencies.
+pub struct Rule {
+    /// In [`QUEUE_COUNTERS`] order.
+    counters: Vec<Counter>,
+    pub ready: Gauge,
+    pub leased: Gauge,
+    pub delayed: Gauge,
+    pub dead: Gauge,
+    pub oldest_lease_age: Gauge,
+    ack_latency: Histogram,
+    recent: Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    ms: Vec<u64>,
+    next: usize,
+}
+
+impl Rule {
+    /// The counter of [`QUEUE_COUNTERS`] named `name`, if there is one.
+    pub fn counter(&self, name: &str) -> Option<&Counter> {
+        let i = QUEUE_COUNTERS.iter().position(|(n, _)| *n == name)?;
+        self.counters.get(i)
+    }
+
+    /// One acknowledged lease, `ms` after its message was popped.
+    pub fn acked_after(&self, ms: u64) {
+        self.ack_latency.record(ms as f64 / 1000.0);
+        let mut r = self.recent.lock().unwrap();
+        if r.ms.len() < RECENT_ACKS {
+            r.ms.push(ms);
+        } else {
+            let at = r.next;
+            r.ms[at] = ms;
+        }
+        r.next = (r.next + 1) % RECENT_ACKS;
+    }
+
+    /// The 99th percentile of the recent ack latencies, in ms, and how many
+    /// there are; `None` before the first.
+    pub fn ack_p99(&self) -> Option<(u64, usize)> {
+        let mut ms = self.recent.lock().unwrap().ms.clone();
+        if ms.is_empty() {
+            return None;
+        }
+        let rank = (ms.len() * 99).div_ceil(100) - 1;
+        let (_, p99, _) = ms.select_nth_unstable(rank);
+        Some((*p99, ms.len()))
+    }
+}
+
 const COUNTERS: &[(&str, &str)] = &[
+    ("ackproxy_connections_total", "Client connections accepted."),
     (
         "ackproxy_rejected_connections_total",
         "Clients refused at maxclients.",
@@ -16,11 +162,15 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     (
         "ackproxy_upstream_connects_total",
-        "Upstream connections opened.",
+        "Shared upstream connections opened (the proxy's and logged-in users').",
     ),
     (
         "ackproxy_upstream_errors_total",
-        "Upstream connections that failed or broke.",
+        "Shared upstream connections (the proxy's and logged-in users') that could not be made or broke.",
+    ),
+    (
+        "ackproxy_upstream_reconnects_total",
+        "Shared upstream connections made again after an outage.",
     ),
 ];
 
@@ -36,9 +186,8 @@ const GAUGES: &[(&str, &str)] = &[
     ),
 ];
 
-const ROUTES: &[&str] = &["shared", "dedicated", "queue"];
-
-/// Counters per queue rule (the operations API reports them per rule).
+/// Counters per queue rule (the operations API reports them per rule);
+/// `queue::tally` maps the scripts' events onto them.
 pub const QUEUE_COUNTERS: &[(&str, &str)] = &[
     ("ackproxy_pops_total", "Messages popped and leased."),
     (
@@ -84,8 +233,59 @@ pub const QUEUE_COUNTERS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Describes every series and sets it to 0 for each rule.
-pub fn register(rules: &[QueueRule]) {
+const QUEUE_GAUGES: &[(&str, &str)] = &[
+    (
+        "ackproxy_queue_ready",
+        "Messages ready in the rule's known queues, as last sampled.",
+    ),
+    (
+        "ackproxy_queue_leased",
+        "Messages leased in the rule's known queues, as last sampled.",
+    ),
+    (
+        "ackproxy_queue_delayed",
+        "Messages waiting for their delivery time in the rule's known queues, as last sampled.",
+    ),
+    (
+        "ackproxy_queue_dead",
+        "Messages in the rule's dead-letter lists, as last sampled.",
+    ),
+    (
+        "ackproxy_queue_oldest_lease_age_seconds",
+        "Age of the oldest lease in the rule's known queues, as last sampled.",
+    ),
+];
+
+static CLIENTS: OnceLock<Clients> = OnceLock::new();
+static UPSTREAM: OnceLock<Upstream> = OnceLock::new();
+static LATENCY: OnceLock<Latency> = OnceLock::new();
+/// Rules by pattern. A rule's series live as long as the process (a
+/// reload that drops a rule leaves its last values), so their number is
+/// bounded by the patterns ever configured.
+static RULES: RwLock<Option<HashMap<String, &'static Rule>>> = RwLock::new(None);
+static NO_RULE: OnceLock<Rule> = OnceLock::new();
+
+fn new_rule(pattern: &str) -> Rule {
+    let g = |name: &'static str| metrics::gauge!(name, "rule" => pattern.to_owned());
+    Rule {
+        counters: QUEUE_COUNTERS
+            .iter()
+            .map(|(name, _)| metrics::counter!(*name, "rule" => pattern.to_owned()))
+            .collect(),
+        ready: g("ackproxy_queue_ready"),
+        leased: g("ackproxy_queue_leased"),
+        delayed: g("ackproxy_queue_delayed"),
+        dead: g("ackproxy_queue_dead"),
+        oldest_lease_age: g("ackproxy_queue_oldest_lease_age_seconds"),
+        ack_latency: metrics::histogram!(ACK_SECONDS, "rule" => pattern.to_owned()),
+        recent: Mutex::new(Recent::default()),
+    }
+}
+
+/// Makes every handle, describes every series and sets it to 0. Called once
+/// at start-up, after the recorder (if any) is installed; `timed` turns
+/// request latency timing on.
+pub fn register(rules: &[QueueRule], timed: bool) {
     for (name, help) in COUNTERS {
         metrics::describe_counter!(*name, *help);
         metrics::counter!(*name).absolute(0);
@@ -94,14 +294,133 @@ pub fn register(rules: &[QueueRule]) {
         metrics::describe_gauge!(*name, *help);
         metrics::gauge!(*name).set(0.0);
     }
-    metrics::describe_counter!("ackproxy_commands_total", "Client requests, by route.");
-    for route in ROUTES {
-        metrics::counter!("ackproxy_commands_total", "route" => *route).absolute(0);
-    }
-    for (name, help) in QUEUE_COUNTERS {
-        metrics::describe_counter!(*name, *help);
-        for r in rules {
-            metrics::counter!(*name, "rule" => r.pattern.clone()).absolute(0);
+    metrics::describe_counter!(COMMANDS, "Client requests, by route.");
+    metrics::describe_histogram!(
+        COMMAND_SECONDS,
+        metrics::Unit::Seconds,
+        "Request received to reply written, by route."
+    );
+    metrics::describe_gauge!(
+        "ackproxy_upstream_connections",
+        "Upstream connections open now, by kind (shared, dedicated, user)."
+    );
+    for (name, help) in QUEUE_COUNTERS.iter().chain(QUEUE_GAUGES) {
+        if name.ends_with("_total") {
+            metrics::describe_counter!(*name, *help);
+        } else {
+            metrics::describe_gauge!(*name, *help);
         }
+    }
+    metrics::describe_histogram!(
+        ACK_SECONDS,
+        metrics::Unit::Seconds,
+        "Pop to ACK of acknowledged leases, by rule."
+    );
+    let clients = clients();
+    for route in [Route::Shared, Route::Dedicated, Route::Queue, Route::Proxy] {
+        clients.commands(route).absolute(0);
+    }
+    let up = upstream();
+    up.shared.set(0.0);
+    up.dedicated.set(0.0);
+    up.user.set(0.0);
+    if timed {
+        let _ = LATENCY.set(Latency {
+            per_route: ROUTES.map(|r| metrics::histogram!(COMMAND_SECONDS, "route" => r)),
+        });
+    }
+    register_rules(rules);
+}
+
+/// Makes the series of rules not seen before, at 0: at start-up, and for
+/// the rules a reload adds.
+pub fn register_rules(rules: &[QueueRule]) {
+    let mut map = RULES.write().unwrap();
+    let map = map.get_or_insert_with(HashMap::new);
+    for r in rules {
+        if map.contains_key(&r.pattern) {
+            continue;
+        }
+        let rule: &'static Rule = Box::leak(Box::new(new_rule(&r.pattern)));
+        for c in &rule.counters {
+            c.absolute(0);
+        }
+        for g in [
+            &rule.ready,
+            &rule.leased,
+            &rule.delayed,
+            &rule.dead,
+            &rule.oldest_lease_age,
+        ] {
+            g.set(0.0);
+        }
+        map.insert(r.pattern.clone(), rule);
+    }
+}
+
+pub fn clients() -> &'static Clients {
+    CLIENTS.get_or_init(|| Clients {
+        connections: metrics::gauge!("ackproxy_connections"),
+        connections_total: metrics::counter!("ackproxy_connections_total"),
+        rejected: metrics::counter!("ackproxy_rejected_connections_total"),
+        tls_failures: metrics::counter!("ackproxy_tls_handshake_failures_total"),
+        parked: metrics::gauge!("ackproxy_parked_clients"),
+        polling: metrics::gauge!("ackproxy_wakeup_polling"),
+        commands: ROUTES.map(|r| metrics::counter!(COMMANDS, "route" => r)),
+    })
+}
+
+pub fn upstream() -> &'static Upstream {
+    UPSTREAM.get_or_init(|| Upstream {
+        connects: metrics::counter!("ackproxy_upstream_connects_total"),
+        errors: metrics::counter!("ackproxy_upstream_errors_total"),
+        reconnects: metrics::counter!("ackproxy_upstream_reconnects_total"),
+        shared: metrics::gauge!("ackproxy_upstream_connections", "kind" => "shared"),
+        dedicated: metrics::gauge!("ackproxy_upstream_connections", "kind" => "dedicated"),
+        user: metrics::gauge!("ackproxy_upstream_connections", "kind" => "user"),
+    })
+}
+
+/// Request latency histograms, when latency is timed.
+pub fn latency() -> Option<&'static Latency> {
+    LATENCY.get()
+}
+
+/// Every rule's series, by pattern.
+pub fn rules() -> Vec<(String, &'static Rule)> {
+    let map = RULES.read().unwrap();
+    map.iter().flatten().map(|(p, r)| (p.clone(), *r)).collect()
+}
+
+/// The series of the rule with this pattern.
+pub fn rule(pattern: &str) -> &'static Rule {
+    let found = RULES
+        .read()
+        .unwrap()
+        .as_ref()
+        .and_then(|m| m.get(pattern).copied());
+    found.unwrap_or_else(|| NO_RULE.get_or_init(|| new_rule("")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_of_recent_acks_is_the_rank_99_percent_of_the_way_up() {
+        let r = new_rule("t");
+        assert_eq!(r.ack_p99(), None);
+        for ms in 1..=100 {
+            r.acked_after(ms);
+        }
+        assert_eq!(r.ack_p99(), Some((99, 100)));
+        r.acked_after(5000);
+        // 101 samples: rank ceil(99.99) = 100, the second largest.
+        assert_eq!(r.ack_p99(), Some((100, 101)));
+        // Only the most recent RECENT_ACKS count.
+        for _ in 0..RECENT_ACKS {
+            r.acked_after(7);
+        }
+        assert_eq!(r.ack_p99(), Some((7, RECENT_ACKS)));
     }
 }

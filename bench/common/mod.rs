@@ -55,6 +55,17 @@ pub fn start_redis(dir: &Path) -> (Proc, u16) {
 /// The proxy `bin` in front of `redis_port`, with the configuration `toml`
 /// (written into `dir`), on a free port.
 pub fn start_proxy(bin: &str, redis_port: u16, toml: &str, dir: &Path) -> (Proc, u16) {
+    start_proxy_with(bin, redis_port, toml, dir, &[])
+}
+
+/// [`start_proxy`] with extra command-line flags.
+pub fn start_proxy_with(
+    bin: &str,
+    redis_port: u16,
+    toml: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> (Proc, u16) {
     let cfg = dir.join("ackproxy.toml");
     std::fs::write(&cfg, toml).unwrap();
     let port = free_port();
@@ -64,6 +75,7 @@ pub fn start_proxy(bin: &str, redis_port: u16, toml: &str, dir: &Path) -> (Proc,
             .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
             .arg("--config")
             .arg(&cfg)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

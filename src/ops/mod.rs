@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -50,10 +50,9 @@ pub async fn prepare(config: &Config) -> Result<Option<Prepared>, StartError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| StartError::Bind(addr.to_string(), e))?;
-    let handle = PrometheusBuilder::new()
-        .install_recorder()
+    let handle = crate::telemetry::builder()
+        .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
         .map_err(|e| StartError::Config(format!("metrics recorder: {e}")))?;
-    crate::telemetry::register(&config.queues);
     Ok(Some(Prepared { listener, handle }))
 }
 

@@ -24,7 +24,8 @@ pub const HELP: &[&str] = &[
     "EXTEND <queue> <id> <ms>",
     "    Renew the leases of the messages with this id for <ms> milliseconds from now.",
     "INFO <queue>",
-    "    Ready, leased, delayed and dead counts, oldest lease age, totals, and the rule.",
+    "    Ready, leased, delayed and dead counts, oldest lease age, totals, the rule, and a",
+    "    lease suggested from recent ack latencies (2 x p99, -1 before 10 acks).",
     "DEAD <queue> [COUNT <n>]",
     "    The oldest dead letters (default 10), each with its history: id, deliveries, NACKs,",
     "    expiries, first and last delivery, last reason, when it was dead-lettered.",
@@ -94,10 +95,16 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
     call
 }
 
-/// ACK's reply: leases released plus late ACKs.
-fn count_acks(v: &Value) -> i64 {
-    let released = v.array().first().map(Value::int).unwrap_or(0);
-    let late = v.array().get(1).map(Value::int).unwrap_or(0);
+/// ACK's reply: leases released plus late ACKs. The age of each lease it
+/// released (pop → ACK, by Redis's clock) goes to the rule's ack latency.
+fn count_acks(q: &Queue, v: &Value) -> i64 {
+    let items = v.array();
+    let released = items.first().map(Value::int).unwrap_or(0);
+    let late = items.get(1).map(Value::int).unwrap_or(0);
+    let rule = crate::telemetry::rule(&q.rule.pattern);
+    for age in items.get(2..).unwrap_or_default() {
+        rule.acked_after(age.int().max(0) as u64);
+    }
     released + late
 }
 
@@ -117,13 +124,13 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     let ids = ids_of(args, 2);
     if ids.len() <= IDS_PER_CALL || one_call {
         let call = ack_call(&q, &ids);
-        return rewrite(call, full, move |v| int_reply(count_acks(&v)));
+        return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
             match caller.run(&ack_call(&q, chunk)).await {
-                Ok(v) => total += count_acks(&v),
+                Ok(v) => total += count_acks(&q, &v),
                 Err(e) => return e.to_reply(),
             }
         }
@@ -343,6 +350,7 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
 /// QUEUE INFO queue
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
     let call = Call::new(&scripts::INFO).queue(&q);
+    let suggested = suggested_lease_ms(&q.rule.pattern);
     rewrite(call, how.full, move |v| {
         let a = v.array();
         let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
@@ -388,6 +396,7 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
                 Field::Int(rule.requeue_on_disconnect as i64),
             ),
             ("shadow".into(), Field::Int(rule.shadow as i64)),
+            ("suggested-lease-ms".into(), Field::Int(suggested)),
         ]);
         let mut out = BytesMut::new();
         map_reply(&mut out, &fields, how.protocol);
@@ -524,6 +533,28 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
         int_reply(total)
     }))
 }
+/// A lease that covers almost every job: the 99th percentile of the rule's
+/// recent pop → ACK latencies (the last [`RECENT_ACKS`] acknowledged
+/// through this proxy) times [`LEASE_SAFETY`], rounded up to a second; -1
+/// until there are [`MIN_ACKS_FOR_SUGGESTION`] of them.
+///
+/// [`RECENT_ACKS`]: crate::telemetry::RECENT_ACKS
+fn suggested_lease_ms(pattern: &str) -> i64 {
+    match crate::telemetry::rule(pattern).ack_p99() {
+        Some((p99, n)) if n >= MIN_ACKS_FOR_SUGGESTION => {
+            let ms = p99.saturating_mul(LEASE_SAFETY).max(1);
+            ms.div_ceil(1000).saturating_mul(1000) as i64
+        }
+        _ => -1,
+    }
+}
+
+/// Twice the p99: a job slower than all but 1 % of the recent ones still
+/// finishes before its lease ends, with room for a slower worker or a
+/// pause, while a dead worker's message is back within about two jobs' time.
+const LEASE_SAFETY: u64 = 2;
+/// Fewer acknowledgements say too little about the slow end.
+const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 
 /// LREM destination count payload, where the destination received messages
 /// from a queue's move pops: removing a copy releases its lease.

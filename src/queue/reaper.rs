@@ -12,7 +12,15 @@
 //! nothing, however many queue keys were ever used. A batch that came back
 //! full is followed by the next one at once, so a backlog (a million
 //! delayed messages due together) drains as fast as the bounded calls go.
+//!
+//! It also samples the queue gauges (ready, leased, delayed, dead, oldest lease
+//! age per rule), every [`SAMPLE_EVERY`] while metrics are exported: one bounded
+//! `info.lua` call per queue the registry knows, never on a client's
+//! request. A queue this proxy has not popped from and whose leases the scan
+//! has not found (ready messages nobody took yet, say) is not in the sums
+//! until it is.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +40,21 @@ use super::waiters::Waiters;
 /// know of.
 const DISCOVER_EVERY: Duration = Duration::from_secs(10);
 const SCAN_ROUNDS: usize = 20;
+/// How often the queue gauges are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// One rule's queue sizes, summed over its known queues.
+#[derive(Default)]
+struct Sizes {
+    ready: i64,
+    leased: i64,
+    delayed: i64,
+    dead: i64,
+    oldest_ms: i64,
+    /// Dead-letter lists already counted (a rule may send all its queues'
+    /// dead letters to one list).
+    dead_lists: HashSet<Bytes>,
+}
 
 pub struct Reaper {
     pub rules: Arc<Rules>,
@@ -45,6 +68,8 @@ pub struct Reaper {
 impl Reaper {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut next_discovery = Instant::now();
+        let mut next_sample = Instant::now();
+        let sampled = crate::telemetry::latency().is_some();
         let mut cursor = Bytes::from_static(b"0");
         let mut backlog = false;
         loop {
@@ -71,6 +96,48 @@ impl Reaper {
                     None => self.registry.forget(&name),
                 }
             }
+            if sampled && Instant::now() >= next_sample {
+                self.sample().await;
+                next_sample = Instant::now() + SAMPLE_EVERY;
+            }
+        }
+    }
+
+    /// Sets the queue gauges from one `info.lua` call per known queue. If
+    /// Redis cannot be asked, the gauges keep their last values.
+    async fn sample(&self) {
+        let mut sizes: HashMap<String, Sizes> = HashMap::new();
+        for name in self.registry.known() {
+            let Some(q) = self.rules.resolve(&name) else {
+                self.registry.forget_known(&name);
+                continue;
+            };
+            let Ok(v) = self.caller.run(&Call::new(&scripts::INFO).queue(&q)).await else {
+                return;
+            };
+            let a = v.array();
+            let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
+            let (ready, leased, dead, oldest) = (field(0), field(1), field(2), field(3));
+            let delayed = field(5);
+            let s = sizes.entry(q.rule.pattern.clone()).or_default();
+            s.ready += ready.max(0);
+            s.leased += leased;
+            s.delayed += delayed;
+            if s.dead_lists.insert(Bytes::copy_from_slice(q.keys.dead())) {
+                s.dead += dead;
+            }
+            s.oldest_ms = s.oldest_ms.max(oldest);
+            if ready <= 0 && leased == 0 && dead == 0 && delayed == 0 {
+                self.registry.forget_known(&name);
+            }
+        }
+        for (pattern, rule) in crate::telemetry::rules() {
+            let s = sizes.remove(&pattern).unwrap_or_default();
+            rule.ready.set(s.ready as f64);
+            rule.leased.set(s.leased as f64);
+            rule.delayed.set(s.delayed as f64);
+            rule.dead.set(s.dead as f64);
+            rule.oldest_lease_age.set(s.oldest_ms as f64 / 1000.0);
         }
     }
 

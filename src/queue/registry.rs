@@ -1,8 +1,11 @@
 //! The queues that have leases, each with when the reaper should look at it
 //! next: learned from this proxy's pops and from the reaper's scan of the
-//! lease keys, forgotten when a reap finds nothing leased.
+//! lease keys, forgotten when a reap finds nothing leased. Apart from them,
+//! the queues the proxy knows of, whose sizes the reaper samples for the
+//! queue gauges: learned the same way, forgotten once a sample finds one
+//! empty (nothing ready, leased or dead).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -30,12 +33,18 @@ pub struct Registry {
 struct Entries {
     due: HashMap<Bytes, Instant>,
     bytes: usize,
+    known: HashSet<Bytes>,
+    known_bytes: usize,
 }
 
 impl Registry {
     /// A queue may have leases due from `at` on.
     pub fn note(&self, name: &Bytes, at: Instant) {
         let mut e = self.inner.lock().unwrap();
+        let cost = name.len() + ENTRY_OVERHEAD;
+        if e.known_bytes + cost <= REGISTRY_BYTES && e.known.insert(name.clone()) {
+            e.known_bytes += cost;
+        }
         if let Some(due) = e.due.get_mut(name) {
             *due = (*due).min(at);
             return;
@@ -71,6 +80,19 @@ impl Registry {
     pub fn reschedule(&self, name: &Bytes, at: Instant) {
         if let Some(due) = self.inner.lock().unwrap().due.get_mut(name) {
             *due = at;
+        }
+    }
+
+    /// The queues known to exist, for the gauges' sample.
+    pub fn known(&self) -> Vec<Bytes> {
+        self.inner.lock().unwrap().known.iter().cloned().collect()
+    }
+
+    /// A queue found empty by a sample: out of the gauges until used again.
+    pub fn forget_known(&self, name: &Bytes) {
+        let mut e = self.inner.lock().unwrap();
+        if e.known.remove(name) {
+            e.known_bytes -= name.len() + ENTRY_OVERHEAD;
         }
     }
 

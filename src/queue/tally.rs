@@ -50,7 +50,9 @@ pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
             .find(|(name, _)| name.as_bytes() == event.bytes());
         if let (Some((_, rule)), Some((_, metric)), Ok(n)) = (rule, metric, u64::try_from(n.int()))
         {
-            metrics::counter!(*metric, "rule" => rule.clone()).increment(n);
+            if let Some(c) = crate::telemetry::rule(rule).counter(metric) {
+                c.increment(n);
+            }
         }
     }
     Some(result)

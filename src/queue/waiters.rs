@@ -148,9 +148,10 @@ impl Dispatcher {
                     let keys: Vec<Bytes> = pop.sources.iter().map(|s| s.key().clone()).collect();
                     self.park(pop, reply);
                     self.poll = POLL_MIN;
-                    let served = self.wake(&keys).await;
-                    metrics::gauge!("ackproxy_parked_clients").set(self.parked.len() as f64);
-                    let _ = served;
+                    self.wake(&keys).await;
+                    crate::telemetry::clients()
+                        .parked
+                        .set(self.parked.len() as f64);
                 }
                 Msg::Wake(key) => {
                     if self.by_key.contains_key(&key) {
@@ -174,7 +175,9 @@ impl Dispatcher {
                 Msg::Notifications(on) => {
                     // Set every time: the dispatcher starts out polling,
                     // while the gauge starts at 0.
-                    metrics::gauge!("ackproxy_wakeup_polling").set(if on { 0.0 } else { 1.0 });
+                    crate::telemetry::clients()
+                        .polling
+                        .set(if on { 0.0 } else { 1.0 });
                     self.notifications = on;
                 }
             }
@@ -198,7 +201,9 @@ impl Dispatcher {
 
     fn remove(&mut self, id: u64) -> Option<Parked> {
         let p = self.parked.remove(&id)?;
-        metrics::gauge!("ackproxy_parked_clients").set(self.parked.len() as f64);
+        crate::telemetry::clients()
+            .parked
+            .set(self.parked.len() as f64);
         for s in &p.pop.sources {
             let key = s.key();
             if let Some(q) = self.by_key.get_mut(key) {

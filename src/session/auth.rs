@@ -279,7 +279,7 @@ impl Session {
             let reply = shared.call(frame, self.out.clone()).await;
             let ok = matches!(&reply, Ok(b) if b.starts_with(b"+"));
             let bytes = reply.unwrap_or_else(|e| Bytes::from(e.to_reply()));
-            self.out.ready(bytes, 1);
+            self.out.answer(bytes, crate::telemetry::Route::Shared);
             ok
         };
         if ok {

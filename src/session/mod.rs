@@ -20,6 +20,7 @@ use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
+use crate::telemetry::Route as Served;
 use crate::upstream::dedicated::{Dedicated, Expect};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::users::{Member, Users};
@@ -195,7 +196,9 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
     session.set_auth(crate::auth::State::at_connect(session.proxy_password()));
     // A client that must log in never uses the proxy's connections.
     session.pinned |= !session.shares();
-    metrics::gauge!("ackproxy_connections").increment(1.0);
+    let clients = crate::telemetry::clients();
+    clients.connections.increment(1.0);
+    clients.connections_total.increment(1);
     let stop = session.read_loop().await;
     if let Stop::Finish = stop {
         if let Some(d) = &session.dedicated {
@@ -211,7 +214,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
             &session.shared,
         );
     }
-    metrics::gauge!("ackproxy_connections").decrement(1.0);
+    clients.connections.decrement(1.0);
 }
 
 struct Session {
@@ -260,7 +263,7 @@ impl Session {
             crate::resp::grow(&mut self.buf, 4096);
             match self.rd.try_read_buf(&mut self.buf) {
                 Ok(0) => return Stop::Gone,
-                Ok(_) => {}
+                Ok(_) => self.out.received(),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(_) => return Stop::Gone,
             }
@@ -354,7 +357,6 @@ impl Session {
             }
             return;
         }
-        metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(count as u64);
         let bytes = self.buf.split_to(len).freeze();
         self.send_shared(bytes, count);
     }
@@ -393,7 +395,8 @@ impl Session {
             }
             Kind::Reset if !self.pinned => {
                 self.mode = Mode::default();
-                self.out.ready(Bytes::from_static(b"+RESET\r\n"), 1);
+                self.out
+                    .answer(Bytes::from_static(b"+RESET\r\n"), Served::Proxy);
                 return None;
             }
             Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
@@ -427,7 +430,7 @@ impl Session {
                     match intercept {
                         Intercept::Pass => {}
                         Intercept::Reply(bytes) => {
-                            self.answer(bytes).await;
+                            self.answer_as(bytes, Served::Queue).await;
                             return None;
                         }
                         Intercept::Rewrite { request, transform } => {
@@ -469,7 +472,6 @@ impl Session {
                 }
             }
         } else {
-            metrics::counter!("ackproxy_commands_total", "route" => "shared").increment(1);
             self.send_shared(frame, 1);
             if reload {
                 // Right behind the flush on the same connection, so pops that
@@ -491,10 +493,14 @@ impl Session {
     /// connection take their place in the stream only when they arrive, so
     /// those still due must arrive first.
     async fn answer(&mut self, bytes: Bytes) {
+        self.answer_as(bytes, Served::Proxy).await;
+    }
+
+    async fn answer_as(&mut self, bytes: Bytes, served: Served) {
         if self.pinned {
             self.settle().await;
         }
-        self.out.ready(bytes, 1);
+        self.out.answer(bytes, served);
     }
 
     /// Whether the request can join a batch for the shared connection: it
@@ -616,7 +622,6 @@ impl Session {
                     d.idle().await;
                 }
             }
-            metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
             if self.member.is_some() {
                 // Two connections: what the client sent on its user's runs
                 // first, and what it sends next waits for this.
@@ -647,8 +652,7 @@ impl Session {
             client: self.out.clone(),
         };
         let reply = job.run(caller).await;
-        metrics::counter!("ackproxy_commands_total", "route" => "queue").increment(1);
-        self.out.ready(reply, 1);
+        self.out.answer(reply, Served::Queue);
     }
 
     async fn blocking_pop(
@@ -666,13 +670,20 @@ impl Session {
         let state = self.out.clone();
         let fut = queues.blocking_pop(pop, state.clone());
         tokio::pin!(fut);
+        let mut shutdown = self.ctx.shutdown.clone();
         loop {
             tokio::select! {
                 reply = &mut fut => {
-                    self.out.ready(reply, 1);
+                    self.out.answer(reply, Served::Queue);
                     return None;
                 }
                 _ = state.closed() => return Some(Stop::Gone),
+                // As Redis's SHUTDOWN closes its blocked clients: the replies
+                // before this pop are written, then the connection closes
+                // without one for the pop, at once rather than when the
+                // drain period ends. A message the dispatcher leased for it
+                // meanwhile comes back when its lease expires.
+                Ok(_) = shutdown.wait_for(|stop| *stop) => return Some(Stop::Finish),
                 r = self.rd.readable() => {
                     if r.is_err() {
                         return Some(Stop::Gone);
@@ -720,7 +731,8 @@ impl Session {
                 true
             }
             Err(e) => {
-                self.out.ready(Bytes::from(e.to_reply()), 1);
+                self.out
+                    .answer(Bytes::from(e.to_reply()), Served::Dedicated);
                 false
             }
         }
@@ -768,7 +780,9 @@ impl Session {
         let closes = oversized(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
         let bound = self.mode.any() || closes || (d.is_bound() && !d.is_idle());
         d.set_bound(bound);
-        metrics::counter!("ackproxy_commands_total", "route" => "dedicated").increment(1);
+        // Counted (and stamped) before it is sent: its reply may be read
+        // before the write returns.
+        self.out.sent_dedicated(expect.is_some());
         if let Err(e) = d.send(frame, expect).await {
             self.out.ready(Bytes::from(e.to_reply()), 1);
         }

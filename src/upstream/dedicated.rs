@@ -106,6 +106,7 @@ impl Dedicated {
             subscriptions: AtomicI64::new(0),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
+        crate::telemetry::upstream().dedicated.increment(1.0);
         Dedicated {
             scripts_loaded: false,
             wr,
@@ -219,6 +220,7 @@ impl Drop for Dedicated {
         // Closing the socket also unblocks a blocking command in Redis, so
         // nothing is popped for a client that is gone.
         self.reader.abort();
+        crate::telemetry::upstream().dedicated.decrement(1.0);
     }
 }
 

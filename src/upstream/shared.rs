@@ -174,18 +174,23 @@ async fn manage(
         match endpoint.connect().await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
+                outage::ended();
                 endpoint.connected.notify_one();
-                metrics::counter!("ackproxy_upstream_connects_total").increment(1);
+                let m = crate::telemetry::upstream();
+                m.connects.increment(1);
+                m.shared.increment(1.0);
                 let result = run(stream, first, &mut rx, endpoint.scripts, &congested).await;
+                m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
-                    metrics::counter!("ackproxy_upstream_errors_total").increment(1);
-                    tracing::warn!("shared upstream connection failed: {e}");
+                    m.errors.increment(1);
+                    outage::began(&format!("shared upstream connection failed: {e}"));
                 }
             }
             Err(e) => {
-                metrics::counter!("ackproxy_upstream_errors_total").increment(1);
-                tracing::warn!("{e}; retrying in {backoff:?}");
+                crate::telemetry::upstream().errors.increment(1);
+                outage::began(&e.to_string());
+                tracing::debug!("{e}; retrying in {backoff:?}");
                 first.pending.deliver(Err(e.clone()));
                 // Until the next attempt every request fails at once rather
                 // than waiting for a Redis that may be gone for long.
@@ -222,17 +227,50 @@ async fn manage_once(
     drop(credentials);
     match connected {
         Ok(stream) => {
-            metrics::counter!("ackproxy_upstream_connects_total").increment(1);
+            let m = crate::telemetry::upstream();
+            m.connects.increment(1);
+            m.user.increment(1.0);
             // The proxy's scripts never run as a client's user.
-            if let Err(e) = run(stream, first, &mut rx, None, &congested).await {
-                metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+            let result = run(stream, first, &mut rx, None, &congested).await;
+            m.user.decrement(1.0);
+            if let Err(e) = result {
+                m.errors.increment(1);
                 tracing::info!("connection of a logged-in user ended: {e}");
             }
         }
         Err(e) => {
-            metrics::counter!("ackproxy_upstream_errors_total").increment(1);
+            crate::telemetry::upstream().errors.increment(1);
             tracing::info!("connection of a logged-in user could not open: {e}");
             first.pending.deliver(Err(e));
+        }
+    }
+}
+
+/// Whether the upstream is down, for the whole process: an outage is
+/// logged once when it begins (whichever shared connection sees it first,
+/// whatever the number of retries) and once when a shared connection is
+/// made again, with its length.
+mod outage {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    static SINCE: Mutex<Option<Instant>> = Mutex::new(None);
+
+    pub fn began(why: &str) {
+        let mut since = SINCE.lock().unwrap();
+        if since.is_none() {
+            *since = Some(Instant::now());
+            tracing::warn!("upstream down: {why}");
+        }
+    }
+
+    pub fn ended() {
+        if let Some(at) = SINCE.lock().unwrap().take() {
+            crate::telemetry::upstream().reconnects.increment(1);
+            tracing::info!(
+                outage_ms = at.elapsed().as_millis() as u64,
+                "upstream back up"
+            );
         }
     }
 }

@@ -406,17 +406,54 @@ pub fn decode(b: &[u8]) -> (Value, usize) {
 }
 
 /// One series of the proxy's Prometheus endpoint on `port`, -1 while it
-/// cannot be read.
+/// cannot be read. A labelled series is named with its labels as the
+/// endpoint writes them (see [`series`]).
 pub fn metric(port: u16, name: &str) -> f64 {
     let Ok(reply) = http(port, "GET", "/metrics", &[], b"") else {
         return -1.0;
     };
-    reply
-        .text()
-        .lines()
+    series_value(&reply.text(), name).unwrap_or(-1.0)
+}
+
+/// The endpoint's whole text, if it answers.
+pub fn scrape(port: u16) -> Option<String> {
+    http(port, "GET", "/metrics", &[], b"")
+        .ok()
+        .map(|r| r.text())
+}
+
+/// The value of one series in a scraped text.
+pub fn series_value(body: &str, name: &str) -> Option<f64> {
+    body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
+}
+
+/// A series name with labels, in the exporter's order and quoting:
+/// `series("x_total", &[("rule", "jobs")])` is `x_total{rule="jobs"}`.
+pub fn series(name: &str, labels: &[(&str, &str)]) -> String {
+    if labels.is_empty() {
+        return name.to_string();
+    }
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// Waits until the series has the value `want` (metrics change after the
+/// reply that caused them, and gauges when sampled), then asserts it.
+pub fn await_metric(port: u16, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = metric(port, name);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: expected {want}, still {got}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A queue's totals (`ackq:{TAG}:Q:stats`): the one auxiliary key that

@@ -1,0 +1,413 @@
+//! The Prometheus endpoint after known operations, scraped over HTTP: every
+//! counter and gauge has exactly the value those operations must give it.
+//! Also: parked pops do not hold up shutdown.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CONFIG: &str = r#"
+[limits]
+maxclients = 4
+
+[[queue]]
+pattern = "jobs"
+ack_id = "payload"
+lease_ms = 600000
+
+[[queue]]
+pattern = "short:*"
+ack_id = "payload"
+lease_ms = 200
+max_deliveries = 2
+
+[[queue]]
+pattern = "wait:*"
+ack_id = "payload"
+lease_ms = 600000
+"#;
+
+const ROUTES: [&str; 4] = ["shared", "dedicated", "queue", "proxy"];
+
+fn rule(name: &str, pattern: &str) -> String {
+    series(name, &[("rule", pattern)])
+}
+
+fn route(name: &str, r: &str) -> String {
+    series(name, &[("route", r)])
+}
+
+/// Requests sent, by the route the proxy must serve them on.
+#[derive(Default)]
+struct Sent(HashMap<&'static str, f64>);
+
+impl Sent {
+    fn cmd(&mut self, c: &mut Client, via: &'static str, args: &[&str]) -> Value {
+        *self.0.entry(via).or_default() += 1.0;
+        c.cmd(args)
+    }
+
+    fn send(&mut self, c: &mut Client, via: &'static str, args: &[&str]) {
+        *self.0.entry(via).or_default() += 1.0;
+        c.send(args);
+    }
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+fn info_field(v: &Value, field: &str) -> i64 {
+    let Value::Array(items) = v else {
+        panic!("QUEUE INFO: {v:?}")
+    };
+    let at = items
+        .iter()
+        .position(|i| *i == Value::bulk(field))
+        .unwrap_or_else(|| panic!("QUEUE INFO has no {field}: {v:?}"));
+    int(&items[at + 1])
+}
+
+#[test]
+fn every_series_has_the_exact_value_of_known_operations() {
+    let redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        CONFIG,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    // The harness's PING connection is closed; its session ends on its own.
+    await_metric(m, "ackproxy_connections", 0.0);
+    let body = scrape(m).expect("metrics endpoint");
+
+    // Every series exists from the start, at 0; the harness's PING (one
+    // shared request) is the only thing that happened.
+    for pattern in ["jobs", "short:*", "wait:*"] {
+        for name in [
+            "ackproxy_pops_total",
+            "ackproxy_acks_total",
+            "ackproxy_late_acks_total",
+            "ackproxy_nacks_total",
+            "ackproxy_expiries_total",
+            "ackproxy_redeliveries_total",
+            "ackproxy_dead_letters_total",
+            "ackproxy_delayed_promoted_total",
+            "ackproxy_redriven_total",
+            "ackproxy_dead_dropped_total",
+            "ackproxy_disconnect_requeues_total",
+            "ackproxy_shadow_would_redeliver_total",
+            "ackproxy_queue_ready",
+            "ackproxy_queue_leased",
+            "ackproxy_queue_delayed",
+            "ackproxy_queue_dead",
+            "ackproxy_queue_oldest_lease_age_seconds",
+            "ackproxy_ack_latency_seconds_count",
+        ] {
+            let s = rule(name, pattern);
+            assert_eq!(series_value(&body, &s), Some(0.0), "{s}");
+        }
+    }
+    for name in [
+        "ackproxy_rejected_connections_total",
+        "ackproxy_tls_handshake_failures_total",
+        "ackproxy_upstream_errors_total",
+        "ackproxy_upstream_reconnects_total",
+        "ackproxy_parked_clients",
+        "ackproxy_connections",
+    ] {
+        assert_eq!(series_value(&body, name), Some(0.0), "{name}");
+    }
+    assert_eq!(
+        series_value(
+            &body,
+            &series("ackproxy_upstream_connections", &[("kind", "dedicated")])
+        ),
+        Some(0.0)
+    );
+    for r in ["dedicated", "queue", "proxy"] {
+        assert_eq!(
+            series_value(&body, &route("ackproxy_commands_total", r)),
+            Some(0.0),
+            "{r}"
+        );
+    }
+    let mut sent = Sent::default();
+    sent.0.insert("shared", 1.0);
+    let connected_before = series_value(&body, "ackproxy_connections_total").unwrap();
+    assert_eq!(connected_before, 1.0, "the harness's PING connection");
+
+    let mut c = proxy.client();
+    await_metric(m, "ackproxy_connections", 1.0);
+
+    // 5 pops of 3 messages, 12 of them acknowledged, 1 nacked, 1 unknown id.
+    let msgs: Vec<String> = (1..=16).map(|i| format!("m{i}")).collect();
+    let mut push = vec!["LPUSH", "jobs"];
+    push.extend(msgs.iter().map(String::as_str));
+    assert_eq!(sent.cmd(&mut c, "shared", &push), Value::Int(16));
+    let mut popped = Vec::new();
+    for _ in 0..5 {
+        match sent.cmd(&mut c, "queue", &["RPOP", "jobs", "3"]) {
+            Value::Array(vs) => popped.extend(vs),
+            other => panic!("RPOP: {other:?}"),
+        }
+    }
+    let popped: Vec<String> = popped
+        .iter()
+        .map(|v| match v {
+            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(popped.len(), 15);
+    let mut ack = vec!["ACK", "jobs"];
+    ack.extend(popped[..12].iter().map(String::as_str));
+    assert_eq!(sent.cmd(&mut c, "queue", &ack), Value::Int(12));
+    assert_eq!(
+        sent.cmd(&mut c, "queue", &["NACK", "jobs", &popped[12]]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        sent.cmd(&mut c, "queue", &["ACK", "jobs", "nope"]),
+        Value::Int(0)
+    );
+
+    // A lease that runs out twice: redelivered, then dead-lettered.
+    assert_eq!(
+        sent.cmd(&mut c, "shared", &["LPUSH", "short:a", "x"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        sent.cmd(&mut c, "queue", &["RPOP", "short:a"]),
+        Value::bulk("x")
+    );
+    await_metric(m, &rule("ackproxy_redeliveries_total", "short:*"), 1.0);
+    assert_eq!(
+        sent.cmd(&mut c, "queue", &["RPOP", "short:a"]),
+        Value::bulk("x")
+    );
+    await_metric(m, &rule("ackproxy_dead_letters_total", "short:*"), 1.0);
+
+    // A parked pop woken by a push, and one that times out.
+    let mut parked = proxy.client();
+    sent.send(&mut parked, "queue", &["BRPOP", "wait:1", "0"]);
+    await_metric(m, "ackproxy_parked_clients", 1.0);
+    assert_eq!(
+        sent.cmd(&mut c, "shared", &["LPUSH", "wait:1", "w"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        parked.read_value(),
+        Value::Array(vec![Value::bulk("wait:1"), Value::bulk("w")])
+    );
+    await_metric(m, "ackproxy_parked_clients", 0.0);
+    assert_eq!(
+        sent.cmd(&mut parked, "queue", &["BRPOP", "wait:2", "0.05"]),
+        Value::Nil
+    );
+    await_metric(m, "ackproxy_parked_clients", 0.0);
+
+    // A blocking command on a plain key: the client's own connection.
+    assert_eq!(
+        sent.cmd(&mut c, "dedicated", &["BLPOP", "plain", "0.01"]),
+        Value::Nil
+    );
+    await_metric(
+        m,
+        &series("ackproxy_upstream_connections", &[("kind", "dedicated")]),
+        1.0,
+    );
+
+    // QUEUE INFO suggests a lease from the 12 acknowledgements.
+    let info = sent.cmd(&mut c, "queue", &["QUEUE", "INFO", "jobs"]);
+    let suggested = info_field(&info, "suggested-lease-ms");
+    assert!(suggested >= 1000 && suggested % 1000 == 0, "{info:?}");
+    let info = sent.cmd(&mut c, "queue", &["QUEUE", "INFO", "wait:1"]);
+    assert_eq!(info_field(&info, "suggested-lease-ms"), -1, "no ACK yet");
+
+    let counters = [
+        ("ackproxy_pops_total", "jobs", 15.0),
+        ("ackproxy_acks_total", "jobs", 12.0),
+        ("ackproxy_ack_latency_seconds_count", "jobs", 12.0),
+        ("ackproxy_nacks_total", "jobs", 1.0),
+        ("ackproxy_late_acks_total", "jobs", 0.0),
+        ("ackproxy_expiries_total", "jobs", 0.0),
+        ("ackproxy_pops_total", "short:*", 2.0),
+        ("ackproxy_expiries_total", "short:*", 2.0),
+        ("ackproxy_redeliveries_total", "short:*", 1.0),
+        ("ackproxy_dead_letters_total", "short:*", 1.0),
+        ("ackproxy_acks_total", "short:*", 0.0),
+        ("ackproxy_pops_total", "wait:*", 1.0),
+        ("ackproxy_acks_total", "wait:*", 0.0),
+    ];
+    for (name, pattern, want) in counters {
+        await_metric(m, &rule(name, pattern), want);
+    }
+    // The queue gauges, once the reaper has sampled after the last change.
+    let gauges = [
+        ("ackproxy_queue_ready", "jobs", 2.0),
+        ("ackproxy_queue_leased", "jobs", 2.0),
+        ("ackproxy_queue_dead", "jobs", 0.0),
+        ("ackproxy_queue_ready", "short:*", 0.0),
+        ("ackproxy_queue_leased", "short:*", 0.0),
+        ("ackproxy_queue_dead", "short:*", 1.0),
+        ("ackproxy_queue_ready", "wait:*", 0.0),
+        ("ackproxy_queue_leased", "wait:*", 1.0),
+        ("ackproxy_queue_dead", "wait:*", 0.0),
+    ];
+    for (name, pattern, want) in gauges {
+        await_metric(m, &rule(name, pattern), want);
+    }
+    assert!(metric(m, &rule("ackproxy_queue_oldest_lease_age_seconds", "jobs")) > 0.0);
+    assert_eq!(
+        metric(
+            m,
+            &rule("ackproxy_queue_oldest_lease_age_seconds", "short:*")
+        ),
+        0.0
+    );
+
+    // Delayed delivery: a message due in 100 ms is promoted by the reaper,
+    // one due in an hour stays delayed.
+    for (payload, delay) in [("soon", "100"), ("later", "3600000")] {
+        assert_eq!(
+            sent.cmd(
+                &mut c,
+                "queue",
+                &["QUEUE", "PUSH", "wait:3", payload, "DELAY", delay]
+            ),
+            Value::Int(1)
+        );
+    }
+    await_metric(m, &rule("ackproxy_delayed_promoted_total", "wait:*"), 1.0);
+    await_metric(m, &rule("ackproxy_queue_delayed", "wait:*"), 1.0);
+    await_metric(m, &rule("ackproxy_queue_ready", "wait:*"), 1.0);
+    // The dead letter back in its queue.
+    assert_eq!(
+        sent.cmd(&mut c, "queue", &["QUEUE", "REDRIVE", "short:a"]),
+        Value::Int(1)
+    );
+    await_metric(m, &rule("ackproxy_redriven_total", "short:*"), 1.0);
+    await_metric(m, &rule("ackproxy_queue_dead", "short:*"), 0.0);
+    await_metric(m, &rule("ackproxy_queue_ready", "short:*"), 1.0);
+    for (name, pattern) in [
+        ("ackproxy_dead_dropped_total", "short:*"),
+        ("ackproxy_disconnect_requeues_total", "jobs"),
+        ("ackproxy_shadow_would_redeliver_total", "jobs"),
+        ("ackproxy_queue_delayed", "jobs"),
+    ] {
+        assert_eq!(metric(m, &rule(name, pattern)), 0.0, "{name}");
+    }
+
+    // Every request counted by route, and timed: one latency per request.
+    for r in ROUTES {
+        if r == "proxy" {
+            continue;
+        }
+        let want = sent.0.get(r).copied().unwrap_or(0.0);
+        await_metric(m, &route("ackproxy_commands_total", r), want);
+        await_metric(
+            m,
+            &route("ackproxy_command_duration_seconds_count", r),
+            want,
+        );
+    }
+
+    // maxclients = 4: c and parked are open; two more fit, the next is refused.
+    let mut third = proxy.client();
+    let mut fourth = proxy.client();
+    await_metric(m, "ackproxy_connections", 4.0);
+    let mut fifth = proxy.client();
+    assert_eq!(
+        fifth.read_value(),
+        Value::Error("ERR max number of clients reached".into())
+    );
+    await_metric(m, "ackproxy_rejected_connections_total", 1.0);
+    assert_eq!(
+        sent.cmd(&mut third, "proxy", &["QUIT"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(
+        sent.cmd(&mut fourth, "proxy", &["QUIT"]),
+        Value::Simple("OK".into())
+    );
+    await_metric(m, &route("ackproxy_commands_total", "proxy"), 2.0);
+    await_metric(
+        m,
+        &route("ackproxy_command_duration_seconds_count", "proxy"),
+        2.0,
+    );
+    drop((c, parked, third, fourth, fifth));
+    await_metric(m, "ackproxy_connections", 0.0);
+    await_metric(
+        m,
+        &series("ackproxy_upstream_connections", &[("kind", "dedicated")]),
+        0.0,
+    );
+    // The harness's PING, c, parked, third and fourth (not the refused one).
+    await_metric(m, "ackproxy_connections_total", 5.0);
+    assert_eq!(metric(m, "ackproxy_upstream_errors_total"), 0.0);
+    assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 0.0);
+}
+
+#[test]
+fn upstream_loss_and_return_are_counted() {
+    let mut redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
+    let (port, dir) = (redis.port, redis.dir.clone());
+    redis.kill();
+    // The loss is seen by the next request, which fails.
+    assert!(matches!(c.cmd(&["GET", "k"]), Value::Error(_)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(m, "ackproxy_upstream_errors_total") < 1.0 {
+        assert!(Instant::now() < deadline, "the loss was not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 0.0);
+    let _back = Redis::start_on(port, dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.cmd(&["PING"]) != Value::Simple("PONG".into()) {
+        assert!(Instant::now() < deadline, "not reconnected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // One outage, however many attempts it took.
+    assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 1.0);
+}
+
+#[test]
+fn sigterm_closes_parked_pops_at_once_after_their_earlier_replies() {
+    let redis = Redis::start();
+    let m = free_port();
+    let mut proxy = Proxy::start_with_config(
+        redis.port,
+        CONFIG,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let mut c = proxy.client();
+    let mut pipeline = Client::encode(&[b"PING"]);
+    pipeline.extend_from_slice(&Client::encode(&[b"BRPOP", b"wait:never", b"0"]));
+    c.send_raw(&pipeline);
+    await_metric(m, "ackproxy_parked_clients", 1.0);
+    let started = Instant::now();
+    assert!(proxy.terminate(), "ackproxy did not exit cleanly");
+    // Well within the 10 s a busy client may take to drain.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    // As Redis's SHUTDOWN does to a blocked client: the connection closes,
+    // with no reply to the pop, after the replies due before it.
+    assert_eq!(
+        read_to_close(&mut c.stream().try_clone().unwrap()),
+        b"+PONG\r\n"
+    );
+    // The parked pop took nothing.
+    assert_eq!(redis.client().cmd(&["EXISTS", "wait:never"]), Value::Int(0));
+}
