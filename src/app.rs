@@ -67,7 +67,9 @@ async fn start_inner(
         }),
         connect_timeout: config.connect_timeout(),
         tls: upstream_tls,
-        scripts: (!config.queues.is_empty()).then(crate::queue::scripts::preload),
+        // Also without queue rules: a reload may add the first one, and
+        // connections already open must then have the scripts.
+        scripts: Some(crate::queue::scripts::preload()),
         connected: Arc::new(tokio::sync::Notify::new()),
     });
     // Routing follows Redis's own command table when it can be read, and
@@ -100,9 +102,7 @@ async fn start_inner(
         listeners.push(bind(addr, acceptor).await?);
     }
     let config = Arc::new(config);
-    let queues = Queues::start(&config, endpoint.clone(), stop.clone())
-        .await
-        .map(Arc::new);
+    let queues = Arc::new(Queues::start(&config, endpoint.clone(), stop.clone()).await);
     let address = |tls: bool| {
         listeners
             .iter()
@@ -120,7 +120,12 @@ async fn start_inner(
         "ackproxy ready"
     );
     if let Some(ops) = ops {
-        ops.spawn(&config, endpoint.clone(), queues.clone(), stop.clone());
+        ops.spawn(
+            &config,
+            endpoint.clone(),
+            Some(queues.clone()),
+            stop.clone(),
+        );
     }
     let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
     Ok(async move {

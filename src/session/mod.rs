@@ -33,7 +33,8 @@ pub struct Context {
     pub endpoint: Arc<Endpoint>,
     shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
-    pub queues: Option<Arc<Queues>>,
+    /// Always there: SIGHUP may bring the first rule (see [`Queues::active`]).
+    pub queues: Arc<Queues>,
     pub shutdown: watch::Receiver<bool>,
     /// The last `CLIENT PAUSE` made through the proxy, while it may last.
     pause: Mutex<Option<Pause>>,
@@ -51,7 +52,7 @@ impl Context {
     pub fn new(
         config: Arc<Config>,
         endpoint: Arc<Endpoint>,
-        queues: Option<Arc<Queues>>,
+        queues: Arc<Queues>,
         shutdown: watch::Receiver<bool>,
     ) -> Context {
         let shared = (0..config.shared_connections)
@@ -204,13 +205,11 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
     }
     session.out.finish();
     let _ = writer.await;
-    if let Some(queues) = &session.ctx.queues {
-        queues.closed(
-            session.conn,
-            *session.ctx.shutdown.borrow(),
-            &session.shared,
-        );
-    }
+    session.ctx.queues.closed(
+        session.conn,
+        *session.ctx.shutdown.borrow(),
+        &session.shared,
+    );
     metrics::gauge!("ackproxy_connections").decrement(1.0);
 }
 
@@ -271,7 +270,7 @@ impl Session {
             if let Some(stop) = self.process().await {
                 return stop;
             }
-            if self.out.unwritten() >= self.ctx.config.limits.max_inflight_per_client {
+            if self.out.unwritten() >= self.out.inflight_limit() {
                 self.out.below_inflight_limit().await;
             }
         }
@@ -396,51 +395,52 @@ impl Session {
                 self.out.ready(Bytes::from_static(b"+RESET\r\n"), 1);
                 return None;
             }
-            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
-                if let Some(queues) = self.ctx.queues.clone().filter(|q| q.concerns(kind, args)) {
-                    if !self.permitted(kind, args).await {
+            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue
+                if self.ctx.queues.concerns(kind, args) =>
+            {
+                let queues = self.ctx.queues.clone();
+                if !self.permitted(kind, args).await {
+                    return None;
+                }
+                let in_multi = self.pinned && self.mode.multi;
+                if self.pinned && !in_multi {
+                    // Redis would run this after everything the client
+                    // sent before; that also settles the protocol and
+                    // the subscriptions it runs under.
+                    self.settle().await;
+                    if self.subscribed_resp2() {
+                        let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
+                        self.answer(reply).await;
                         return None;
                     }
-                    let in_multi = self.pinned && self.mode.multi;
-                    if self.pinned && !in_multi {
-                        // Redis would run this after everything the client
-                        // sent before; that also settles the protocol and
-                        // the subscriptions it runs under.
-                        self.settle().await;
-                        if self.subscribed_resp2() {
-                            let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
-                            self.answer(reply).await;
-                            return None;
-                        }
+                }
+                // A pause would hold the calls of a job on the shared
+                // connection: one call, on the client's own instead.
+                let paused = self.ctx.pause().is_some() && !self.mode.any();
+                let how = crate::queue::How {
+                    protocol: self.protocol(),
+                    in_multi,
+                    full: in_multi,
+                    split: !paused,
+                    conn: self.conn,
+                };
+                let intercept = queues.intercept(kind, args, how);
+                match intercept {
+                    Intercept::Pass => {}
+                    Intercept::Reply(bytes) => {
+                        self.answer(bytes).await;
+                        return None;
                     }
-                    // A pause would hold the calls of a job on the shared
-                    // connection: one call, on the client's own instead.
-                    let paused = self.ctx.pause().is_some() && !self.mode.any();
-                    let how = crate::queue::How {
-                        protocol: self.protocol(),
-                        in_multi,
-                        full: in_multi,
-                        split: !paused,
-                        conn: self.conn,
-                    };
-                    let intercept = queues.intercept(kind, args, how);
-                    match intercept {
-                        Intercept::Pass => {}
-                        Intercept::Reply(bytes) => {
-                            self.answer(bytes).await;
-                            return None;
-                        }
-                        Intercept::Rewrite { request, transform } => {
-                            self.rewritten(kind, request, transform).await;
-                            return None;
-                        }
-                        Intercept::Block(pop) => {
-                            return self.blocking_pop(&queues, pop).await;
-                        }
-                        Intercept::Job(job) => {
-                            self.run_job(job).await;
-                            return None;
-                        }
+                    Intercept::Rewrite { request, transform } => {
+                        self.rewritten(kind, request, transform).await;
+                        return None;
+                    }
+                    Intercept::Block(pop) => {
+                        return self.blocking_pop(&queues, pop).await;
+                    }
+                    Intercept::Job(job) => {
+                        self.run_job(job).await;
+                        return None;
                     }
                 }
             }
@@ -512,10 +512,7 @@ impl Session {
     }
 
     fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
-        match &self.ctx.queues {
-            None => true,
-            Some(q) => !q.concerns(kind, args),
-        }
+        !self.ctx.queues.concerns(kind, args)
     }
 
     /// Moves the client off a shared connection busy with someone else's
