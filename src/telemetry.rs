@@ -100,6 +100,14 @@ pub fn register(rules: &[QueueRule]) {
     }
     for (name, help) in QUEUE_COUNTERS {
         metrics::describe_counter!(*name, *help);
+    }
+    register_rules(rules);
+}
+
+/// Sets every per-rule series of `rules` to 0: at start, and for the rules
+/// a reload adds.
+pub fn register_rules(rules: &[QueueRule]) {
+    for (name, _) in QUEUE_COUNTERS {
         for r in rules {
             metrics::counter!(*name, "rule" => r.pattern.clone()).absolute(0);
         }

@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
 use crate::command::{classify, Args, Kind};
-use crate::config::Config;
+use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::{Intercept, Queues};
@@ -29,12 +29,15 @@ use route::{oversized, route, Facts, Pause, Route};
 
 /// What every session shares.
 pub struct Context {
+    /// As at start-up; `limits` is read from [`Context::limits`] instead,
+    /// which SIGHUP replaces.
     pub config: Arc<Config>,
     pub endpoint: Arc<Endpoint>,
     shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
     /// Always there: SIGHUP may bring the first rule (see [`Queues::active`]).
     pub queues: Arc<Queues>,
+    limits: std::sync::RwLock<Arc<LimitsConfig>>,
     pub shutdown: watch::Receiver<bool>,
     /// The last `CLIENT PAUSE` made through the proxy, while it may last.
     pause: Mutex<Option<Pause>>,
@@ -70,6 +73,7 @@ impl Context {
         Context {
             users,
             requirepass,
+            limits: std::sync::RwLock::new(Arc::new(config.limits.clone())),
             config,
             endpoint,
             shared: Mutex::new(shared),
@@ -80,6 +84,17 @@ impl Context {
             maybe_paused: std::sync::atomic::AtomicBool::new(false),
             permissions: Default::default(),
         }
+    }
+
+    /// The `[limits]` in force: a connection takes them when it is accepted.
+    pub fn limits(&self) -> Arc<LimitsConfig> {
+        self.limits.read().unwrap().clone()
+    }
+
+    /// New limits, from a reload, for the connections accepted from now on
+    /// (and every client's next idle wait).
+    pub fn set_limits(&self, limits: LimitsConfig) {
+        *self.limits.write().unwrap() = Arc::new(limits);
     }
 
     fn pause(&self) -> Option<Pause> {
@@ -167,7 +182,7 @@ enum Stop {
 pub async fn run(stream: Stream, ctx: Arc<Context>) {
     let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
-    let limits = &ctx.config.limits;
+    let limits = ctx.limits();
     let out = ClientState::new(
         limits.client_output_buffer_limit,
         limits.max_inflight_per_client,
@@ -279,7 +294,7 @@ impl Session {
     /// Like Redis's `timeout`: idle clients are closed, but never ones
     /// waiting in a blocking command or subscribed.
     fn idle_timeout(&self) -> Option<Duration> {
-        let secs = self.ctx.config.limits.idle_timeout_secs;
+        let secs = self.ctx.limits.read().unwrap().idle_timeout_secs;
         if secs == 0 || self.mode.unpaired || self.dedicated.as_ref().is_some_and(|d| !d.is_idle())
         {
             return None;
