@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{Cli, Config};
+use crate::config::{Cli, Config, QueueRule};
 use crate::embedded::EmbeddedRedis;
 use crate::error::StartError;
 use crate::queue::Queues;
@@ -20,7 +20,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
 }
 
 /// Like [`run`]; with the command line the configuration came from, SIGHUP
-/// re-reads the proxy's own upstream credentials from it.
+/// reloads the configuration from it (see [`reload_on_hangup`]).
 pub async fn run_with_reload(config: Config, cli: Option<Cli>) -> Result<(), StartError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -46,6 +46,18 @@ async fn start_inner(
     stop: watch::Receiver<bool>,
     reload: Option<Cli>,
 ) -> Result<impl std::future::Future<Output = Result<(), StartError>>, StartError> {
+    // Listening from the start: SIGHUP's default action would end the
+    // process. Reloads compare with the configuration as loaded, before a
+    // private redis-server fills in `upstream`.
+    let reload = match reload {
+        Some(cli) => {
+            use tokio::signal::unix::{signal, SignalKind};
+            let hup = signal(SignalKind::hangup())
+                .map_err(|e| StartError::Config(format!("cannot listen for SIGHUP: {e}")))?;
+            Some((hup, cli, config.clone()))
+        }
+        None => None,
+    };
     let embedded = match &config.upstream {
         Some(_) => None,
         None => {
@@ -70,7 +82,9 @@ async fn start_inner(
         }),
         connect_timeout: config.connect_timeout(),
         tls: upstream_tls,
-        scripts: (!config.queues.is_empty()).then(crate::queue::scripts::preload),
+        // Also without queue rules: a reload may add the first one, and
+        // connections already open must then have the scripts.
+        scripts: Some(crate::queue::scripts::preload()),
         connected: Arc::new(tokio::sync::Notify::new()),
     });
     // Routing follows Redis's own command table when it can be read, and
@@ -92,9 +106,6 @@ async fn start_inner(
     if crate::auth::probe(&endpoint).await.is_none() {
         crate::auth::spawn_probe(endpoint.clone());
     }
-    if let Some(cli) = reload {
-        tokio::spawn(reload_on_hangup(cli, endpoint.clone()));
-    }
     let mut listeners = Vec::new();
     if !config.listen.is_empty() {
         listeners.push(bind(&config.listen, None).await?);
@@ -103,9 +114,7 @@ async fn start_inner(
         listeners.push(bind(addr, acceptor).await?);
     }
     let config = Arc::new(config);
-    let queues = Queues::start(&config, endpoint.clone(), stop.clone())
-        .await
-        .map(Arc::new);
+    let queues = Arc::new(Queues::start(&config, endpoint.clone(), stop.clone()).await);
     let address = |tls: bool| {
         listeners
             .iter()
@@ -126,6 +135,9 @@ async fn start_inner(
         ops.spawn(&config, endpoint.clone(), queues.clone(), stop.clone());
     }
     let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
+    if let Some((hup, cli, loaded)) = reload {
+        tokio::spawn(reload_on_hangup(hup, cli, loaded, ctx.clone()));
+    }
     Ok(async move {
         server::serve(listeners, ctx, stop).await;
         if let Some(e) = embedded {
@@ -145,24 +157,101 @@ async fn bind(
     Ok(server::Listener { tcp, tls })
 }
 
-/// SIGHUP: the proxy's own credentials from the configuration file (and
-/// the command line, which still overrides it), for its next connections.
-async fn reload_on_hangup(cli: Cli, endpoint: Arc<Endpoint>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
+/// SIGHUP: the configuration file is read again (the command line still
+/// overrides it). The queue rules, `[limits]` and the proxy's own
+/// credentials take effect without dropping a client; any other setting
+/// that changed waits for a restart, and says so. A file that does not
+/// load changes nothing.
+async fn reload_on_hangup(
+    mut hup: tokio::signal::unix::Signal,
+    cli: Cli,
+    mut current: Config,
+    ctx: Arc<Context>,
+) {
     while hup.recv().await.is_some() {
         match Config::load(&cli) {
-            Ok(c) => {
-                let credentials = Credentials {
-                    user: c.upstream_user,
-                    password: c.upstream_password,
-                };
-                crate::auth::set_credentials(&endpoint, credentials);
-                crate::auth::probe(&endpoint).await;
+            Ok(next) => apply(&mut current, next, &ctx).await,
+            Err(e) => {
+                let file = cli
+                    .config
+                    .as_ref()
+                    .map_or("(no file)".into(), |p| p.display().to_string());
+                tracing::warn!(
+                    "SIGHUP: configuration not reloaded from {file}, every setting stays as it was: {e}"
+                );
             }
-            Err(e) => tracing::warn!("SIGHUP: {e}; keeping the credentials in use"),
+        }
+    }
+}
+
+/// Puts what can change at run time of `next` in force; `current` becomes
+/// what is in force.
+async fn apply(current: &mut Config, next: Config, ctx: &Context) {
+    for name in current.restart_only_changes(&next) {
+        tracing::warn!("SIGHUP: {name} changed in the file; it takes effect at restart");
+    }
+    let rules = RuleChanges::between(&current.queues, &next.queues);
+    if current.queues != next.queues {
+        ctx.queues.replace_rules(&next.queues);
+        crate::telemetry::register_rules(&rules.added);
+    }
+    let limits = current.limits.changes(&next.limits);
+    if !limits.is_empty() {
+        ctx.set_limits(next.limits.clone());
+    }
+    let credentials = Credentials {
+        user: next.upstream_user.clone(),
+        password: next.upstream_password.clone(),
+    };
+    crate::auth::set_credentials(&ctx.endpoint, credentials);
+    crate::auth::probe(&ctx.endpoint).await;
+    let limits = if limits.is_empty() {
+        "limits unchanged".to_string()
+    } else {
+        format!("limits changed ({})", limits.join(", "))
+    };
+    tracing::info!(
+        "configuration reloaded: {} queue rules ({} added, {} changed, {} removed), {limits}",
+        next.queues.len(),
+        rules.added.len(),
+        rules.changed,
+        rules.removed,
+    );
+    current.queues = next.queues;
+    current.limits = next.limits;
+    current.upstream_user = next.upstream_user;
+    current.upstream_password = next.upstream_password;
+}
+
+/// How a reload changes the rules, rule by pattern.
+struct RuleChanges {
+    added: Vec<QueueRule>,
+    changed: usize,
+    removed: usize,
+}
+
+impl RuleChanges {
+    fn between(old: &[QueueRule], new: &[QueueRule]) -> RuleChanges {
+        let find = |rules: &[QueueRule], pattern: &str| -> Option<QueueRule> {
+            rules.iter().find(|r| r.pattern == pattern).cloned()
+        };
+        let mut added = Vec::new();
+        let mut changed = 0;
+        for r in new {
+            match find(old, &r.pattern) {
+                None if find(&added, &r.pattern).is_none() => added.push(r.clone()),
+                Some(o) if o != *r => changed += 1,
+                _ => {}
+            }
+        }
+        let removed = old
+            .iter()
+            .filter(|r| find(new, &r.pattern).is_none())
+            .count();
+        RuleChanges {
+            added,
+            changed,
+            removed,
         }
     }
 }

@@ -192,7 +192,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     pub max_bulk_len: usize,
@@ -223,7 +223,27 @@ impl Default for LimitsConfig {
     }
 }
 
+/// The names of the fields that differ between two values of a struct.
+macro_rules! differing {
+    ($a:expr, $b:expr; $($field:ident),+ $(,)?) => {{
+        let mut names: Vec<&'static str> = Vec::new();
+        $(
+            if $a.$field != $b.$field {
+                names.push(stringify!($field));
+            }
+        )+
+        names
+    }};
+}
+
 impl LimitsConfig {
+    /// The limits `next` sets differently.
+    pub fn changes(&self, next: &LimitsConfig) -> Vec<&'static str> {
+        differing!(self, next;
+            max_bulk_len, max_array_len, max_inline_len, maxclients,
+            client_output_buffer_limit, max_inflight_per_client, idle_timeout_secs)
+    }
+
     pub fn scanner_limits(&self) -> Limits {
         Limits {
             max_bulk_len: self.max_bulk_len,
@@ -233,7 +253,7 @@ impl LimitsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddedConfig {
     /// redis-server binary to run when no upstream is configured.
@@ -253,7 +273,7 @@ impl Default for EmbeddedConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReaperConfig {
     /// How often each queue's expired leases are looked for.
@@ -349,7 +369,7 @@ impl AckId {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueRule {
     /// Exact key name, or a glob pattern (`*`, `?`, `[...]`, as Redis KEYS).
@@ -500,6 +520,50 @@ impl Config {
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Settings `next` sets differently that only a restart applies: all
+    /// but the queue rules, `[limits]` and the proxy's own credentials.
+    pub fn restart_only_changes(&self, next: &Config) -> Vec<&'static str> {
+        // Every field named, so that a new setting cannot be left out of
+        // both this list and the reloaded ones unnoticed.
+        let Config {
+            listen: _,
+            tls_listen: _,
+            tls_cert_file: _,
+            tls_key_file: _,
+            tls_ca_cert_file: _,
+            tls_auth_clients: _,
+            upstream: _,
+            upstream_password: _,
+            upstream_user: _,
+            upstream_tls: _,
+            upstream_tls_ca_cert_file: _,
+            upstream_tls_cert_file: _,
+            upstream_tls_key_file: _,
+            upstream_tls_server_name: _,
+            shared_connections: _,
+            user_connections_max: _,
+            requirepass: _,
+            dedicated_per_client: _,
+            threads: _,
+            metrics: _,
+            ops_public: _,
+            admin_token: _,
+            log_format: _,
+            connect_timeout_ms: _,
+            limits: _,
+            embedded: _,
+            reaper: _,
+            queues: _,
+        } = next;
+        differing!(self, next;
+            listen, tls_listen, tls_cert_file, tls_key_file, tls_ca_cert_file,
+            tls_auth_clients, upstream, upstream_tls, upstream_tls_ca_cert_file,
+            upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
+            shared_connections, user_connections_max, requirepass,
+            dedicated_per_client, threads, metrics, ops_public, admin_token,
+            log_format, connect_timeout_ms, embedded, reaper)
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
@@ -1035,5 +1099,23 @@ mod tests {
         assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 50\n").is_err());
         assert!(rule("retry_jitter = 1.5\n").is_err());
         assert!(rule("retry_backoff = \"linear\"\n").is_err());
+    }
+
+    #[test]
+    fn reload_names_what_changed() {
+        let old = Config::from_toml("[limits]\nmaxclients = 10\n").unwrap();
+        let new = Config::from_toml(
+            "listen = \"127.0.0.1:7000\"\nupstream_password = \"p\"\n\
+             [reaper]\nbatch = 5\n[limits]\nmaxclients = 20\nidle_timeout_secs = 3\n\
+             [[queue]]\npattern = \"q\"\n",
+        )
+        .unwrap();
+        // Credentials, limits and rules reload; the rest waits for a restart.
+        assert_eq!(old.restart_only_changes(&new), ["listen", "reaper"]);
+        assert_eq!(
+            old.limits.changes(&new.limits),
+            ["maxclients", "idle_timeout_secs"]
+        );
+        assert!(old.restart_only_changes(&old.clone()).is_empty());
     }
 }

@@ -34,7 +34,6 @@ pub async fn serve(
 ) {
     let active = Arc::new(AtomicUsize::new(0));
     let all_done = Arc::new(Notify::new());
-    let maxclients = ctx.config.limits.maxclients;
     let mut next = 0usize;
     loop {
         let (accepted, tls) = tokio::select! {
@@ -52,7 +51,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        if active.load(Ordering::Acquire) >= maxclients {
+        if active.load(Ordering::Acquire) >= ctx.limits().maxclients {
             crate::telemetry::clients().rejected.increment(1);
             let stop = shutdown.clone();
             tokio::spawn(async move {

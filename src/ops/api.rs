@@ -25,7 +25,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::config::QueueRule;
 use crate::queue::Queues;
 use crate::upstream::{control, Endpoint};
 
@@ -38,9 +37,8 @@ const SCAN_COUNT: &str = "1000";
 
 pub struct Ops {
     pub handle: PrometheusHandle,
-    pub queues: Option<Arc<Queues>>,
+    pub queues: Arc<Queues>,
     pub endpoint: Arc<Endpoint>,
-    pub rules: Vec<QueueRule>,
     pub admin_token: Option<String>,
 }
 
@@ -115,12 +113,7 @@ impl IntoResponse for ApiError {
 
 /// Runs `QUEUE <args>` and returns its reply as JSON.
 async fn run(ops: &Ops, args: &[&[u8]]) -> Result<Value, ApiError> {
-    let Some(queues) = &ops.queues else {
-        return Err(ApiError::NotFound(
-            "no queue rules are configured".to_string(),
-        ));
-    };
-    reply_to_json(&queues.admin(args).await)
+    reply_to_json(&ops.queues.admin(args).await)
 }
 
 fn reply_to_json(reply: &[u8]) -> Result<Value, ApiError> {
@@ -266,11 +259,14 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 /// Every rule with its totals and the `QUEUE INFO` of its queue keys.
 pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
     let scrape = ops.handle.render();
-    let mut rules = Vec::with_capacity(ops.rules.len());
+    // The rules in force now: a reload may have changed them.
+    let configured = ops.queues.rules();
+    let queues = &ops.queues;
+    let mut rules = Vec::with_capacity(configured.len());
     // One control connection for every rule's SCAN, made per listing so
     // that it logs in with the credentials of the moment.
     let mut scan: Option<Result<_, String>> = None;
-    for rule in &ops.rules {
+    for rule in &configured {
         let mut entry = json!({
             "pattern": rule.pattern,
             "lease_ms": rule.lease_ms,
@@ -279,10 +275,6 @@ pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
             "totals": totals(&scrape, &rule.pattern),
             "key_limit": KEYS_PER_RULE,
         });
-        let Some(queues) = &ops.queues else {
-            rules.push(entry);
-            continue;
-        };
         let found = if queues.is_exact(&rule.pattern) {
             Ok(Found {
                 keys: BTreeSet::from([Bytes::from(rule.pattern.clone())]),

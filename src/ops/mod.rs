@@ -62,14 +62,13 @@ impl Prepared {
         self,
         config: &Config,
         endpoint: Arc<Endpoint>,
-        queues: Option<Arc<Queues>>,
+        queues: Arc<Queues>,
         mut stop: watch::Receiver<bool>,
     ) {
         let state = Arc::new(api::Ops {
             handle: self.handle.clone(),
             queues,
             endpoint,
-            rules: config.queues.clone(),
             admin_token: config.admin_token.clone(),
         });
         let app = router(state, config.ops_public);

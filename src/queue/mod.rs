@@ -95,15 +95,13 @@ pub struct Queues {
 }
 
 impl Queues {
-    /// Sets up queue handling when rules are configured.
+    /// Sets up queue handling, also without rules: SIGHUP may add some.
+    /// Until then nothing here touches Redis.
     pub async fn start(
         config: &Config,
         endpoint: Arc<Endpoint>,
         stop: watch::Receiver<bool>,
-    ) -> Option<Queues> {
-        if config.queues.is_empty() {
-            return None;
-        }
+    ) -> Queues {
         let rules = Arc::new(Rules::new(&config.queues));
         // The proxy's own traffic (wake-ups, reaping) gets its own shared
         // connection so that it never queues behind clients' pipelines.
@@ -129,18 +127,37 @@ impl Queues {
             batch: config.reaper.batch.max(1),
         };
         tokio::spawn(reaper.run(stop));
-        Some(Queues {
+        Queues {
             rules,
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
             registry,
             waiters,
             owners: owners::Owners::default(),
             own,
-        })
+        }
+    }
+
+    /// Whether any queue rule is in force: without one, ACK, NACK and QUEUE
+    /// are Redis's unknown commands.
+    pub fn active(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// The rules in force now (a reload may have changed them).
+    pub fn rules(&self) -> Vec<config::QueueRule> {
+        self.rules.configured()
+    }
+
+    /// Puts new rules in force for the next pops, ACKs and reaps.
+    pub fn replace_rules(&self, rules: &[config::QueueRule]) {
+        self.rules.replace(rules);
     }
 
     /// Whether the request needs interception (cheap; no I/O).
     pub fn concerns(&self, kind: Kind, args: Args<'_>) -> bool {
+        if self.rules.is_empty() {
+            return false;
+        }
         match kind {
             Kind::Pop(form) => pop::source_keys(form, args)
                 .iter()
@@ -341,7 +358,7 @@ impl Queues {
 
     /// Whether a rule's pattern names one key rather than a glob.
     pub fn is_exact(&self, pattern: &str) -> bool {
-        self.rules.exact_names().any(|n| n == pattern.as_bytes())
+        self.rules.is_exact(pattern.as_bytes())
     }
 
     /// Up to `limit` queues this proxy knows to have leases.

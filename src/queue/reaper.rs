@@ -85,7 +85,8 @@ impl Reaper {
                     _ = tokio::time::sleep(self.interval) => {}
                 }
             }
-            if Instant::now() >= next_discovery {
+            // Without rules no key is a queue: Redis is not scanned.
+            if !self.rules.is_empty() && Instant::now() >= next_discovery {
                 cursor = self.discover(cursor).await;
                 next_discovery = Instant::now() + DISCOVER_EVERY;
             }

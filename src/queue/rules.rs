@@ -3,9 +3,11 @@
 //! and the script arguments its rule implies.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
+use tokio::sync::watch;
 
 use super::bounded::ByteBoundedMap;
 use super::keys::{QueueKeys, QUEUE_GROUP};
@@ -174,11 +176,57 @@ impl Queue {
     }
 }
 
-pub struct Rules {
+/// The rules configured at one time, indexed for matching.
+struct RuleSet {
     rules: Vec<QueueRule>,
     exact: HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
+}
+
+impl RuleSet {
+    fn new(rules: &[QueueRule]) -> RuleSet {
+        let mut exact = HashMap::new();
+        let mut globs = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            if is_glob(r.pattern.as_bytes()) {
+                globs.push(i);
+            } else {
+                exact.entry(r.pattern.as_bytes().to_vec()).or_insert(i);
+            }
+        }
+        RuleSet {
+            rules: rules.to_vec(),
+            exact,
+            globs,
+        }
+    }
+
+    fn rule_for(&self, key: &[u8]) -> Option<&QueueRule> {
+        if let Some(&i) = self.exact.get(key) {
+            return Some(&self.rules[i]);
+        }
+        self.globs
+            .iter()
+            .map(|&i| &self.rules[i])
+            .find(|r| glob_match(r.pattern.as_bytes(), key))
+    }
+}
+
+/// The queue rules in force. SIGHUP replaces them here, in one place, so
+/// the sessions, the reaper, the waiters and the owners, which all hold
+/// this, see the new rules from their next lookup on.
+pub struct Rules {
+    set: RwLock<Arc<RuleSet>>,
+    /// Whether `set` holds no rule: read on every pop, without the lock, so
+    /// a proxy without rules pays next to nothing for queue handling.
+    empty: AtomicBool,
+    /// Queues resolved under `set`; emptied when it is replaced. Filled
+    /// while `set` is read-locked, so a queue resolved under the old rules
+    /// cannot land in the cache after the swap.
     resolved: RwLock<ByteBoundedMap<Arc<Queue>>>,
+    /// Told each time the rules are replaced (the keyspace subscription
+    /// follows the patterns).
+    changed: watch::Sender<()>,
 }
 
 /// Bytes of resolved queues kept. Clients choose the key names, and a queue
@@ -191,60 +239,74 @@ const RESOLVED_CACHE_BYTES: usize = 8 << 20;
 
 impl Rules {
     pub fn new(rules: &[QueueRule]) -> Rules {
-        let mut exact = HashMap::new();
-        let mut globs = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            if is_glob(r.pattern.as_bytes()) {
-                globs.push(i);
-            } else {
-                exact.entry(r.pattern.as_bytes().to_vec()).or_insert(i);
-            }
-        }
         Rules {
-            rules: rules.to_vec(),
-            exact,
-            globs,
+            set: RwLock::new(Arc::new(RuleSet::new(rules))),
+            empty: AtomicBool::new(rules.is_empty()),
             resolved: RwLock::new(ByteBoundedMap::new(RESOLVED_CACHE_BYTES)),
+            changed: watch::Sender::new(()),
         }
     }
 
-    fn rule_for(&self, key: &[u8]) -> Option<usize> {
-        if let Some(&i) = self.exact.get(key) {
-            return Some(i);
+    /// Puts `rules` in force for every lookup from now on. Queues resolved
+    /// before (a parked pop's) keep the rule they were resolved with.
+    pub fn replace(&self, rules: &[QueueRule]) {
+        let next = Arc::new(RuleSet::new(rules));
+        {
+            let mut set = self.set.write().unwrap();
+            *set = next;
+            self.resolved.write().unwrap().clear();
+            self.empty.store(rules.is_empty(), Ordering::Release);
         }
-        self.globs
-            .iter()
-            .copied()
-            .find(|&i| glob_match(self.rules[i].pattern.as_bytes(), key))
+        self.changed.send_replace(());
+    }
+
+    /// The rules in force, as configured.
+    pub fn configured(&self) -> Vec<QueueRule> {
+        self.set.read().unwrap().rules.clone()
+    }
+
+    /// Told when [`Rules::replace`] puts new rules in force.
+    pub fn subscribe(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// No rule is configured: no key is a queue.
+    pub fn is_empty(&self) -> bool {
+        self.empty.load(Ordering::Acquire)
     }
 
     pub fn is_queue(&self, key: &[u8]) -> bool {
-        self.rule_for(key).is_some()
+        !self.is_empty() && self.set.read().unwrap().rule_for(key).is_some()
     }
 
     pub fn resolve(&self, key: &[u8]) -> Option<Arc<Queue>> {
+        if self.is_empty() {
+            return None;
+        }
         if let Some(q) = self.resolved.read().unwrap().get(key) {
             return Some(q.clone());
         }
-        let rule = &self.rules[self.rule_for(key)?];
-        let q = Arc::new(Queue::new(key, rule));
+        let set = self.set.read().unwrap();
+        let q = Arc::new(Queue::new(key, set.rule_for(key)?));
         // The key shares its buffer with `q.name`, so the name is charged once.
         let size = q.footprint();
         self.resolved
             .write()
             .unwrap()
             .insert(q.name.clone(), q.clone(), size);
+        drop(set);
         Some(q)
     }
 
-    /// Queues named exactly in the configuration.
-    pub fn exact_names(&self) -> impl Iterator<Item = &[u8]> {
-        self.exact.keys().map(Vec::as_slice)
+    /// Whether `name` is a queue named exactly (not by a glob) in the rules.
+    pub fn is_exact(&self, name: &[u8]) -> bool {
+        self.set.read().unwrap().exact.contains_key(name)
     }
 
     /// Patterns to watch for pushes, as configured (exact names included).
-    pub fn patterns(&self) -> impl Iterator<Item = &str> {
-        self.rules.iter().map(|r| r.pattern.as_str())
+    pub fn patterns(&self) -> Vec<String> {
+        let set = self.set.read().unwrap();
+        set.rules.iter().map(|r| r.pattern.clone()).collect()
     }
 }
 
@@ -618,6 +680,41 @@ mod tests {
         );
         let latest = rules.resolve(&name(499)).unwrap();
         assert!(Arc::ptr_eq(&latest, &rules.resolve(&name(499)).unwrap()));
+    }
+
+    fn rule_with(p: &str, extra: &str) -> QueueRule {
+        crate::config::Config::from_toml(&format!("[[queue]]\npattern = {p:?}\n{extra}\n"))
+            .unwrap()
+            .queues
+            .remove(0)
+    }
+
+    #[test]
+    fn replaced_rules_apply_to_the_next_lookup() {
+        let rules = Rules::new(&[rule_with("jobs", "lease_ms = 1000"), rule("old:*")]);
+        let mut told = rules.subscribe();
+        let before = rules.resolve(b"jobs").unwrap();
+        assert!(rules.is_queue(b"old:1"));
+        rules.replace(&[rule_with("jobs", "lease_ms = 2000"), rule("new:*")]);
+        assert!(told.has_changed().unwrap());
+        told.borrow_and_update();
+        // The cached queue of the old rule is gone; one resolved before
+        // keeps its rule.
+        let after = rules.resolve(b"jobs").unwrap();
+        assert_eq!(after.rule.lease_ms, 2000);
+        assert_eq!(before.rule.lease_ms, 1000);
+        assert_ne!(after.rule_args(), before.rule_args());
+        assert!(!rules.is_queue(b"old:1"));
+        assert!(rules.resolve(b"old:1").is_none());
+        assert!(rules.is_queue(b"new:1"));
+        assert_eq!(rules.patterns(), ["jobs", "new:*"]);
+        assert!(rules.is_exact(b"jobs"));
+        assert!(!rules.is_exact(b"new:*"));
+        rules.replace(&[]);
+        assert!(rules.is_empty());
+        assert!(!rules.is_queue(b"jobs"));
+        assert!(rules.resolve(b"jobs").is_none());
+        assert!(told.has_changed().unwrap());
     }
 
     #[test]

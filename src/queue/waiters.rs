@@ -57,7 +57,8 @@ impl Waiters {
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         let listener = Listener {
             endpoint,
-            patterns: rules.patterns().map(|p| channel(p.as_bytes())).collect(),
+            changed: rules.subscribe(),
+            rules,
             plain: HashSet::new(),
             dispatcher: tx.clone(),
             subs: sub_rx,
@@ -272,8 +273,10 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
 /// is told so, and polls.
 struct Listener {
     endpoint: Arc<Endpoint>,
-    /// Channel patterns of the queue rules.
-    patterns: Vec<Vec<u8>>,
+    /// Their patterns are subscribed to; the subscription is made again
+    /// when they change.
+    rules: Arc<Rules>,
+    changed: watch::Receiver<()>,
     /// Plain keys parked pops wait on: subscribed again after a reconnect.
     plain: HashSet<Bytes>,
     dispatcher: mpsc::UnboundedSender<Msg>,
@@ -285,14 +288,26 @@ struct Listener {
 enum Ended {
     Stopped,
     Lost,
+    /// The rules were replaced: subscribe to their patterns.
+    RulesChanged,
 }
 
 impl Listener {
     async fn run(mut self) {
         let mut backoff = RESUBSCRIBE_MIN;
         loop {
+            self.changed.borrow_and_update();
+            if self.rules.is_empty() {
+                // No queue to wait on: Redis's notification settings are
+                // left alone until a rule comes.
+                tokio::select! {
+                    _ = self.stop.changed() => return,
+                    _ = self.changed.changed() => continue,
+                }
+            }
             let e = match self.subscription().await {
                 Ok(Ended::Stopped) => return,
+                Ok(Ended::RulesChanged) => continue,
                 Ok(Ended::Lost) => {
                     // It worked until now: try again at once.
                     backoff = RESUBSCRIBE_MIN;
@@ -326,8 +341,14 @@ impl Listener {
     async fn subscription(&mut self) -> Result<Ended, ControlError> {
         let mut conn = control::subscriber(&self.endpoint).await?;
         enable_notifications(&self.endpoint).await?;
-        if !self.patterns.is_empty() {
-            control::request("PSUBSCRIBE", conn.psubscribe(&self.patterns)).await?;
+        let patterns: Vec<Vec<u8>> = self
+            .rules
+            .patterns()
+            .iter()
+            .map(|p| channel(p.as_bytes()))
+            .collect();
+        if !patterns.is_empty() {
+            control::request("PSUBSCRIBE", conn.psubscribe(&patterns)).await?;
         }
         let keys: Vec<Vec<u8>> = self.plain.iter().map(|k| channel(k)).collect();
         if !keys.is_empty() {
@@ -340,6 +361,7 @@ impl Listener {
         loop {
             tokio::select! {
                 _ = self.stop.changed() => return Ok(Ended::Stopped),
+                _ = self.changed.changed() => return Ok(Ended::RulesChanged),
                 sub = self.subs.recv() => match sub {
                     Some(Sub::Subscribe(k)) => {
                         // Kept first: if this fails, the next subscription

@@ -77,7 +77,7 @@ impl Session {
         if self.auth != State::Anonymous {
             return None;
         }
-        let refused = auth::refuse_unauthenticated(kind, args, self.ctx.queues.is_some());
+        let refused = auth::refuse_unauthenticated(kind, args, self.ctx.queues.active());
         if refused || (!auth::required() && crate::command::table::current().is_none()) {
             // (Without Redis's table and with a Redis that would run it, any
             // request is refused.)

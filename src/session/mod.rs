@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
 use crate::command::{classify, Args, Kind};
-use crate::config::Config;
+use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::{Intercept, Queues};
@@ -30,11 +30,15 @@ use route::{oversized, route, Facts, Pause, Route};
 
 /// What every session shares.
 pub struct Context {
+    /// As at start-up; `limits` is read from [`Context::limits`] instead,
+    /// which SIGHUP replaces.
     pub config: Arc<Config>,
     pub endpoint: Arc<Endpoint>,
     shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
-    pub queues: Option<Arc<Queues>>,
+    /// Always there: SIGHUP may bring the first rule (see [`Queues::active`]).
+    pub queues: Arc<Queues>,
+    limits: std::sync::RwLock<Arc<LimitsConfig>>,
     pub shutdown: watch::Receiver<bool>,
     /// The last `CLIENT PAUSE` made through the proxy, while it may last.
     pause: Mutex<Option<Pause>>,
@@ -52,7 +56,7 @@ impl Context {
     pub fn new(
         config: Arc<Config>,
         endpoint: Arc<Endpoint>,
-        queues: Option<Arc<Queues>>,
+        queues: Arc<Queues>,
         shutdown: watch::Receiver<bool>,
     ) -> Context {
         let shared = (0..config.shared_connections)
@@ -70,6 +74,7 @@ impl Context {
         Context {
             users,
             requirepass,
+            limits: std::sync::RwLock::new(Arc::new(config.limits.clone())),
             config,
             endpoint,
             shared: Mutex::new(shared),
@@ -80,6 +85,17 @@ impl Context {
             maybe_paused: std::sync::atomic::AtomicBool::new(false),
             permissions: Default::default(),
         }
+    }
+
+    /// The `[limits]` in force: a connection takes them when it is accepted.
+    pub fn limits(&self) -> Arc<LimitsConfig> {
+        self.limits.read().unwrap().clone()
+    }
+
+    /// New limits, from a reload, for the connections accepted from now on
+    /// (and every client's next idle wait).
+    pub fn set_limits(&self, limits: LimitsConfig) {
+        *self.limits.write().unwrap() = Arc::new(limits);
     }
 
     fn pause(&self) -> Option<Pause> {
@@ -167,7 +183,7 @@ enum Stop {
 pub async fn run(stream: Stream, ctx: Arc<Context>) {
     let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
-    let limits = &ctx.config.limits;
+    let limits = ctx.limits();
     let out = ClientState::new(
         limits.client_output_buffer_limit,
         limits.max_inflight_per_client,
@@ -207,13 +223,11 @@ pub async fn run(stream: Stream, ctx: Arc<Context>) {
     }
     session.out.finish();
     let _ = writer.await;
-    if let Some(queues) = &session.ctx.queues {
-        queues.closed(
-            session.conn,
-            *session.ctx.shutdown.borrow(),
-            &session.shared,
-        );
-    }
+    session.ctx.queues.closed(
+        session.conn,
+        *session.ctx.shutdown.borrow(),
+        &session.shared,
+    );
     clients.connections.decrement(1.0);
 }
 
@@ -274,7 +288,7 @@ impl Session {
             if let Some(stop) = self.process().await {
                 return stop;
             }
-            if self.out.unwritten() >= self.ctx.config.limits.max_inflight_per_client {
+            if self.out.unwritten() >= self.out.inflight_limit() {
                 self.out.below_inflight_limit().await;
             }
         }
@@ -283,7 +297,7 @@ impl Session {
     /// Like Redis's `timeout`: idle clients are closed, but never ones
     /// waiting in a blocking command or subscribed.
     fn idle_timeout(&self) -> Option<Duration> {
-        let secs = self.ctx.config.limits.idle_timeout_secs;
+        let secs = self.ctx.limits.read().unwrap().idle_timeout_secs;
         if secs == 0 || self.mode.unpaired || self.dedicated.as_ref().is_some_and(|d| !d.is_idle())
         {
             return None;
@@ -399,51 +413,52 @@ impl Session {
                     .answer(Bytes::from_static(b"+RESET\r\n"), Served::Proxy);
                 return None;
             }
-            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => {
-                if let Some(queues) = self.ctx.queues.clone().filter(|q| q.concerns(kind, args)) {
-                    if !self.permitted(kind, args).await {
+            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue
+                if self.ctx.queues.concerns(kind, args) =>
+            {
+                let queues = self.ctx.queues.clone();
+                if !self.permitted(kind, args).await {
+                    return None;
+                }
+                let in_multi = self.pinned && self.mode.multi;
+                if self.pinned && !in_multi {
+                    // Redis would run this after everything the client
+                    // sent before; that also settles the protocol and
+                    // the subscriptions it runs under.
+                    self.settle().await;
+                    if self.subscribed_resp2() {
+                        let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
+                        self.answer(reply).await;
                         return None;
                     }
-                    let in_multi = self.pinned && self.mode.multi;
-                    if self.pinned && !in_multi {
-                        // Redis would run this after everything the client
-                        // sent before; that also settles the protocol and
-                        // the subscriptions it runs under.
-                        self.settle().await;
-                        if self.subscribed_resp2() {
-                            let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
-                            self.answer(reply).await;
-                            return None;
-                        }
+                }
+                // A pause would hold the calls of a job on the shared
+                // connection: one call, on the client's own instead.
+                let paused = self.ctx.pause().is_some() && !self.mode.any();
+                let how = crate::queue::How {
+                    protocol: self.protocol(),
+                    in_multi,
+                    full: in_multi,
+                    split: !paused,
+                    conn: self.conn,
+                };
+                let intercept = queues.intercept(kind, args, how);
+                match intercept {
+                    Intercept::Pass => {}
+                    Intercept::Reply(bytes) => {
+                        self.answer_as(bytes, Served::Queue).await;
+                        return None;
                     }
-                    // A pause would hold the calls of a job on the shared
-                    // connection: one call, on the client's own instead.
-                    let paused = self.ctx.pause().is_some() && !self.mode.any();
-                    let how = crate::queue::How {
-                        protocol: self.protocol(),
-                        in_multi,
-                        full: in_multi,
-                        split: !paused,
-                        conn: self.conn,
-                    };
-                    let intercept = queues.intercept(kind, args, how);
-                    match intercept {
-                        Intercept::Pass => {}
-                        Intercept::Reply(bytes) => {
-                            self.answer_as(bytes, Served::Queue).await;
-                            return None;
-                        }
-                        Intercept::Rewrite { request, transform } => {
-                            self.rewritten(kind, request, transform).await;
-                            return None;
-                        }
-                        Intercept::Block(pop) => {
-                            return self.blocking_pop(&queues, pop).await;
-                        }
-                        Intercept::Job(job) => {
-                            self.run_job(job).await;
-                            return None;
-                        }
+                    Intercept::Rewrite { request, transform } => {
+                        self.rewritten(kind, request, transform).await;
+                        return None;
+                    }
+                    Intercept::Block(pop) => {
+                        return self.blocking_pop(&queues, pop).await;
+                    }
+                    Intercept::Job(job) => {
+                        self.run_job(job).await;
+                        return None;
                     }
                 }
             }
@@ -518,10 +533,7 @@ impl Session {
     }
 
     fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
-        match &self.ctx.queues {
-            None => true,
-            Some(q) => !q.concerns(kind, args),
-        }
+        !self.ctx.queues.concerns(kind, args)
     }
 
     /// Moves the client off a shared connection busy with someone else's

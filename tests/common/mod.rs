@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -162,6 +162,35 @@ impl Proxy {
             .stdout(Stdio::null())
             .spawn()
             .expect("ackproxy binary")
+    }
+
+    /// ackproxy in front of `upstream_port` reading the configuration file
+    /// `config` (which the test may rewrite), logging at `info` into `log`.
+    pub fn start_logged(upstream_port: u16, config: &Path, log: &Path) -> Proxy {
+        let port = free_port();
+        let (listen, upstream) = (
+            format!("127.0.0.1:{port}"),
+            format!("127.0.0.1:{upstream_port}"),
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args(["--listen", &listen, "--upstream", &upstream, "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("ackproxy binary");
+        wait_for_ping(port, "ackproxy", &mut child);
+        Proxy { port, child }
+    }
+
+    /// SIGHUP: the proxy reloads its configuration.
+    pub fn hangup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     /// ackproxy with a TOML config file written from `toml`.
@@ -402,6 +431,27 @@ pub fn decode(b: &[u8]) -> (Value, usize) {
             (Value::Array(items), at)
         }
         _ => (Value::Other(b.to_vec()), b.len()),
+    }
+}
+
+/// The value after `name` in a field/value reply (a RESP2 flat array).
+pub fn field(v: &Value, name: &str) -> Option<Value> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    items
+        .chunks(2)
+        .find(|pair| pair[0] == Value::bulk(name))
+        .map(|pair| pair[1].clone())
+}
+
+/// Polls `done` until it holds, failing after `what` did not happen for
+/// 20 seconds.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
