@@ -1153,6 +1153,31 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
     assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
 }
 
+/// An ACK on a rule that tracks connections also drops the lease's entry in
+/// the connection index: nothing of the message is left in Redis.
+#[test]
+fn ack_on_a_connection_tracking_rule_leaves_no_index_entry() {
+    let (redis, proxy, _metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "rq3", "a"]);
+    assert_eq!(c.cmd(&["RPOP", "rq3"]), Value::bulk("a"));
+    let ids = match direct.cmd(&["KEYS", "ackq:*rq3*:ids"]) {
+        Value::Array(keys) if keys.len() == 1 => as_str(&keys[0]),
+        other => panic!("the index of rq3: {other:?}"),
+    };
+    // While leased: the connection's entry.
+    assert_eq!(direct.cmd(&["ZCARD", &ids]), Value::Int(1));
+    assert_eq!(c.cmd(&["ACK", "rq3", "a"]), Value::Int(1));
+    assert_eq!(direct.cmd(&["ZCARD", &ids]), Value::Int(0));
+    let mut left = match direct.cmd(&["KEYS", "ackq:*rq3*"]) {
+        Value::Array(keys) => keys.iter().map(as_str).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    left.retain(|k| !common::is_queue_stats(k));
+    assert!(left.is_empty(), "left in Redis: {left:?}");
+}
+
 // ------------------------------------------------------------ shadow mode
 
 #[test]
