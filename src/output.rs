@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,13 +115,25 @@ pub struct ClientState {
     big_replies: AtomicBool,
     /// Request latency is timed.
     latency: Option<&'static Latency>,
+    /// The client's address, for what is logged about it (also from the
+    /// tasks of the upstream connections that fill its replies).
+    peer: Option<SocketAddr>,
 }
 
 /// Replies this long hold a shared connection up for everyone behind them.
 pub const BIG_REPLY: usize = 1024 * 1024;
 
 impl ClientState {
+    /// The proxy's own requests' state (no client behind them).
     pub fn new(output_limit: usize, inflight_limit: usize) -> Arc<Self> {
+        Self::for_client(output_limit, inflight_limit, None)
+    }
+
+    pub fn for_client(
+        output_limit: usize,
+        inflight_limit: usize,
+        peer: Option<SocketAddr>,
+    ) -> Arc<Self> {
         Arc::new(ClientState {
             queue: Mutex::new(Queue {
                 head: 0,
@@ -140,7 +153,13 @@ impl ClientState {
             close: Notify::new(),
             big_replies: AtomicBool::new(false),
             latency: telemetry::latency(),
+            peer,
         })
+    }
+
+    /// The client's address as logged ("-" for the proxy's own requests).
+    pub fn peer(&self) -> String {
+        self.peer.map_or_else(|| "-".to_string(), |a| a.to_string())
     }
 
     /// The session read requests now: they were all received together.
@@ -382,6 +401,7 @@ impl ClientState {
         let total = self.queued_bytes.fetch_add(n, Ordering::Relaxed) + n;
         if self.output_limit > 0 && total > self.output_limit {
             tracing::warn!(
+                client = %self.peer(),
                 queued = total,
                 "client output buffer limit reached, closing"
             );

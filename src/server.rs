@@ -75,9 +75,10 @@ pub async fn serve(
                 all_done.notify_waiters();
             }
         };
+        let peer = stream.peer_addr().ok();
         match tls {
             None => tokio::spawn(async move {
-                session::run(Stream::Plain(stream), ctx).await;
+                session::run(Stream::Plain(stream), ctx, peer).await;
                 done();
             }),
             // The handshake runs in the client's task, not in the accept
@@ -88,7 +89,7 @@ pub async fn serve(
                 let stop = shutdown.clone();
                 tokio::spawn(async move {
                     if let Some(stream) = tls_handshake(stream, acceptor, stop).await {
-                        session::run(stream, ctx).await;
+                        session::run(stream, ctx, peer).await;
                     }
                     done();
                 })

@@ -180,13 +180,14 @@ enum Stop {
     Finish,
 }
 
-pub async fn run(stream: Stream, ctx: Arc<Context>) {
+pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::SocketAddr>) {
     let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
     let limits = ctx.limits();
-    let out = ClientState::new(
+    let out = ClientState::for_client(
         limits.client_output_buffer_limit,
         limits.max_inflight_per_client,
+        peer,
     );
     let resend_on = shared.clone();
     let resend: output::Resend = Box::new(move |req, client| {
@@ -282,7 +283,10 @@ impl Session {
                 Err(_) => return Stop::Gone,
             }
             if self.buf.len() > QUERY_BUFFER_LIMIT {
-                tracing::warn!("client query buffer limit reached, closing");
+                tracing::warn!(
+                    client = %self.out.peer(),
+                    "client query buffer limit reached, closing"
+                );
                 return Stop::Gone;
             }
             if let Some(stop) = self.process().await {

@@ -383,6 +383,7 @@ async fn run(
                             // The batch alone passes the client's limit:
                             // cut it off now rather than after buffering it.
                             tracing::warn!(
+                                client = %head.client.peer(),
                                 queued = done,
                                 "client output buffer limit reached, closing"
                             );

@@ -267,6 +267,11 @@ impl Client {
         Client::try_connect(port).unwrap_or_else(|e| panic!("connect to {port}: {e}"))
     }
 
+    /// The client's own address, as the proxy sees it.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.writer.local_addr().unwrap()
+    }
+
     pub fn try_connect(port: u16) -> std::io::Result<Client> {
         let s = TcpStream::connect(("127.0.0.1", port))?;
         s.set_nodelay(true)?;
