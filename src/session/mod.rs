@@ -477,7 +477,7 @@ impl Session {
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
         }
-        let reload = self.ctx.endpoint.scripts.is_some() && is_script_flush(args);
+        let reload = self.ctx.endpoint.scripts().is_some() && is_script_flush(args);
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
             if reload && !self.mode.multi && !self.mode.unpaired {
@@ -527,7 +527,7 @@ impl Session {
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
             Kind::Plain => {
-                !(self.ctx.endpoint.scripts.is_some() && is_script_flush(args))
+                !(self.ctx.endpoint.scripts().is_some() && is_script_flush(args))
                     && crate::auth::sets_requirepass(args).is_none()
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),

@@ -179,7 +179,7 @@ async fn manage(
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
-                let result = run(stream, first, &mut rx, endpoint.scripts, &congested).await;
+                let result = run(stream, first, &mut rx, endpoint.scripts(), &congested).await;
                 m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {

@@ -273,6 +273,7 @@ mod tests {
             connect_timeout: std::time::Duration::from_millis(100),
             tls: None,
             scripts: None,
+            scripts_wanted: Default::default(),
             connected: Default::default(),
         })
     }
