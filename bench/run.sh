@@ -15,6 +15,8 @@
 #   bash bench/run.sh --baseline /path/to/older/ackproxy
 #                                also measures that binary, interleaved,
 #                                for a before/after comparison in one run
+#   bash bench/run.sh --tests lpush,set   only these redis-benchmark tests
+#                                (TLS: set and get as always)
 #   bash bench/run.sh --pairs 10 also runs ackproxy unauthenticated and
 #                                logged in back to back, 10 pairs per test,
 #                                and reports the median of the pairs'
@@ -33,6 +35,7 @@ rounds=2
 smoke=0
 baseline=""
 pairs=0
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1; n=5000; idle=500; hold=2; rounds=1 ;;
@@ -41,7 +44,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift ;;
     --baseline) baseline="$2"; shift ;;
     --pairs) pairs="$2"; shift ;;
-    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin] [--pairs k]" >&2; exit 2 ;;
+    --tests) only="$2"; shift ;;
+    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin] [--pairs k] [--tests set,get,lpush,rpop]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -241,6 +245,7 @@ measure() { # target port test pipeline [redis-benchmark options]
 : >"$out/redis-benchmark.err"
 load_before=$(cut -d" " -f1-3 /proc/loadavg)
 tests=(set get lpush rpop)
+if [ -n "$only" ]; then IFS=, read -r -a tests <<<"$only"; fi
 for pipe in 1 16; do
   for t in "${tests[@]}"; do
     for _ in $(seq "$rounds"); do
