@@ -37,27 +37,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  local p
-  while :; do
-    p=$((10000 + RANDOM % 22000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-wait_ping() { # port
-  for _ in $(seq 600); do
-    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ] && return 0
-    sleep 0.1
-  done
-  echo "nothing answers on $1" >&2
-  exit 1
-}
+source bench/lib.sh
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
   --daemonize no --dir "$out" >"$out/redis.log" 2>&1 &
 pids+=($!)
-wait_ping "$redis_port"
+wait_ping "$redis_port" "$!" redis
 
 # Instructions the proxy executes for one redis-benchmark run of `test`.
 measure() { # mode test [proxy flags]
@@ -68,10 +54,11 @@ measure() { # mode test [proxy flags]
   rm -f "$file"*
   valgrind --tool=callgrind --callgrind-out-file="$file" \
     "$bin" --listen "127.0.0.1:$port" --upstream "127.0.0.1:$redis_port" "$@" \
-    >"$out/proxy.$mode.$t.log" 2>&1 &
+    >"$out/ackproxy.$mode.$t.log" 2>&1 &
   pid=$!
   pids+=("$pid")
-  wait_ping "$port"
+  # Slow to start under callgrind: up to 60 s.
+  wait_ping "$port" "$pid" "ackproxy.$mode.$t" 1200
   redis-benchmark -p "$port" -c 10 -n 2000 -t "$t" -r 1000 -q >/dev/null 2>&1
   callgrind_control -z "$pid" >/dev/null 2>&1
   redis-benchmark -p "$port" -c 10 -n "$n" -t "$t" -r 1000 -q >/dev/null 2>&1

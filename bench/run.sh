@@ -85,25 +85,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A loopback port nothing listens on, below the ephemeral range (the
-# servers fail loudly if another process takes it first).
-free_port() {
-  local p
-  while :; do
-    p=$((10000 + RANDOM % 22000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
-wait_ping() { # port pid name
-  for _ in $(seq 200); do
-    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ] && return 0
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "$3 does not answer on port $1; see $out/$3.log" >&2
-  exit 1
-}
+source bench/lib.sh
 
 alive() { # pid name
   kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
