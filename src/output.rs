@@ -9,9 +9,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
@@ -36,14 +35,15 @@ pub enum Transformed {
     Retry(Bytes),
 }
 
-/// When the requests a slot answers were received, for their latency.
+/// When the requests a slot answers were received ([`telemetry::now_us`]),
+/// for their latency.
 enum Stamp {
     /// Not timed: messages nobody asked for, or timing is off.
     None,
     /// Every reply of the slot answers a request of one read.
-    At(Instant, Route),
+    At(u64, Route),
     /// Replies of the dedicated connection, one instant per reply.
-    Each(Vec<Instant>),
+    Each(Vec<u64>),
 }
 
 impl Stamp {
@@ -88,11 +88,9 @@ struct Queue {
     /// Sequence number of `slots[0]`.
     head: u64,
     slots: VecDeque<Slot>,
-    /// When the session's last read of requests happened (timing only).
-    received: Option<Instant>,
     /// When the requests sent on the dedicated connection and not answered
     /// yet were received, in order (timing only).
-    dedicated: VecDeque<Instant>,
+    dedicated: VecDeque<u64>,
 }
 
 /// State shared by a client's session, its writer and its reply sources.
@@ -115,6 +113,10 @@ pub struct ClientState {
     big_replies: AtomicBool,
     /// Request latency is timed.
     latency: Option<&'static Latency>,
+    /// When the session's last read of requests happened (timing only; 0
+    /// before the first). Apart from the queue's lock: it is set on every
+    /// read, which takes no slot yet.
+    received: AtomicU64,
     /// The client's address, for what is logged about it (also from the
     /// tasks of the upstream connections that fill its replies).
     peer: Option<SocketAddr>,
@@ -138,7 +140,6 @@ impl ClientState {
             queue: Mutex::new(Queue {
                 head: 0,
                 slots: VecDeque::new(),
-                received: None,
                 dedicated: VecDeque::new(),
             }),
             head_filled: Notify::new(),
@@ -153,6 +154,7 @@ impl ClientState {
             close: Notify::new(),
             big_replies: AtomicBool::new(false),
             latency: telemetry::latency(),
+            received: AtomicU64::new(0),
             peer,
         })
     }
@@ -165,14 +167,14 @@ impl ClientState {
     /// The session read requests now: they were all received together.
     pub fn received(&self) {
         if self.latency.is_some() {
-            self.queue.lock().unwrap().received = Some(Instant::now());
+            self.received.store(telemetry::now_us(), Ordering::Relaxed);
         }
     }
 
-    fn stamp(&self, q: &Queue, route: Route) -> Stamp {
-        match (self.latency, q.received) {
-            (Some(_), Some(at)) => Stamp::At(at, route),
-            _ => Stamp::None,
+    fn stamp(&self, route: Route) -> Stamp {
+        match self.received.load(Ordering::Relaxed) {
+            0 => Stamp::None,
+            at => Stamp::At(at, route),
         }
     }
 
@@ -187,8 +189,8 @@ impl ClientState {
         };
         telemetry::clients().commands(route).increment(count as u64);
         self.unwritten.fetch_add(count as usize, Ordering::AcqRel);
+        let stamp = self.stamp(route);
         let mut q = self.queue.lock().unwrap();
-        let stamp = self.stamp(&q, route);
         q.slots.push_back(Slot::Waiting {
             count,
             transform,
@@ -203,10 +205,10 @@ impl ClientState {
     /// times it).
     pub fn sent_dedicated(&self, paired: bool) {
         telemetry::clients().commands(Route::Dedicated).increment(1);
-        if paired && self.latency.is_some() {
-            let mut q = self.queue.lock().unwrap();
-            if let Some(at) = q.received {
-                q.dedicated.push_back(at);
+        if paired {
+            let at = self.received.load(Ordering::Relaxed);
+            if at != 0 {
+                self.queue.lock().unwrap().dedicated.push_back(at);
             }
         }
     }
@@ -340,8 +342,8 @@ impl ClientState {
         self.account(bytes.len());
         self.unwritten.fetch_add(1, Ordering::AcqRel);
         let accounted = bytes.len();
+        let stamp = self.stamp(route);
         let q = self.queue.lock().unwrap();
-        let stamp = self.stamp(&q, route);
         Self::push_locked(
             &self.head_filled,
             q,
@@ -592,22 +594,23 @@ fn record(latency: &Latency, written: &mut Vec<(Stamp, u32)>) {
     if written.is_empty() {
         return;
     }
-    let now = Instant::now();
-    for (stamp, count) in written.drain(..) {
+    let now = telemetry::now_us();
+    for (stamp, count) in written.iter() {
         match stamp {
             Stamp::None => {}
             Stamp::At(at, route) => latency
-                .route(route)
-                .record_many(now.duration_since(at).as_secs_f64(), count as usize),
+                .route(*route)
+                .record_many(now.saturating_sub(*at), *count as u64),
             Stamp::Each(ats) => {
-                for at in ats {
+                for &at in ats {
                     latency
                         .route(Route::Dedicated)
-                        .record(now.duration_since(at).as_secs_f64());
+                        .record(now.saturating_sub(at));
                 }
             }
         }
     }
+    written.clear();
 }
 
 /// A reply as the client gets it: transformed, re-sent once through

@@ -51,7 +51,7 @@ pub async fn prepare(config: &Config) -> Result<Option<Prepared>, StartError> {
         .await
         .map_err(|e| StartError::Bind(addr.to_string(), e))?;
     let handle = crate::telemetry::builder()
-        .and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+        .install_recorder()
         .map_err(|e| StartError::Config(format!("metrics recorder: {e}")))?;
     Ok(Some(Prepared { listener, handle }))
 }
@@ -139,7 +139,11 @@ async fn metrics(State(ops): State<Arc<api::Ops>>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        ops.handle.render(),
+        {
+            let mut text = ops.handle.render();
+            crate::telemetry::render(&mut text);
+            text
+        },
     )
         .into_response()
 }
