@@ -4,7 +4,7 @@ use bytes::{BufMut, BytesMut};
 
 pub fn bulk(out: &mut BytesMut, v: &[u8]) {
     out.put_u8(b'$');
-    out.extend_from_slice(itoa(v.len() as i64).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(v.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(v);
     out.extend_from_slice(b"\r\n");
@@ -12,13 +12,13 @@ pub fn bulk(out: &mut BytesMut, v: &[u8]) {
 
 pub fn integer(out: &mut BytesMut, v: i64) {
     out.put_u8(b':');
-    out.extend_from_slice(itoa(v).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
 pub fn array(out: &mut BytesMut, n: usize) {
     out.put_u8(b'*');
-    out.extend_from_slice(itoa(n as i64).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
@@ -26,7 +26,7 @@ pub fn array(out: &mut BytesMut, n: usize) {
 pub fn map(out: &mut BytesMut, n: usize, protocol: u8) {
     if protocol >= 3 {
         out.put_u8(b'%');
-        out.extend_from_slice(itoa(n as i64).as_bytes());
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         out.extend_from_slice(b"\r\n");
     } else {
         array(out, n * 2);
@@ -56,8 +56,4 @@ pub fn error(msg: &str) -> bytes::Bytes {
     out.extend_from_slice(msg.as_bytes());
     out.extend_from_slice(b"\r\n");
     out.freeze()
-}
-
-fn itoa(v: i64) -> String {
-    v.to_string()
 }

