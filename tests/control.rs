@@ -30,8 +30,13 @@ fn await_condition(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn numpat(direct: &mut Client) -> Value {
-    direct.cmd(&["PUBSUB", "NUMPAT"])
+/// How many subscribers the keyspace channel of `key` has.
+fn subscribers(direct: &mut Client, key: &str) -> Value {
+    let channel = format!("__keyspace@0__:{key}");
+    match direct.cmd(&["PUBSUB", "NUMSUB", &channel]) {
+        Value::Array(mut v) if v.len() == 2 => v.pop().unwrap(),
+        other => panic!("PUBSUB NUMSUB: {other:?}"),
+    }
 }
 
 fn start(redis: &Redis) -> (Proxy, u16) {
@@ -74,12 +79,12 @@ fn keyspace_subscriber_recovers_after_redis_kills_its_connection() {
     let redis = Redis::start();
     let (proxy, metrics) = start(&redis);
     let mut direct = redis.client();
-    await_condition("the proxy subscribes to the queue pattern", || {
-        numpat(&mut direct) == Value::Int(1)
-    });
     let mut acker = proxy.client();
     for round in 0..2 {
         let mut parked = park(&proxy, metrics, "w");
+        await_condition("the proxy subscribes to the parked key", || {
+            subscribers(&mut direct, "w") == Value::Int(1)
+        });
         let killed = Command::new("redis-cli")
             .args([
                 "-p",
@@ -106,7 +111,7 @@ fn keyspace_subscriber_recovers_after_redis_kills_its_connection() {
         assert_eq!(acker.cmd(&["ACK", "w", &msg]), Value::Int(1));
 
         await_condition("the proxy subscribes again", || {
-            numpat(&mut direct) == Value::Int(1)
+            subscribers(&mut direct, "w") == Value::Int(1)
         });
         await_condition("the proxy stops polling", || {
             metric(metrics, "ackproxy_wakeup_polling") == 0.0
@@ -130,14 +135,62 @@ fn parked_pops_poll_when_config_is_refused() {
         metric(metrics, "ackproxy_wakeup_polling") == 1.0
     });
     let mut direct = redis.client();
-    assert_eq!(numpat(&mut direct), Value::Int(0));
     let mut parked = park(&proxy, metrics, "wp");
+    assert_eq!(subscribers(&mut direct, "wp"), Value::Int(0));
     let took = push_and_wake(&mut direct, &mut parked, "wp", "m");
     println!("woken {took:?} after the push, by polling");
     assert!(took < Duration::from_secs(2), "{took:?}");
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["ACK", "wp", "m"]), Value::Int(1));
     assert_eq!(metric(metrics, "ackproxy_wakeup_polling"), 1.0);
+}
+
+/// Only keys that pops wait on are subscribed to: a busy queue, which
+/// parks nobody, brings the proxy no keyspace event for its pushes and
+/// pops. A key stays subscribed a while after its last parked pop, so the
+/// next one is woken by the event at once.
+#[test]
+fn only_keys_with_parked_pops_are_subscribed() {
+    let redis = Redis::start();
+    let (proxy, metrics) = start(&redis);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    for i in 0..50 {
+        let msg = format!("m{i}");
+        assert_eq!(c.cmd(&["LPUSH", "wbusy", &msg]), Value::Int(1));
+        assert_eq!(c.cmd(&["RPOP", "wbusy"]), Value::bulk(&msg));
+        assert_eq!(c.cmd(&["ACK", "wbusy", &msg]), Value::Int(1));
+    }
+    // The subscription's connection exists (events are enabled) but
+    // listens to nothing.
+    await_condition("the keyspace events are enabled", || {
+        let flags = direct.cmd(&["CONFIG", "GET", "notify-keyspace-events"]);
+        matches!(&flags, Value::Array(v) if v.get(1).is_some_and(|f| *f != Value::bulk("")))
+    });
+    assert_eq!(direct.cmd(&["PUBSUB", "NUMPAT"]), Value::Int(0));
+    assert_eq!(
+        direct.cmd(&["PUBSUB", "CHANNELS"]),
+        Value::Array(Vec::new())
+    );
+
+    let mut parked = park(&proxy, metrics, "wbusy");
+    await_condition("the proxy subscribes to the parked key", || {
+        subscribers(&mut direct, "wbusy") == Value::Int(1)
+    });
+    assert_eq!(
+        direct.cmd(&["PUBSUB", "CHANNELS"]),
+        Value::Array(vec![Value::bulk("__keyspace@0__:wbusy")])
+    );
+    let took = push_and_wake(&mut direct, &mut parked, "wbusy", "first");
+    assert!(took < SAFETY_RECHECK / 2, "{took:?}");
+    assert_eq!(c.cmd(&["ACK", "wbusy", "first"]), Value::Int(1));
+    // Served: the subscription lingers for the next parked pop.
+    assert_eq!(metric(metrics, "ackproxy_parked_clients"), 0.0);
+    assert_eq!(subscribers(&mut direct, "wbusy"), Value::Int(1));
+    let mut parked = park(&proxy, metrics, "wbusy");
+    let took = push_and_wake(&mut direct, &mut parked, "wbusy", "second");
+    assert!(took < SAFETY_RECHECK / 2, "{took:?}");
+    assert_eq!(c.cmd(&["ACK", "wbusy", "second"]), Value::Int(1));
 }
 
 fn endpoint(port: u16, password: Option<&str>) -> Endpoint {

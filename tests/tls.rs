@@ -443,8 +443,11 @@ fn upstream_redis_speaking_only_tls() {
     // A pop parked in the proxy is woken by a push made straight to Redis:
     // the proxy's keyspace subscription runs over TLS too (Redis speaks
     // nothing else), and so does its CONFIG SET of the events it needs.
+    c.send(&["BRPOP", "q2", "0"]);
+    wait_for_metric(metrics, "ackproxy_parked_clients", 1);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while cli_out(&redis_cli(&pki, redis.port, None, &["PUBSUB", "NUMPAT"])) == "0" {
+    let numsub = ["PUBSUB", "NUMSUB", "__keyspace@0__:q2"];
+    while cli_out(&redis_cli(&pki, redis.port, None, &numsub)) != "__keyspace@0__:q2\n1" {
         assert!(Instant::now() < deadline, "the proxy never subscribed");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -456,14 +459,16 @@ fn upstream_redis_speaking_only_tls() {
     );
     let events = cli_out(&events);
     assert!(events.contains('K') && events.contains('l'), "{events}");
-    c.send(&["BRPOP", "q2", "0"]);
-    wait_for_metric(metrics, "ackproxy_parked_clients", 1);
+    let pushed_at = Instant::now();
     let pushed = redis_cli(&pki, redis.port, None, &["LPUSH", "q2", "woken"]);
     assert_eq!(cli_out(&pushed), "1");
     assert_eq!(
         c.read_value(),
         Value::Array(vec![Value::bulk("q2"), Value::bulk("woken")])
     );
+    // By the event, not by the once-a-second recheck of parked pops.
+    let took = pushed_at.elapsed();
+    assert!(took < Duration::from_millis(500), "woken after {took:?}");
     assert_eq!(c.cmd(&["ACK", "q2", "woken"]), Value::Int(1));
 }
 

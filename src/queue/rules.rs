@@ -302,12 +302,6 @@ impl Rules {
     pub fn is_exact(&self, name: &[u8]) -> bool {
         self.set.read().unwrap().exact.contains_key(name)
     }
-
-    /// Patterns to watch for pushes, as configured (exact names included).
-    pub fn patterns(&self) -> Vec<String> {
-        let set = self.set.read().unwrap();
-        set.rules.iter().map(|r| r.pattern.clone()).collect()
-    }
 }
 
 fn is_glob(p: &[u8]) -> bool {
@@ -707,7 +701,6 @@ mod tests {
         assert!(!rules.is_queue(b"old:1"));
         assert!(rules.resolve(b"old:1").is_none());
         assert!(rules.is_queue(b"new:1"));
-        assert_eq!(rules.patterns(), ["jobs", "new:*"]);
         assert!(rules.is_exact(b"jobs"));
         assert!(!rules.is_exact(b"new:*"));
         rules.replace(&[]);

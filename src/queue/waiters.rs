@@ -4,17 +4,23 @@
 //! pushes made straight to Redis); one dispatcher then retries the pops of
 //! the clients parked on that key, first come first served. Where
 //! notifications cannot be enabled, the dispatcher polls with backoff.
+//!
+//! Only keys that pops wait on are subscribed to, from the first pop parked
+//! on one until [`LINGER`] after the last left: a subscription to the
+//! rules' patterns would bring an event to parse for every push and pop on
+//! every queue, parked or not (29% of the proxy's instructions per pop+ACK
+//! pair on a busy queue).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::Caller;
-use super::pop::{Pop, Source};
+use super::pop::Pop;
 use super::registry::Registry;
 use super::rules::Rules;
 use crate::error::{ControlCause, ControlError};
@@ -29,6 +35,12 @@ const CHANNEL_PREFIX: &[u8] = b"__keyspace@0__:";
 const SAFETY_RECHECK: Duration = Duration::from_secs(1);
 const POLL_MIN: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(500);
+/// A key's subscription outlives its last parked pop by this much, so that
+/// workers that park again after each job do not subscribe each time.
+const LINGER: Duration = Duration::from_secs(30);
+/// At most this many keys stay subscribed without a parked pop; past it
+/// the one idle longest is unsubscribed at once.
+const LINGER_MAX: usize = 1024;
 
 enum Msg {
     Park(Pop, oneshot::Sender<Bytes>),
@@ -59,7 +71,7 @@ impl Waiters {
             endpoint,
             changed: rules.subscribe(),
             rules,
-            plain: HashSet::new(),
+            keys: HashSet::new(),
             dispatcher: tx.clone(),
             subs: sub_rx,
             stop,
@@ -74,7 +86,8 @@ impl Waiters {
             next_id: 0,
             parked: HashMap::new(),
             by_key: HashMap::new(),
-            plain_subscribed: HashSet::new(),
+            subscribed: HashSet::new(),
+            lingering: HashMap::new(),
             subs: sub_tx,
             notifications: false,
             poll: POLL_MIN,
@@ -121,7 +134,10 @@ struct Dispatcher {
     next_id: u64,
     parked: HashMap<u64, Parked>,
     by_key: HashMap<Bytes, VecDeque<u64>>,
-    plain_subscribed: HashSet<Bytes>,
+    /// Keys whose subscription was asked for (parked on, or lingering).
+    subscribed: HashSet<Bytes>,
+    /// Subscribed keys with no parked pop, since when.
+    lingering: HashMap<Bytes, Instant>,
     subs: mpsc::UnboundedSender<Sub>,
     notifications: bool,
     poll: Duration,
@@ -129,6 +145,7 @@ struct Dispatcher {
 
 impl Dispatcher {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut last = Instant::now();
         loop {
             let recheck = if self.parked.is_empty() {
                 Duration::from_secs(3600)
@@ -137,13 +154,20 @@ impl Dispatcher {
             } else {
                 self.poll
             };
+            let recheck_at = last + recheck;
+            let sweep_at = self.lingering.values().min().map(|&t| t + LINGER);
             let msg = tokio::select! {
                 m = rx.recv() => match m {
                     Some(m) => m,
                     None => return,
                 },
-                _ = tokio::time::sleep(recheck) => Msg::WakeAll,
+                _ = tokio::time::sleep_until(recheck_at.into()) => Msg::WakeAll,
+                _ = sleep_until_some(sweep_at) => {
+                    self.sweep(Instant::now());
+                    continue;
+                }
             };
+            last = Instant::now();
             match msg {
                 Msg::Park(pop, reply) => {
                     let keys: Vec<Bytes> = pop.sources.iter().map(|s| s.key().clone()).collect();
@@ -190,14 +214,46 @@ impl Dispatcher {
         self.next_id += 1;
         for s in &pop.sources {
             let key = s.key().clone();
-            if let Source::Plain(_) = s {
-                if self.plain_subscribed.insert(key.clone()) {
-                    let _ = self.subs.send(Sub::Subscribe(key.clone()));
-                }
+            if self.lingering.remove(&key).is_none() && self.subscribed.insert(key.clone()) {
+                let _ = self.subs.send(Sub::Subscribe(key.clone()));
             }
             self.by_key.entry(key).or_default().push_back(id);
         }
         self.parked.insert(id, Parked { pop, reply });
+    }
+
+    /// `key` has no parked pop left: its subscription lingers.
+    fn idle(&mut self, key: &Bytes) {
+        if !self.subscribed.contains(key) {
+            return;
+        }
+        if self.lingering.len() >= LINGER_MAX {
+            let oldest = self.lingering.iter().min_by_key(|(_, &t)| t);
+            if let Some((k, _)) = oldest.map(|(k, t)| (k.clone(), *t)) {
+                self.unsubscribe(&k);
+            }
+        }
+        self.lingering.insert(key.clone(), Instant::now());
+    }
+
+    fn unsubscribe(&mut self, key: &Bytes) {
+        self.lingering.remove(key);
+        if self.subscribed.remove(key) {
+            let _ = self.subs.send(Sub::Unsubscribe(key.clone()));
+        }
+    }
+
+    /// Ends the subscriptions that lingered long enough.
+    fn sweep(&mut self, now: Instant) {
+        let done: Vec<Bytes> = self
+            .lingering
+            .iter()
+            .filter(|(_, &t)| now >= t + LINGER)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in done {
+            self.unsubscribe(&k);
+        }
     }
 
     fn remove(&mut self, id: u64) -> Option<Parked> {
@@ -211,9 +267,7 @@ impl Dispatcher {
                 q.retain(|&w| w != id);
                 if q.is_empty() {
                     self.by_key.remove(key);
-                    if self.plain_subscribed.remove(key) {
-                        let _ = self.subs.send(Sub::Unsubscribe(key.clone()));
-                    }
+                    self.idle(key);
                 }
             }
         }
@@ -267,18 +321,17 @@ impl Dispatcher {
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
 
-/// Keeps a subscription to keyspace notifications for the queue patterns
-/// (and for plain keys that parked pops also wait on), turning each event
-/// into a wake-up for the dispatcher. While there is none, the dispatcher
-/// is told so, and polls.
+/// Keeps a subscription to keyspace notifications for the keys the
+/// dispatcher asks for, turning each event into a wake-up for it. While
+/// there is none, the dispatcher is told so, and polls.
 struct Listener {
     endpoint: Arc<Endpoint>,
-    /// Their patterns are subscribed to; the subscription is made again
-    /// when they change.
+    /// Without rules nothing is subscribed, and Redis's notification
+    /// settings are left alone.
     rules: Arc<Rules>,
     changed: watch::Receiver<()>,
-    /// Plain keys parked pops wait on: subscribed again after a reconnect.
-    plain: HashSet<Bytes>,
+    /// Keys asked for: subscribed again after a reconnect.
+    keys: HashSet<Bytes>,
     dispatcher: mpsc::UnboundedSender<Msg>,
     subs: mpsc::UnboundedReceiver<Sub>,
     stop: watch::Receiver<bool>,
@@ -288,7 +341,7 @@ struct Listener {
 enum Ended {
     Stopped,
     Lost,
-    /// The rules were replaced: subscribe to their patterns.
+    /// The last rule went away.
     RulesChanged,
 }
 
@@ -303,7 +356,12 @@ impl Listener {
                 tokio::select! {
                     _ = self.stop.changed() => return,
                     _ = self.changed.changed() => continue,
+                    sub = self.subs.recv() => match sub {
+                        Some(sub) => self.note(sub),
+                        None => return,
+                    },
                 }
+                continue;
             }
             let e = match self.subscription().await {
                 Ok(Ended::Stopped) => return,
@@ -327,12 +385,31 @@ impl Listener {
                 // CONFIG, say): ask again only now and then.
                 backoff = RESUBSCRIBE_MAX;
             }
-            tokio::select! {
-                _ = self.stop.changed() => return,
-                _ = tokio::time::sleep(backoff) => {}
+            let retry = tokio::time::sleep(backoff);
+            tokio::pin!(retry);
+            loop {
+                tokio::select! {
+                    _ = self.stop.changed() => return,
+                    _ = &mut retry => break,
+                    // Kept up to date meanwhile, so that what the
+                    // dispatcher asks for does not pile up here.
+                    sub = self.subs.recv() => match sub {
+                        Some(sub) => self.note(sub),
+                        None => return,
+                    },
+                }
             }
             backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
         }
+    }
+
+    /// Records a key asked for (or given up) while there is no subscription;
+    /// the next one has it.
+    fn note(&mut self, sub: Sub) {
+        match sub {
+            Sub::Subscribe(k) => self.keys.insert(k),
+            Sub::Unsubscribe(k) => self.keys.remove(&k),
+        };
     }
 
     /// One subscription: enable the events, subscribe, then forward events
@@ -341,16 +418,7 @@ impl Listener {
     async fn subscription(&mut self) -> Result<Ended, ControlError> {
         let mut conn = control::subscriber(&self.endpoint).await?;
         enable_notifications(&self.endpoint).await?;
-        let patterns: Vec<Vec<u8>> = self
-            .rules
-            .patterns()
-            .iter()
-            .map(|p| channel(p.as_bytes()))
-            .collect();
-        if !patterns.is_empty() {
-            control::request("PSUBSCRIBE", conn.psubscribe(&patterns)).await?;
-        }
-        let keys: Vec<Vec<u8>> = self.plain.iter().map(|k| channel(k)).collect();
+        let keys: Vec<Vec<u8>> = self.keys.iter().map(|k| channel(k)).collect();
         if !keys.is_empty() {
             control::request("SUBSCRIBE", conn.subscribe(&keys)).await?;
         }
@@ -361,17 +429,24 @@ impl Listener {
         loop {
             tokio::select! {
                 _ = self.stop.changed() => return Ok(Ended::Stopped),
-                _ = self.changed.changed() => return Ok(Ended::RulesChanged),
+                _ = self.changed.changed() => {
+                    if self.rules.is_empty() {
+                        return Ok(Ended::RulesChanged);
+                    }
+                }
                 sub = self.subs.recv() => match sub {
                     Some(Sub::Subscribe(k)) => {
                         // Kept first: if this fails, the next subscription
                         // has it.
-                        self.plain.insert(k.clone());
+                        self.keys.insert(k.clone());
                         let done = control::request("SUBSCRIBE", sink.subscribe(channel(&k)));
                         tolerate_refusal(done.await)?;
+                        // A push between the pop that found nothing and
+                        // now brought no event: pop again.
+                        let _ = self.dispatcher.send(Msg::Wake(k));
                     }
                     Some(Sub::Unsubscribe(k)) => {
-                        self.plain.remove(&k);
+                        self.keys.remove(&k);
                         let done = control::request("UNSUBSCRIBE", sink.unsubscribe(channel(&k)));
                         tolerate_refusal(done.await)?;
                     }
@@ -390,9 +465,9 @@ impl Listener {
     }
 }
 
-/// A plain key's (un)subscription that Redis refuses (BUSY while a script
-/// runs) leaves the queue patterns' subscription as it is: the safety
-/// recheck covers that key. A broken connection still ends it.
+/// A key's (un)subscription that Redis refuses (BUSY while a script runs)
+/// leaves the other keys' subscriptions as they are: the safety recheck
+/// covers that key. A broken connection still ends it.
 fn tolerate_refusal(done: Result<(), ControlError>) -> Result<(), ControlError> {
     match done {
         Err(e) if matches!(e.cause, ControlCause::Refused { .. }) => {
@@ -400,6 +475,13 @@ fn tolerate_refusal(done: Result<(), ControlError>) -> Result<(), ControlError> 
             Ok(())
         }
         other => other,
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
