@@ -4,6 +4,7 @@
 //! while its writer task returns the replies in request order.
 
 mod auth;
+mod buffers;
 pub mod mode;
 pub mod route;
 
@@ -258,8 +259,8 @@ impl Session {
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
             if self.buf.is_empty() && self.buf.capacity() > 0 {
-                // An idle client holds no buffer.
-                self.buf = BytesMut::new();
+                // A waiting client holds no buffer.
+                buffers::give(std::mem::take(&mut self.buf));
             }
             let idle = self.idle_timeout();
             tokio::select! {
@@ -273,9 +274,12 @@ impl Session {
                     }
                 }
             }
-            // The buffer is allocated only once there is something to read,
+            // The buffer is taken only once there is something to read,
             // so idle connections cost almost nothing.
-            crate::resp::grow(&mut self.buf, 4096);
+            if self.buf.capacity() == 0 {
+                self.buf = buffers::take();
+            }
+            crate::resp::grow(&mut self.buf, buffers::READ_SIZE);
             match self.rd.try_read_buf(&mut self.buf) {
                 Ok(0) => return Stop::Gone,
                 Ok(_) => self.out.received(),
@@ -706,7 +710,7 @@ impl Session {
                     }
                     // Keep what the client sends meanwhile for later, but
                     // notice when it goes away: its pop is then abandoned.
-                    crate::resp::grow(&mut self.buf, 4096);
+                    crate::resp::grow(&mut self.buf, buffers::READ_SIZE);
                     match self.rd.try_read_buf(&mut self.buf) {
                         Ok(0) => return Some(Stop::Gone),
                         Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
