@@ -86,7 +86,6 @@ impl Waiters {
             next_id: 0,
             parked: HashMap::new(),
             by_key: HashMap::new(),
-            subscribed: HashSet::new(),
             lingering: HashMap::new(),
             subs: sub_tx,
             notifications: false,
@@ -134,9 +133,8 @@ struct Dispatcher {
     next_id: u64,
     parked: HashMap<u64, Parked>,
     by_key: HashMap<Bytes, VecDeque<u64>>,
-    /// Keys whose subscription was asked for (parked on, or lingering).
-    subscribed: HashSet<Bytes>,
-    /// Subscribed keys with no parked pop, since when.
+    /// Keys subscribed with no parked pop, since when. The keys subscribed
+    /// are these and those of `by_key`.
     lingering: HashMap<Bytes, Instant>,
     subs: mpsc::UnboundedSender<Sub>,
     notifications: bool,
@@ -214,7 +212,7 @@ impl Dispatcher {
         self.next_id += 1;
         for s in &pop.sources {
             let key = s.key().clone();
-            if self.lingering.remove(&key).is_none() && self.subscribed.insert(key.clone()) {
+            if self.lingering.remove(&key).is_none() && !self.by_key.contains_key(&key) {
                 let _ = self.subs.send(Sub::Subscribe(key.clone()));
             }
             self.by_key.entry(key).or_default().push_back(id);
@@ -224,21 +222,18 @@ impl Dispatcher {
 
     /// `key` has no parked pop left: its subscription lingers.
     fn idle(&mut self, key: &Bytes) {
-        if !self.subscribed.contains(key) {
-            return;
-        }
         if self.lingering.len() >= LINGER_MAX {
             let oldest = self.lingering.iter().min_by_key(|(_, &t)| t);
-            if let Some((k, _)) = oldest.map(|(k, t)| (k.clone(), *t)) {
+            if let Some(k) = oldest.map(|(k, _)| k.clone()) {
                 self.unsubscribe(&k);
             }
         }
         self.lingering.insert(key.clone(), Instant::now());
     }
 
+    /// Ends a lingering subscription.
     fn unsubscribe(&mut self, key: &Bytes) {
-        self.lingering.remove(key);
-        if self.subscribed.remove(key) {
+        if self.lingering.remove(key).is_some() {
             let _ = self.subs.send(Sub::Unsubscribe(key.clone()));
         }
     }
