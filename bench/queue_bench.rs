@@ -1,7 +1,7 @@
 //! Queue benchmark: pop+ack pairs per second at 50 connections, in one run:
 //!
 //! (a) `RPOP q` + `ACK q id` through ackproxy;
-//! (b) the same lease scripts called straight against Redis with EVALSHA,
+//! (b) the same queue functions called straight against Redis with FCALL,
 //!     with the KEYS/ARGV the proxy builds (`queue::pop::Pop::call` and the
 //!     ACK call of `queue::commands::ack`);
 //! (c) Redis Streams: `XREADGROUP … COUNT 1` + `XACK`.
@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use ackproxy::command::{Args, PopForm};
 use ackproxy::config::Config;
 use ackproxy::queue::call::Call;
+use ackproxy::queue::library;
 use ackproxy::queue::pop::{self, Parsed};
 use ackproxy::queue::rules::Rules;
-use ackproxy::queue::scripts;
 use ackproxy::upstream::encode_command;
 use common::{free_port, start_proxy, start_proxy_with, start_redis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -175,7 +175,7 @@ impl Mode {
     fn label(self) -> &'static str {
         match self {
             Mode::Proxy => "RPOP + ACK through ackproxy",
-            Mode::Scripts => "lease scripts via EVALSHA, direct",
+            Mode::Scripts => "queue functions via FCALL, direct",
             Mode::Streams => "XREADGROUP COUNT 1 + XACK, direct",
         }
     }
@@ -208,7 +208,7 @@ fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
         .resolve(queue.as_bytes())
         .expect("bench queue is configured");
     ackproxy::queue::commands::ack_call(&q, &[bytes::Bytes::copy_from_slice(id)])
-        .evalsha()
+        .request()
         .to_vec()
 }
 
@@ -225,7 +225,7 @@ async fn worker(
     let consumer = format!("c{i}");
     let pop_req = match mode {
         Mode::Proxy => cmd(&[b"RPOP", queue.as_bytes()]),
-        Mode::Scripts => pop_call(&rules, &queue).evalsha().to_vec(),
+        Mode::Scripts => pop_call(&rules, &queue).request().to_vec(),
         Mode::Streams => cmd(&[
             b"XREADGROUP",
             b"GROUP",
@@ -422,10 +422,11 @@ fn main() {
 
     let config = Config::from_toml(CONFIG).unwrap();
     let rules = Arc::new(Rules::new(&config.queues));
-    // Load the scripts for the direct mode (the proxy loads its own).
-    for s in [&scripts::POP, &scripts::ACK] {
-        sync_cmd(redis_port, &[b"SCRIPT", b"LOAD", s.body().as_bytes()]);
-    }
+    // Load the library for the direct mode (the proxy loads it when needed).
+    sync_cmd(
+        redis_port,
+        &[b"FUNCTION", b"LOAD", library::library().text.as_bytes()],
+    );
 
     // Enough for ~150k pairs/s over the measured time plus warm-up.
     let fill = ((secs + 2.0) * 150_000.0) as usize;
@@ -513,7 +514,7 @@ fn main() {
          ({conns} connections, one request in flight per connection, {secs} s measured per mode after 1 s warm-up, \
          load generator on {threads} thread(s) of the same {cores}-core machine, load average before the run {load_before}; \
          {redis_version}).\n\
-         Pairs: (a) `RPOP q` + `ACK q id` through ackproxy; (b) the proxy's POP and ACK scripts sent with EVALSHA \
+         Pairs: (a) `RPOP q` + `ACK q id` through ackproxy; (b) the proxy's pop and ACK functions sent with FCALL \
          straight to Redis with the same KEYS/ARGV; (c) `XREADGROUP GROUP g c COUNT 1 STREAMS s >` + `XACK`. \
          CPU is utime+stime over the measured interval (100% = one core).\n\n{table}"
     );

@@ -104,7 +104,7 @@ fn info(direct: &mut Conn, section: &str) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
-/// Redis's CPU time so far (user + system, s) and its EVALSHA calls: what a
+/// Redis's CPU time so far (user + system, s) and its FCALL calls: what a
 /// phase cost Redis, whatever else shares the machine (the slow log
 /// measures wall time, which a busy machine stretches).
 fn cpu_and_calls(direct: &mut Conn) -> (f64, i64) {
@@ -117,7 +117,7 @@ fn cpu_and_calls(direct: &mut Conn) -> (f64, i64) {
     let stats = info(direct, "commandstats");
     let calls = stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
         .and_then(|v| v.split(',').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);

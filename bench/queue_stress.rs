@@ -191,7 +191,7 @@ fn main() {
         direct.0.read_exact(&mut b).unwrap();
         String::from_utf8_lossy(&b)
             .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
             .and_then(|v| v.split(',').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
@@ -208,7 +208,7 @@ fn main() {
         out.push('\n');
     }
     out.push_str(&format!(
-        "\nIdle afterwards (5,000 queue keys used, nothing leased): {idle_rate:.1} EVALSHA/s.\n"
+        "\nIdle afterwards (5,000 queue keys used, nothing leased): {idle_rate:.1} FCALL/s.\n"
     ));
     println!("{out}");
     append_results(

@@ -12,27 +12,29 @@
 -- released, for the ack latency}: at most one per id, so bounded as the ids.
 -- Unknown ids count nothing.
 
-local k = group(1)
-local r = rule(1)
-local budget = LATE_SCAN_PER_CALL
-local released, late = 0, 0
-local out = { 0, 0 }
-local now
-for i = RULE_SIZE + 1, #ARGV do
-  local ik = id_key(ARGV[i])
-  local token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, ik)
-  if token then
-    drop(k, token, payload, dest, owner)
-    released = released + 1
-    now = now or now_ms()
-    out[#out + 1] = now - started
-  else
-    local n, looked = late_ack(k, r, ik, budget)
-    late = late + n
-    budget = budget - looked
+register('ack', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local budget = LATE_SCAN_PER_CALL
+  local released, late = 0, 0
+  local out = { 0, 0 }
+  local now
+  for i = RULE_SIZE + 1, #ARGV do
+    local ik = id_key(ARGV[i])
+    local token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, ik)
+    if token then
+      drop(k, token, payload, dest, owner)
+      released = released + 1
+      now = now or now_ms()
+      out[#out + 1] = now - started
+    else
+      local n, looked = late_ack(k, r, ik, budget)
+      late = late + n
+      budget = budget - looked
+    end
   end
-end
-tally(k, 'acks', released)
-tally(k, 'late_acks', late)
-out[1], out[2] = released, late
-return reply(out)
+  tally(k, 'acks', released)
+  tally(k, 'late_acks', late)
+  out[1], out[2] = released, late
+  return reply(out)
+end)

@@ -1,15 +1,17 @@
--- common.lua: functions shared by every ackproxy script. It follows the
--- generated prelude (group(i), rule(i), GROUP_SIZE, RULE_SIZE,
--- event_names(), STATS_TTL_MS and the per-call bounds: see
--- src/queue/scripts.rs) and precedes each script's own text, so each script
--- stays one atomic EVAL.
+-- common.lua: the helpers of the ackproxy function library. The library
+-- is one text loaded with FUNCTION LOAD (see src/queue/library.rs): a
+-- prelude generated from the calling convention (group(keys, i),
+-- rule(args, i), GROUP_SIZE, RULE_SIZE, event_names(), STATS_TTL_MS, the
+-- per-call bounds and LIB, the library's version), then this file, then one
+-- file per operation, each registering one function with register(). The
+-- whole text runs once, at load: helpers are built once, not per call.
 --
 -- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
--- group(i): q (list), leases (zset), mleases (zset), msgs (hash), ids (zset),
--- retry (hash), dead (list), delayed (zset), stats (hash), history (hash);
--- `base` is i. A
--- queue's rule arrives as RULE_SIZE ARGV (one MessagePack sequence), read
--- with rule(i):
+-- group(KEYS, i): q (list), leases (zset), mleases (zset), msgs (hash), ids
+-- (zset), retry (hash), dead (list), delayed (zset), stats (hash), history
+-- (hash); `base` is i. A queue's rule arrives as RULE_SIZE ARGV (one
+-- MessagePack sequence), read with rule(ARGV, i), which decodes each rule
+-- version once and keeps it:
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
 -- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
@@ -43,10 +45,8 @@
 --        delivery (ms), last reason, when dead-lettered (ms)); at most
 --        DEAD_HISTORY of them.
 --
--- Every script returns reply(result): {events, result}, where events lists
--- what it tallied (see tally below) for the proxy's counters. Everything
--- here runs at every call (a script cannot keep state between calls), so
--- what is not needed on the common paths is kept out of it.
+-- Every function returns reply(result): {events, result}, where events
+-- lists what it tallied (see tally below) for the proxy's counters.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -57,7 +57,8 @@ local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of v
 local CANCELLED = '#cancelled'
 
 -- What this call did, as flat (group base, event name, amount) triples,
--- and the stats hashes whose time to live it renews.
+-- and the stats hashes whose time to live it renews. Library locals live
+-- as long as the library: register() starts every call with them empty.
 local TALLIED = {}
 local TOUCHED = {}
 
@@ -81,6 +82,16 @@ local function reply(result)
   for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
   if result == nil then result = false end
   return { TALLIED, result }
+end
+
+-- Registers operation `op` as the function ackq_<op>_<LIB>: the version in
+-- the name lets two proxy versions share a Redis during a rolling upgrade.
+local function register(op, f)
+  redis.register_function('ackq_' .. op .. '_' .. LIB, function(keys, args)
+    if #TALLIED > 0 then TALLIED = {} end
+    if next(TOUCHED) then TOUCHED = {} end
+    return f(keys, args)
+  end)
 end
 
 local function is_list_or_none(key)

@@ -9,27 +9,29 @@
 -- marked and listed, for expire_move.lua to clear their destination.
 -- Returns {ended, more (1: call again), token1, dest1, token2, dest2, ...}.
 
-local k = group(1)
-local r = rule(1)
-local owner = ARGV[RULE_SIZE + 1]
-local n = tonumber(ARGV[RULE_SIZE + 2])
-local now = now_ms()
-local tokens, more = owned_by(k, owner, n)
-local out = { 0, more and 1 or 0 }
-for _, token in ipairs(tokens) do
-  local payload, _, _, dest
-  if string.byte(token, 1) ~= 126 then payload, _, _, dest = record(k, token) end
-  if not payload then
-    -- Gone, or the mark of a lease that already ran out: nothing to end.
-    redis.call('ZREM', k.ids, owned_key(owner, token))
-  elseif dest ~= '' then
-    mark_ending(k, token, 'disconnected', 0)
-    out[#out + 1] = token
-    out[#out + 1] = dest
-    out[1] = out[1] + 1
-  else
-    expire(k, r, token, 'disconnected', 0, now)
-    out[1] = out[1] + 1
+register('disown', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local owner = ARGV[RULE_SIZE + 1]
+  local n = tonumber(ARGV[RULE_SIZE + 2])
+  local now = now_ms()
+  local tokens, more = owned_by(k, owner, n)
+  local out = { 0, more and 1 or 0 }
+  for _, token in ipairs(tokens) do
+    local payload, _, _, dest
+    if string.byte(token, 1) ~= 126 then payload, _, _, dest = record(k, token) end
+    if not payload then
+      -- Gone, or the mark of a lease that already ran out: nothing to end.
+      redis.call('ZREM', k.ids, owned_key(owner, token))
+    elseif dest ~= '' then
+      mark_ending(k, token, 'disconnected', 0)
+      out[#out + 1] = token
+      out[#out + 1] = dest
+      out[1] = out[1] + 1
+    else
+      expire(k, r, token, 'disconnected', 0, now)
+      out[1] = out[1] + 1
+    end
   end
-end
-return reply(out)
+  return reply(out)
+end)

@@ -9,16 +9,18 @@
 -- proxies racing on the same lease are harmless.
 -- Returns {requeued, deadlettered}.
 
-local k = group(1)
-local r = rule(1)
-local dest = KEYS[GROUP_SIZE + 1]
-local token = ARGV[RULE_SIZE + 1]
-local deadline = redis.call('ZSCORE', k.mleases, token)
-local now = now_ms()
-if not deadline or tonumber(deadline) > now then return reply({ 0, 0 }) end
-local payload, _, _, _, dest_end = record(k, token)
-if payload and redis.call('TYPE', dest)['ok'] == 'list' then
-  redis.call('LREM', dest, dest_end == 'R' and -1 or 1, payload)
-end
-local a, b = expire(k, r, token, 'expired', nil, now)
-return reply({ a, b })
+register('expire_move', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local dest = KEYS[GROUP_SIZE + 1]
+  local token = ARGV[RULE_SIZE + 1]
+  local deadline = redis.call('ZSCORE', k.mleases, token)
+  local now = now_ms()
+  if not deadline or tonumber(deadline) > now then return reply({ 0, 0 }) end
+  local payload, _, _, _, dest_end = record(k, token)
+  if payload and redis.call('TYPE', dest)['ok'] == 'list' then
+    redis.call('LREM', dest, dest_end == 'R' and -1 or 1, payload)
+  end
+  local a, b = expire(k, r, token, 'expired', nil, now)
+  return reply({ a, b })
+end)

@@ -7,31 +7,33 @@
 -- The age looks at the 10 leases due first of each kind, so the work stays
 -- bounded.
 
-local k = group(1)
-local function len(key)
-  local t = redis.call('TYPE', key)['ok']
-  if t == 'list' then return redis.call('LLEN', key) end
-  return 0
-end
-local now = now_ms()
-local oldest = -1
-for _, z in ipairs({ k.leases, k.mleases }) do
-  for _, token in ipairs(redis.call('ZRANGE', z, 0, 9)) do
-    local payload, _, _, _, _, started = record(k, token)
-    if payload and now - started > oldest then oldest = now - started end
+register('info', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local function len(key)
+    local t = redis.call('TYPE', key)['ok']
+    if t == 'list' then return redis.call('LLEN', key) end
+    return 0
   end
-end
-local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
-local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
-local names = event_names()
-local totals = redis.call('HMGET', k.stats, unpack(names))
-for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end
-return reply({
-  len(k.q) - cancelled,
-  redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases),
-  len(k.dead),
-  oldest,
-  requeued,
-  redis.call('ZCARD', k.delayed),
-  totals,
-})
+  local now = now_ms()
+  local oldest = -1
+  for _, z in ipairs({ k.leases, k.mleases }) do
+    for _, token in ipairs(redis.call('ZRANGE', z, 0, 9)) do
+      local payload, _, _, _, _, started = record(k, token)
+      if payload and now - started > oldest then oldest = now - started end
+    end
+  end
+  local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
+  local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
+  local names = event_names()
+  local totals = redis.call('HMGET', k.stats, unpack(names))
+  for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end
+  return reply({
+    len(k.q) - cancelled,
+    redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases),
+    len(k.dead),
+    oldest,
+    requeued,
+    redis.call('ZCARD', k.delayed),
+    totals,
+  })
+end)

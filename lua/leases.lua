@@ -6,20 +6,22 @@
 -- {ack_id, payload, deliveries, ms_until_deadline, destination or '',
 -- nacks, expiries}.
 
-local k = group(1)
-local n = tonumber(ARGV[1])
-local now = now_ms()
-local all = {}
-for _, z in ipairs({ k.leases, k.mleases }) do
-  local flat = redis.call('ZRANGE', z, 0, n - 1, 'WITHSCORES')
-  for i = 1, #flat, 2 do all[#all + 1] = { flat[i], tonumber(flat[i + 1]) } end
-end
-table.sort(all, function(a, b) return a[2] < b[2] end)
-local out = {}
-for i = 1, math.min(n, #all) do
-  local payload, id, deliveries, dest, _, _, nacks, expiries = record(k, all[i][1])
-  if payload then
-    out[#out + 1] = { id, payload, deliveries, all[i][2] - now, dest, nacks or 0, expiries or 0 }
+register('leases', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local n = tonumber(ARGV[1])
+  local now = now_ms()
+  local all = {}
+  for _, z in ipairs({ k.leases, k.mleases }) do
+    local flat = redis.call('ZRANGE', z, 0, n - 1, 'WITHSCORES')
+    for i = 1, #flat, 2 do all[#all + 1] = { flat[i], tonumber(flat[i + 1]) } end
   end
-end
-return reply(out)
+  table.sort(all, function(a, b) return a[2] < b[2] end)
+  local out = {}
+  for i = 1, math.min(n, #all) do
+    local payload, id, deliveries, dest, _, _, nacks, expiries = record(k, all[i][1])
+    if payload then
+      out[#out + 1] = { id, payload, deliveries, all[i][2] - now, dest, nacks or 0, expiries or 0 }
+    end
+  end
+  return reply(out)
+end)

@@ -7,21 +7,23 @@
 -- Returns {removed (exactly LREM's reply), released}. At most 1000 leases
 -- are released per call.
 
-local dest = KEYS[1]
-local k = group(2)
-local removed = redis.pcall('LREM', dest, ARGV[1], ARGV[2])
-if type(removed) == 'table' and removed['err'] then return removed end
-local released = 0
-if removed > 0 then
-  for _, token in ipairs(tokens_in_dest(k, dest, ARGV[2], math.min(removed, 1000))) do
-    local payload, _, _, d, _, _, _, _, _, owner = record(k, token)
-    if payload then
-      drop(k, token, payload, d, owner)
-    else
-      redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. '|' .. token)
+register('lrem', function(KEYS, ARGV)
+  local dest = KEYS[1]
+  local k = group(KEYS, 2)
+  local removed = redis.pcall('LREM', dest, ARGV[1], ARGV[2])
+  if type(removed) == 'table' and removed['err'] then return removed end
+  local released = 0
+  if removed > 0 then
+    for _, token in ipairs(tokens_in_dest(k, dest, ARGV[2], math.min(removed, 1000))) do
+      local payload, _, _, d, _, _, _, _, _, owner = record(k, token)
+      if payload then
+        drop(k, token, payload, d, owner)
+      else
+        redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. '|' .. token)
+      end
+      released = released + 1
     end
-    released = released + 1
   end
-end
-tally(k, 'acks', released)
-return reply({ removed, released })
+  tally(k, 'acks', released)
+  return reply({ removed, released })
+end)

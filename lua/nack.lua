@@ -12,24 +12,26 @@
 -- Returns {ended, token1, dest1, token2, dest2, ...}: the count of leases
 -- ended or marked, and the marked move leases.
 
-local k = group(1)
-local r = rule(1)
-local wait = ARGV[RULE_SIZE + 1]
-local now = now_ms()
-local n = 0
-local out = { 0 }
-for i = RULE_SIZE + 2, #ARGV do
-  local token, _, _, _, dest = first_lease(k, id_key(ARGV[i]))
-  if token then
-    if dest ~= '' then
-      mark_ending(k, token, 'nacked', wait)
-      out[#out + 1] = token
-      out[#out + 1] = dest or ''
-    else
-      expire(k, r, token, 'nacked', tonumber(wait), now)
+register('nack', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local wait = ARGV[RULE_SIZE + 1]
+  local now = now_ms()
+  local n = 0
+  local out = { 0 }
+  for i = RULE_SIZE + 2, #ARGV do
+    local token, _, _, _, dest = first_lease(k, id_key(ARGV[i]))
+    if token then
+      if dest ~= '' then
+        mark_ending(k, token, 'nacked', wait)
+        out[#out + 1] = token
+        out[#out + 1] = dest or ''
+      else
+        expire(k, r, token, 'nacked', tonumber(wait), now)
+      end
+      n = n + 1
     end
-    n = n + 1
   end
-end
-out[1] = n
-return reply(out)
+  out[1] = n
+  return reply(out)
+end)

@@ -31,98 +31,100 @@
 -- pops and SKIP_PER_CALL skips, whatever the queue holds; the caller bounds
 -- count and the number of sources.
 
-local G = tonumber(ARGV[1])
-local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
-local count = tonumber(ARGV[3])
-local push = ARGV[4]
-local requeue_budget = REQUEUE_PER_CALL
-local skip_budget = SKIP_PER_CALL
-local promote_budget = PROMOTE_PER_CALL
-local owner = ARGV[5]
-local releasing = ARGV[6] ~= '0'
-local release_budget = tonumber(ARGV[6])
-local dest = ''
-if push ~= '' then
-  dest = KEYS[#KEYS]
-  local t = redis.call('TYPE', dest)['ok']
-  if t ~= 'list' and t ~= 'none' then return redis.error_reply(WRONGTYPE) end
-end
-local push_cmd = push == 'L' and 'LPUSH' or 'RPUSH'
-local now = now_ms()
+register('pop', function(KEYS, ARGV)
+  local G = tonumber(ARGV[1])
+  local pop_cmd = ARGV[2] == 'L' and 'LPOP' or 'RPOP'
+  local count = tonumber(ARGV[3])
+  local push = ARGV[4]
+  local requeue_budget = REQUEUE_PER_CALL
+  local skip_budget = SKIP_PER_CALL
+  local promote_budget = PROMOTE_PER_CALL
+  local owner = ARGV[5]
+  local releasing = ARGV[6] ~= '0'
+  local release_budget = tonumber(ARGV[6])
+  local dest = ''
+  if push ~= '' then
+    dest = KEYS[#KEYS]
+    local t = redis.call('TYPE', dest)['ok']
+    if t ~= 'list' and t ~= 'none' then return redis.error_reply(WRONGTYPE) end
+  end
+  local push_cmd = push == 'L' and 'LPUSH' or 'RPUSH'
+  local now = now_ms()
 
-local function exists(key)
-  local t = redis.call('TYPE', key)['ok']
-  if t == 'list' then return true end
-  if t ~= 'none' then return nil, redis.error_reply(WRONGTYPE) end
-  return false
-end
+  local function exists(key)
+    local t = redis.call('TYPE', key)['ok']
+    if t == 'list' then return true end
+    if t ~= 'none' then return nil, redis.error_reply(WRONGTYPE) end
+    return false
+  end
 
--- Sources' ARGV start after the 6 fixed ones above.
-local ki, ai = 1, 7
-for g = 1, G do
-  local kind = ARGV[ai]
-  ai = ai + 1
-  if kind == 'q' then
-    local k = group(ki)
-    local r = rule(ai)
-    ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
-    if releasing and owner ~= '' and r.ack == 'next-pop' and count > 0 then
-      local done, more = release_owned(k, r, owner, release_budget)
-      if release_budget > 0 then release_budget = release_budget - done end
-      if more then return reply({ 2, g }) end
-    end
-    local back = requeue_expired(k, r, now, requeue_budget)
-    requeue_budget = requeue_budget - back
-    promote_budget = promote_budget - promote(k, r, now, promote_budget)
-    if count == 0 then
-      local found, err = exists(k.q)
-      if err then return err end
-      if found then return reply({ 0, g }) end
-    else
-      local out = { 0, g }
-      while #out - 2 < count do
-        local v = redis.pcall(pop_cmd, k.q)
-        if type(v) == 'table' then return v end
-        if not v then break end
-        local h = popped(k, r, v, now)
-        if h then
-          if dest ~= '' then redis.call(push_cmd, dest, v) end
-          new_lease(k, r, v, h, dest, push, now, r.track == 1 and owner or '')
-          out[#out + 1] = v
-        else
-          skip_budget = skip_budget - 1
-          if skip_budget <= 0 then
-            out[1] = 1
-            tally(k, 'deliveries', #out - 2)
-            return reply(out)
+  -- Sources' ARGV start after the 6 fixed ones above.
+  local ki, ai = 1, 7
+  for g = 1, G do
+    local kind = ARGV[ai]
+    ai = ai + 1
+    if kind == 'q' then
+      local k = group(KEYS, ki)
+      local r = rule(ARGV, ai)
+      ki, ai = ki + GROUP_SIZE, ai + RULE_SIZE
+      if releasing and owner ~= '' and r.ack == 'next-pop' and count > 0 then
+        local done, more = release_owned(k, r, owner, release_budget)
+        if release_budget > 0 then release_budget = release_budget - done end
+        if more then return reply({ 2, g }) end
+      end
+      local back = requeue_expired(k, r, now, requeue_budget)
+      requeue_budget = requeue_budget - back
+      promote_budget = promote_budget - promote(k, r, now, promote_budget)
+      if count == 0 then
+        local found, err = exists(k.q)
+        if err then return err end
+        if found then return reply({ 0, g }) end
+      else
+        local out = { 0, g }
+        while #out - 2 < count do
+          local v = redis.pcall(pop_cmd, k.q)
+          if type(v) == 'table' then return v end
+          if not v then break end
+          local h = popped(k, r, v, now)
+          if h then
+            if dest ~= '' then redis.call(push_cmd, dest, v) end
+            new_lease(k, r, v, h, dest, push, now, r.track == 1 and owner or '')
+            out[#out + 1] = v
+          else
+            skip_budget = skip_budget - 1
+            if skip_budget <= 0 then
+              out[1] = 1
+              tally(k, 'deliveries', #out - 2)
+              return reply(out)
+            end
           end
         end
-      end
-      -- A list that held only cancelled copies counts as empty.
-      if #out > 2 then
-        tally(k, 'deliveries', #out - 2)
-        return reply(out)
-      end
-    end
-  else
-    local key = KEYS[ki]
-    ki = ki + 1
-    if count == 0 then
-      local found, err = exists(key)
-      if err then return err end
-      if found then return reply({ 0, g }) end
-    else
-      local vs = redis.pcall(pop_cmd, key, count)
-      if type(vs) == 'table' and vs['err'] then return vs end
-      if vs then
-        local out = { 0, g }
-        for _, v in ipairs(vs) do
-          if dest ~= '' then redis.call(push_cmd, dest, v) end
-          out[#out + 1] = v
+        -- A list that held only cancelled copies counts as empty.
+        if #out > 2 then
+          tally(k, 'deliveries', #out - 2)
+          return reply(out)
         end
-        return reply(out)
+      end
+    else
+      local key = KEYS[ki]
+      ki = ki + 1
+      if count == 0 then
+        local found, err = exists(key)
+        if err then return err end
+        if found then return reply({ 0, g }) end
+      else
+        local vs = redis.pcall(pop_cmd, key, count)
+        if type(vs) == 'table' and vs['err'] then return vs end
+        if vs then
+          local out = { 0, g }
+          for _, v in ipairs(vs) do
+            if dest ~= '' then redis.call(push_cmd, dest, v) end
+            out[#out + 1] = v
+          end
+          return reply(out)
+        end
       end
     end
   end
-end
-return reply(false)
+  return reply(false)
+end)

@@ -5,8 +5,10 @@
 -- long list in the background, so the call stays short.
 -- Returns how many dead letters there were.
 
-local k = group(1)
-if not is_list_or_none(k.dead) then return redis.error_reply(WRONGTYPE) end
-local n = redis.call('LLEN', k.dead)
-redis.call('UNLINK', k.dead, k.history)
-return reply(n)
+register('purge', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  if not is_list_or_none(k.dead) then return redis.error_reply(WRONGTYPE) end
+  local n = redis.call('LLEN', k.dead)
+  redis.call('UNLINK', k.dead, k.history)
+  return reply(n)
+end)

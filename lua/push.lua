@@ -10,29 +10,31 @@
 -- Returns {messages accepted, ms until they are due (-1: pushed now)}.
 -- A queue key holding another type gives Redis's WRONGTYPE error.
 
-local k = group(1)
-local r = rule(1)
-local when = ARGV[RULE_SIZE + 1]
-local now = now_ms()
-local due = now
-if when == 'D' then
-  due = now + tonumber(ARGV[RULE_SIZE + 2])
-elseif when == 'A' then
-  due = tonumber(ARGV[RULE_SIZE + 2])
-end
-local first = RULE_SIZE + 3
-if not is_list_or_none(k.q) then return redis.error_reply(WRONGTYPE) end
-if due <= now then
-  push_all_new(k, r, ARGV, first)
-  return reply({ #ARGV - first + 1, -1 })
-end
-local chunk = {}
-for i = first, #ARGV do
-  chunk[#chunk + 1] = ARGV[i]
-  if #chunk == PUSH_CHUNK then
-    delay_all(k, chunk, due, 'p')
-    chunk = {}
+register('push', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local when = ARGV[RULE_SIZE + 1]
+  local now = now_ms()
+  local due = now
+  if when == 'D' then
+    due = now + tonumber(ARGV[RULE_SIZE + 2])
+  elseif when == 'A' then
+    due = tonumber(ARGV[RULE_SIZE + 2])
   end
-end
-delay_all(k, chunk, due, 'p')
-return reply({ #ARGV - first + 1, due - now })
+  local first = RULE_SIZE + 3
+  if not is_list_or_none(k.q) then return redis.error_reply(WRONGTYPE) end
+  if due <= now then
+    push_all_new(k, r, ARGV, first)
+    return reply({ #ARGV - first + 1, -1 })
+  end
+  local chunk = {}
+  for i = first, #ARGV do
+    chunk[#chunk + 1] = ARGV[i]
+    if #chunk == PUSH_CHUNK then
+      delay_all(k, chunk, due, 'p')
+      chunk = {}
+    end
+  end
+  delay_all(k, chunk, due, 'p')
+  return reply({ #ARGV - first + 1, due - now })
+end)

@@ -12,28 +12,30 @@
 -- token2, dest2, ...}.
 -- Safe to run from several proxies at once.
 
-local k = group(1)
-local r = rule(1)
-local batch = tonumber(ARGV[RULE_SIZE + 1])
-local now = now_ms()
-local promoted = promote(k, r, now, batch)
-local requeued, dead = requeue_expired(k, r, now, batch)
-local out = { requeued, dead, 0, -1, promoted }
-for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
-  local payload, _, _, dest = record(k, token)
-  if payload then
-    out[#out + 1] = token
-    out[#out + 1] = dest
-  else
-    redis.call('ZREM', k.mleases, token)
+register('reap', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local batch = tonumber(ARGV[RULE_SIZE + 1])
+  local now = now_ms()
+  local promoted = promote(k, r, now, batch)
+  local requeued, dead = requeue_expired(k, r, now, batch)
+  local out = { requeued, dead, 0, -1, promoted }
+  for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
+    local payload, _, _, dest = record(k, token)
+    if payload then
+      out[#out + 1] = token
+      out[#out + 1] = dest
+    else
+      redis.call('ZREM', k.mleases, token)
+    end
   end
-end
-out[3] = redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) + redis.call('ZCARD', k.delayed)
-for _, z in ipairs({ k.leases, k.mleases, k.delayed }) do
-  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local due = math.max(0, tonumber(first[2]) - now)
-    if out[4] < 0 or due < out[4] then out[4] = due end
+  out[3] = redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) + redis.call('ZCARD', k.delayed)
+  for _, z in ipairs({ k.leases, k.mleases, k.delayed }) do
+    local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+    if first[2] then
+      local due = math.max(0, tonumber(first[2]) - now)
+      if out[4] < 0 or due < out[4] then out[4] = due end
+    end
   end
-end
-return reply(out)
+  return reply(out)
+end)

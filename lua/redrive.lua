@@ -7,19 +7,21 @@
 -- new messages: their next delivery counts from 1. Their histories go.
 -- Returns {moved, dead letters left}.
 
-local k = group(1)
-local r = rule(1)
-local n = tonumber(ARGV[RULE_SIZE + 1])
-if not is_list_or_none(k.dead) or not is_list_or_none(k.q) then
-  return redis.error_reply(WRONGTYPE)
-end
-local moved = {}
-for _ = 1, n do
-  local payload = redis.call('LPOP', k.dead)
-  if not payload then break end
-  moved[#moved + 1] = payload
-  forget_dead(k, payload)
-end
-push_all_new(k, r, moved)
-tally(k, 'redriven', #moved)
-return reply({ #moved, redis.call('LLEN', k.dead) })
+register('redrive', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local n = tonumber(ARGV[RULE_SIZE + 1])
+  if not is_list_or_none(k.dead) or not is_list_or_none(k.q) then
+    return redis.error_reply(WRONGTYPE)
+  end
+  local moved = {}
+  for _ = 1, n do
+    local payload = redis.call('LPOP', k.dead)
+    if not payload then break end
+    moved[#moved + 1] = payload
+    forget_dead(k, payload)
+  end
+  push_all_new(k, r, moved)
+  tally(k, 'redriven', #moved)
+  return reply({ #moved, redis.call('LLEN', k.dead) })
+end)

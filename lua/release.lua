@@ -7,7 +7,9 @@
 --       then at most how many leases this call acknowledges.
 -- Returns {acknowledged (late ones included), more (1: call again)}.
 
-local k = group(1)
-local r = rule(1)
-local done, more = release_owned(k, r, ARGV[RULE_SIZE + 1], tonumber(ARGV[RULE_SIZE + 2]))
-return reply({ done, more and 1 or 0 })
+register('release', function(KEYS, ARGV)
+  local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
+  local done, more = release_owned(k, r, ARGV[RULE_SIZE + 1], tonumber(ARGV[RULE_SIZE + 2]))
+  return reply({ done, more and 1 or 0 })
+end)

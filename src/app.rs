@@ -82,8 +82,7 @@ async fn start_inner(
         }),
         connect_timeout: config.connect_timeout(),
         tls: upstream_tls,
-        scripts: Some(crate::queue::scripts::preload()),
-        scripts_wanted: (!config.queues.is_empty()).into(),
+        opened: Default::default(),
         connected: Arc::new(tokio::sync::Notify::new()),
     });
     // Routing follows Redis's own command table when it can be read, and
@@ -192,7 +191,6 @@ async fn apply(current: &mut Config, next: Config, ctx: &Context) {
     let rules = RuleChanges::between(&current.queues, &next.queues);
     if current.queues != next.queues {
         ctx.queues.replace_rules(&next.queues);
-        ctx.endpoint.set_scripts_wanted(!next.queues.is_empty());
         crate::telemetry::register_rules(&rules.added);
     }
     let limits = current.limits.changes(&next.limits);

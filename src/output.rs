@@ -30,9 +30,13 @@ pub trait ReplyTransform: Send {
 
 pub enum Transformed {
     Done(Bytes),
-    /// Send this request on the shared upstream and transform its reply
-    /// instead (a script Redis no longer has must be sent in full).
-    Retry(Bytes),
+    /// Send `before` (its reply dropped), then `request`, on the shared
+    /// upstream and transform the reply to `request` instead (a function
+    /// library Redis no longer has is loaded, then the call sent again).
+    Retry {
+        before: Bytes,
+        request: Bytes,
+    },
 }
 
 /// When the requests a slot answers were received ([`telemetry::now_us`]),
@@ -513,11 +517,13 @@ impl ClientState {
 const COALESCE: usize = 16 * 1024;
 
 /// Runs until the client is closed: writes replies in order.
-/// How the writer re-sends a request whose transform asks for it (a script
-/// Redis lost): through the client's shared upstream, which the reply
-/// stream knows only as this.
+/// How the writer re-sends a request whose transform asks for it (see
+/// [`Transformed::Retry`]): through the client's shared upstream, which the
+/// reply stream knows only as this. The first request's reply is dropped.
 pub type Resend = Box<
-    dyn Fn(Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync,
+    dyn Fn(Bytes, Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>>
+        + Send
+        + Sync,
 >;
 
 pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Resend) {
@@ -614,7 +620,7 @@ fn record(latency: &Latency, written: &mut Vec<(Stamp, u32)>) {
 }
 
 /// A reply as the client gets it: transformed, re-sent once through
-/// `resend` when the transform asks (a script Redis no longer has).
+/// `resend` when the transform asks (a library Redis no longer has).
 pub async fn resolve(
     mut reply: Reply,
     count: u32,
@@ -622,7 +628,7 @@ pub async fn resolve(
     resend: &Resend,
     state: &Arc<ClientState>,
 ) -> Bytes {
-    // At most one retry: a script sent in full cannot be missing again.
+    // At most one retry: a library loaded right before is not missing again.
     for attempt in 0..2 {
         let bytes = match reply {
             Ok(b) => b,
@@ -640,13 +646,13 @@ pub async fn resolve(
         };
         match t.apply(bytes) {
             Transformed::Done(b) => return b,
-            Transformed::Retry(req) if attempt == 0 => {
-                reply = resend(req, state.clone()).await;
+            Transformed::Retry { before, request } if attempt == 0 => {
+                reply = resend(before, request, state.clone()).await;
             }
-            Transformed::Retry(_) => break,
+            Transformed::Retry { .. } => break,
         }
     }
-    Bytes::from_static(b"-ERR ackproxy: script could not be loaded\r\n")
+    Bytes::from_static(b"-ERR ackproxy: the queue function library could not be loaded\r\n")
 }
 
 async fn flush(sock: &mut WriteHalf, wbuf: &mut BytesMut) -> std::io::Result<()> {

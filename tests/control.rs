@@ -202,8 +202,7 @@ fn endpoint(port: u16, password: Option<&str>) -> Endpoint {
         }),
         connect_timeout: Duration::from_secs(1),
         tls: None,
-        scripts: None,
-        scripts_wanted: Default::default(),
+        opened: Default::default(),
         connected: Arc::new(tokio::sync::Notify::new()),
     }
 }

@@ -125,8 +125,8 @@ fn any_number_of_identical_payloads_in_flight_are_all_leased() {
     );
 }
 
-/// Reads MONITOR lines until `stop` is seen; returns, for each script call
-/// of the proxy, its SHA and its arguments after the SHA.
+/// Reads MONITOR lines until `stop` is seen; returns, for each function
+/// call of the proxy, the function's name and its arguments after it.
 fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
     let mut calls = Vec::new();
     loop {
@@ -137,12 +137,12 @@ fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
             return calls;
         }
         let Some(at) = line.find("] ") else { continue };
-        // "EVALSHA" "sha" "numkeys" ... — the proxy's args hold no quotes.
+        // "FCALL" "name" "numkeys" ... — the proxy's args hold no quotes.
         let args: Vec<String> = line[at + 2..]
             .split("\" \"")
             .map(|a| a.trim_matches('"').to_string())
             .collect();
-        if args[0].eq_ignore_ascii_case("evalsha") {
+        if args[0].eq_ignore_ascii_case("fcall") {
             calls.push((args[1].clone(), args[2..].to_vec()));
         }
     }
@@ -152,9 +152,9 @@ fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
 fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     use ackproxy::queue::commands::IDS_PER_CALL;
     use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::library;
     use ackproxy::queue::pop::POP_BATCH;
     use ackproxy::queue::rules::RULE_ARGS;
-    use ackproxy::queue::scripts;
 
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
@@ -196,12 +196,12 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     for (sha, args) in &calls {
         let numkeys: usize = args[0].parse().unwrap();
         let argv = &args[1 + numkeys..];
-        if sha == scripts::POP.sha() {
+        if sha == library::POP.name() {
             pops += 1;
             let count: u64 = argv[2].parse().unwrap();
             assert!(count <= POP_BATCH, "a pop call for {count} elements");
             assert_eq!(numkeys, QUEUE_GROUP);
-        } else if sha == scripts::ACK.sha() {
+        } else if sha == library::ACK.name() {
             acks += 1;
             let n = argv.len() - RULE_ARGS;
             assert!(n <= IDS_PER_CALL, "an ACK call with {n} ids");
@@ -432,13 +432,13 @@ fn long_queue_names_do_not_grow_the_proxy() {
     );
 }
 
-fn evalsha_calls(direct: &mut Client) -> i64 {
+fn fcall_calls(direct: &mut Client) -> i64 {
     let Value::Bulk(info) = direct.cmd(&["INFO", "commandstats"]) else {
         panic!("INFO")
     };
     let info = String::from_utf8_lossy(&info).into_owned();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
         .and_then(|v| v.split(',').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -461,12 +461,12 @@ fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
     c.cmd(&["ACK", "short:one", "a"]);
     let mut direct = redis.client();
     std::thread::sleep(Duration::from_millis(500));
-    let before = evalsha_calls(&mut direct);
+    let before = fcall_calls(&mut direct);
     std::thread::sleep(Duration::from_secs(2));
-    let after = evalsha_calls(&mut direct);
+    let after = fcall_calls(&mut direct);
     assert!(
         after - before <= 4,
-        "{} EVALSHA in 2 s with no traffic",
+        "{} FCALL in 2 s with no traffic",
         after - before
     );
 }
@@ -475,8 +475,8 @@ fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
 fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
     use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
     use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::library;
     use ackproxy::queue::rules::RULE_ARGS;
-    use ackproxy::queue::scripts;
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
     let redis = Redis::start();
@@ -510,16 +510,16 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
     for (sha, args) in &calls {
         let numkeys: usize = args[0].parse().unwrap();
         let argv = &args[1 + numkeys..];
-        if sha == scripts::PUSH.sha() {
+        if sha == library::PUSH.name() {
             pushes += 1;
             assert_eq!(numkeys, QUEUE_GROUP);
             let n = argv.len() - RULE_ARGS - 2;
             assert!(n <= PUSH_PER_CALL, "a push of {n} messages");
-        } else if sha == scripts::NACK.sha() {
+        } else if sha == library::NACK.name() {
             nacks += 1;
             let n = argv.len() - RULE_ARGS - 1;
             assert!(n <= IDS_PER_CALL, "a NACK of {n} ids");
-        } else if sha == scripts::REDRIVE.sha() {
+        } else if sha == library::REDRIVE.name() {
             redrives += 1;
             let n: i64 = argv[RULE_ARGS].parse().unwrap();
             assert!(n <= REDRIVE_PER_CALL, "a redrive of {n}");

@@ -233,30 +233,21 @@ fn the_first_rule_can_come_by_reload() {
         direct.cmd(&["CONFIG", "GET", "notify-keyspace-events"]),
         Value::Array(vec![Value::bulk("notify-keyspace-events"), Value::bulk("")])
     );
-    // ... and its script cache: the shared connection (open since the
-    // commands above) loaded none of the proxy's scripts.
-    let cached = |direct: &mut Client| match direct.cmd(&["INFO", "memory"]) {
-        Value::Bulk(b) => String::from_utf8(b)
-            .unwrap()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("number_of_cached_scripts:")?
-                    .trim()
-                    .parse::<i64>()
-                    .ok()
-            })
-            .unwrap(),
-        other => panic!("INFO: {other:?}"),
+    // ... and its functions: the shared connection (open since the
+    // commands above) loaded no library.
+    let libraries = |direct: &mut Client| match direct.cmd(&["FUNCTION", "LIST"]) {
+        Value::Array(libs) => libs.len(),
+        other => panic!("FUNCTION LIST: {other:?}"),
     };
     assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
-    assert_eq!(cached(&mut direct), 0);
+    assert_eq!(libraries(&mut direct), 0);
 
     s.reload(&(metrics + &rule("q", 30_000)), RELOADED);
     assert_eq!(lease_ms(&mut c, "q"), 30_000);
     assert_eq!(metric(ops, "ackproxy_pops_total{rule=\"q\"}"), 0.0);
     push_and_pop(&mut c, "q", "m1");
-    // The connection opened without them got the script it needed.
-    assert!(cached(&mut direct) > 0);
+    // The library was loaded when a queue operation needed it.
+    assert_eq!(libraries(&mut direct), 1);
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
     // A blocking pop parks in the proxy and is woken by a push.
     c.send(&["BRPOP", "q", "10"]);

@@ -137,7 +137,7 @@ impl Conn {
     }
 }
 
-/// The durations (µs) of the EVAL/EVALSHA calls in the slow log, which is
+/// The durations (µs) of the FCALL/EVAL/EVALSHA calls in the slow log, which is
 /// then reset.
 pub fn script_durations(direct: &mut Conn) -> Vec<i64> {
     direct.send(&[b"SLOWLOG", b"GET", b"1000000"]);
@@ -162,7 +162,8 @@ pub fn script_durations(direct: &mut Conn) -> Vec<i64> {
         }
         direct.read(&mut Vec::new());
         direct.read(&mut Vec::new());
-        if name.to_ascii_uppercase().starts_with(b"EVAL") {
+        let name = name.to_ascii_uppercase();
+        if name.starts_with(b"EVAL") || name.starts_with(b"FCALL") {
             out.push(dur[0]);
         }
     }
@@ -170,7 +171,7 @@ pub fn script_durations(direct: &mut Conn) -> Vec<i64> {
     out
 }
 
-/// The slowest EVAL/EVALSHA in the slow log, µs, and how many were logged.
+/// The slowest function or script call in the slow log, µs, and how many were logged.
 pub fn slowest_script(direct: &mut Conn) -> (i64, usize) {
     let d = script_durations(direct);
     (d.iter().copied().max().unwrap_or(0), d.len())

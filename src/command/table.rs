@@ -261,6 +261,11 @@ pub async fn load(endpoint: &Endpoint) -> bool {
     let fetched = tokio::time::timeout(endpoint.connect_timeout * 4, fetch(endpoint)).await;
     match fetched {
         Ok(Ok(table)) => {
+            if table.lookup(b"fcall", None).is_none() {
+                tracing::error!(
+                    "this Redis has no FCALL: queues need Redis 7.0 or later (Redis functions); queue operations will be refused"
+                );
+            }
             install(table);
             true
         }

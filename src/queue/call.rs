@@ -1,14 +1,14 @@
-//! Calling the queue scripts. A [`Call`] is built from the calling
-//! convention (a queue's key group, its rule arguments) and sent as EVALSHA,
-//! or as the whole script where a missing one cannot be retried (inside
-//! MULTI) or after Redis said NOSCRIPT.
+//! Calling the queue functions. A [`Call`] is built from the calling
+//! convention (a queue's key group, its rule arguments) and sent as
+//! `FCALL`; a call that finds the library missing is sent again behind its
+//! load (see `library.rs`).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::library::{self, Function};
 use super::rules::Queue;
-use super::scripts::Script;
 use super::tally::{self, Groups};
 use super::value::{self, Value};
 use crate::error::UpstreamError;
@@ -16,9 +16,9 @@ use crate::output::{ClientState, ReplyTransform, Transformed};
 use crate::upstream::push_command;
 use crate::upstream::shared::SharedUpstream;
 
-/// One script invocation, kept so it can be re-sent in full.
+/// One function call, kept so it can be sent again.
 pub struct Call {
-    pub script: &'static Script,
+    pub function: &'static Function,
     pub keys: Vec<Bytes>,
     pub argv: Vec<Bytes>,
     /// The queues whose groups are in `keys`, for the events of the reply.
@@ -26,9 +26,9 @@ pub struct Call {
 }
 
 impl Call {
-    pub fn new(script: &'static Script) -> Call {
+    pub fn new(function: &'static Function) -> Call {
         Call {
-            script,
+            function,
             keys: Vec::new(),
             argv: Vec::new(),
             groups: Vec::new(),
@@ -59,11 +59,12 @@ impl Call {
         self
     }
 
-    fn encode(&self, verb: &[u8], script: &[u8]) -> Bytes {
-        let numkeys = self.keys.len().to_string();
+    /// The `FCALL` request.
+    pub fn request(&self) -> Bytes {
+        let numkeys = itoa::Buffer::new().format(self.keys.len()).to_owned();
         let mut args: Vec<&[u8]> = Vec::with_capacity(3 + self.keys.len() + self.argv.len());
-        args.push(verb);
-        args.push(script);
+        args.push(b"FCALL");
+        args.push(self.function.name().as_bytes());
         args.push(numkeys.as_bytes());
         args.extend(self.keys.iter().map(|k| &k[..]));
         args.extend(self.argv.iter().map(|a| &a[..]));
@@ -71,26 +72,9 @@ impl Call {
         push_command(&mut out, &args);
         Bytes::from(out)
     }
-
-    pub fn evalsha(&self) -> Bytes {
-        self.encode(b"EVALSHA", self.script.sha().as_bytes())
-    }
-
-    pub fn eval(&self) -> Bytes {
-        self.encode(b"EVAL", self.script.body().as_bytes())
-    }
-
-    /// The request to send: EVALSHA, or the whole script when `full`.
-    pub fn request(&self, full: bool) -> Bytes {
-        if full {
-            self.eval()
-        } else {
-            self.evalsha()
-        }
-    }
 }
 
-/// Why a script call gave no value.
+/// Why a function call gave no value.
 #[derive(Debug, Clone)]
 pub enum CallError {
     /// Redis answered with an error (WRONGTYPE, OOM, ...): the client gets it
@@ -108,15 +92,20 @@ impl CallError {
             CallError::Redis(b) => b.clone(),
             CallError::Upstream(e) => Bytes::from(e.to_reply()),
             CallError::Unexpected => {
-                Bytes::from_static(b"-ERR ackproxy: unexpected script reply\r\n")
+                Bytes::from_static(b"-ERR ackproxy: unexpected queue function reply\r\n")
             }
         }
     }
 }
 
-/// A script's result, once the events of its reply are counted.
+/// A function's result, once the events of its reply are counted.
 fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> {
     if reply.first() == Some(&b'-') {
+        if library::is_unsupported(&reply) {
+            return Err(CallError::Redis(Bytes::from_static(
+                b"-ERR ackproxy: queues need Redis 7.0 or later (FUNCTION/FCALL)\r\n",
+            )));
+        }
         return Err(CallError::Redis(reply));
     }
     value::decode(&reply)
@@ -124,10 +113,11 @@ fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> 
         .ok_or(CallError::Unexpected)
 }
 
-/// Turns a script's reply into the client's reply; errors the script
+/// Turns a function's reply into the client's reply; errors the function
 /// returns (WRONGTYPE, ...) reach the client as they are.
 pub struct ScriptReply<F> {
-    call: Option<Call>,
+    /// The request, until it was sent again once.
+    retry: Option<Bytes>,
     groups: Groups,
     build: F,
 }
@@ -136,10 +126,10 @@ impl<F> ScriptReply<F>
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
-    pub fn boxed(call: Call, build: F) -> Box<dyn ReplyTransform> {
+    pub fn boxed(call: Call, request: Bytes, build: F) -> Box<dyn ReplyTransform> {
         Box::new(ScriptReply {
-            groups: call.groups.clone(),
-            call: Some(call),
+            groups: call.groups,
+            retry: Some(request),
             build,
         })
     }
@@ -150,9 +140,12 @@ where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
     fn apply(&mut self, reply: Bytes) -> Transformed {
-        if reply.starts_with(b"-NOSCRIPT") {
-            if let Some(call) = self.call.take() {
-                return Transformed::Retry(call.eval());
+        if library::is_missing(&reply) {
+            if let Some(request) = self.retry.take() {
+                return Transformed::Retry {
+                    before: library::library().load.clone(),
+                    request,
+                };
             }
         }
         match decode(reply, &self.groups) {
@@ -171,13 +164,20 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// Runs a call and decodes its reply, re-sending the whole script if
+    /// Runs a call and decodes its reply, loading the library first if
     /// Redis lost it.
     pub async fn run(&self, call: &Call) -> Result<Value, CallError> {
-        let mut reply = self.shared.call(call.evalsha(), self.client.clone()).await;
-        if matches!(&reply, Ok(b) if b.starts_with(b"-NOSCRIPT")) {
-            reply = self.shared.call(call.eval(), self.client.clone()).await;
+        let request = call.request();
+        let mut reply = self.shared.call(request.clone(), self.client.clone()).await;
+        if matches!(&reply, Ok(b) if library::is_missing(b)) {
+            reply = self.resend(library::library().load.clone(), request).await;
         }
         decode(reply.map_err(CallError::Upstream)?, &call.groups)
+    }
+
+    /// `before` (its reply dropped), then `request`, awaited.
+    pub async fn resend(&self, before: Bytes, request: Bytes) -> crate::output::Reply {
+        self.shared.send_discarded(before, 1, &self.client);
+        self.shared.call(request, self.client.clone()).await
     }
 }

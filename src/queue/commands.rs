@@ -7,9 +7,9 @@ use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, Caller, ScriptReply};
 use super::job::Job;
+use super::library;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
-use super::scripts;
 use super::tally;
 use super::value::Value;
 use super::Intercept;
@@ -58,13 +58,14 @@ fn not_a_queue(key: &[u8]) -> Bytes {
     reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
-fn rewrite<F>(call: Call, full: bool, build: F) -> Intercept
+fn rewrite<F>(call: Call, build: F) -> Intercept
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
+    let request = call.request();
     Intercept::Rewrite {
-        request: call.request(full),
-        transform: ScriptReply::boxed(call, build),
+        transform: ScriptReply::boxed(call, request.clone(), build),
+        request,
     }
 }
 
@@ -88,7 +89,7 @@ pub const MAX_EXTEND_MS: i64 = 30 * 24 * 3600 * 1000;
 
 /// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
 pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    let mut call = Call::new(&scripts::ACK).queue(q).rule(q);
+    let mut call = Call::new(&library::ACK).queue(q).rule(q);
     for id in ids {
         call = call.arg(id.clone());
     }
@@ -113,7 +114,7 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 }
 
 /// ACK queue id [id ...]
-pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Intercept {
+pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("ack");
     }
@@ -124,7 +125,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool, full: bool) -> Interce
     let ids = ids_of(args, 2);
     if ids.len() <= IDS_PER_CALL || one_call {
         let call = ack_call(&q, &ids);
-        return rewrite(call, full, move |v| int_reply(count_acks(&q, &v)));
+        return rewrite(call, move |v| int_reply(count_acks(&q, &v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
@@ -165,7 +166,7 @@ fn trailing_ms(args: Args<'_>, first: usize, options: &[&str]) -> Result<Trailin
 
 fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
     let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
-    let mut call = Call::new(&scripts::NACK).queue(q).rule(q).arg(delay);
+    let mut call = Call::new(&library::NACK).queue(q).rule(q).arg(delay);
     for id in ids {
         call = call.arg(id.clone());
     }
@@ -173,13 +174,7 @@ fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
 }
 
 /// NACK queue id [id ...] [DELAY ms]
-pub fn nack(
-    args: Args<'_>,
-    rules: &Rules,
-    registry: &Arc<Registry>,
-    one_call: bool,
-    full: bool,
-) -> Intercept {
+pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("nack");
     }
@@ -202,7 +197,7 @@ pub fn nack(
         // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, delay, &ids);
-        return rewrite(call, full, move |v| {
+        return rewrite(call, move |v| {
             int_reply(v.array().first().map(Value::int).unwrap_or(0))
         });
     }
@@ -274,12 +269,12 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         Err(e) => return Intercept::Reply(e),
     };
     match sub.as_str() {
-        "EXTEND" => extend(args, q, registry, how.full),
+        "EXTEND" => extend(args, q, registry),
         "INFO" => info(q, how),
         "LEASES" => leases(args, q, how),
         "DEAD" => dead(args, q, how),
         "REDRIVE" => redrive(args, q, how),
-        "PURGE" => purge(args, q, how),
+        "PURGE" => purge(args, q),
         _ => push(args, q, registry, how),
     }
 }
@@ -290,7 +285,6 @@ pub struct Shape {
     pub protocol: u8,
     /// One script call (inside MULTI, or during a pause).
     pub one_call: bool,
-    pub full: bool,
 }
 
 /// An optional trailing `COUNT n`; else the error reply for it.
@@ -308,7 +302,7 @@ fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, B
 }
 
 /// QUEUE EXTEND queue id ms
-fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry, full: bool) -> Intercept {
+fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
     let Some(ms) = args
         .get(4)
         .and_then(parse_i64)
@@ -320,11 +314,11 @@ fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry, full: bool) -> Int
     };
     // A shorter lease may now be due before the reaper expected.
     registry.touch(&q.name);
-    let call = Call::new(&scripts::EXTEND)
+    let call = Call::new(&library::EXTEND)
         .queue(&q)
         .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
         .arg(ms.to_string());
-    rewrite(call, full, |v| int_reply(v.int()))
+    rewrite(call, |v| int_reply(v.int()))
 }
 
 /// A map of names to integers and strings, as Redis answers `XINFO`: a map
@@ -349,9 +343,9 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
 
 /// QUEUE INFO queue
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
-    let call = Call::new(&scripts::INFO).queue(&q);
+    let call = Call::new(&library::INFO).queue(&q);
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    rewrite(call, how.full, move |v| {
+    rewrite(call, move |v| {
         let a = v.array();
         let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
         let mut fields: Vec<(String, Field)> = vec![
@@ -410,8 +404,8 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
-    let call = Call::new(&scripts::LEASES).queue(&q).arg(count.to_string());
-    rewrite(call, how.full, move |v| {
+    let call = Call::new(&library::LEASES).queue(&q).arg(count.to_string());
+    rewrite(call, move |v| {
         let leases = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, leases.len());
@@ -484,7 +478,7 @@ fn push_call(q: &Queue, due: Due, payloads: &[Bytes]) -> Call {
         Due::Delay(ms) => (b"D", ms.to_string()),
         Due::At(ms) => (b"A", ms.to_string()),
     };
-    let mut call = Call::new(&scripts::PUSH)
+    let mut call = Call::new(&library::PUSH)
         .queue(q)
         .rule(q)
         .arg(Bytes::from_static(when))
@@ -514,7 +508,7 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
     let registry = registry.clone();
     if payloads.len() <= PUSH_PER_CALL || how.one_call {
         let call = push_call(&q, due, &payloads);
-        return rewrite(call, how.full, move |v| {
+        return rewrite(call, move |v| {
             note_delayed(&registry, &q, &v);
             int_reply(v.array().first().map(Value::int).unwrap_or(0))
         });
@@ -558,19 +552,19 @@ const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 
 /// LREM destination count payload, where the destination received messages
 /// from a queue's move pops: removing a copy releases its lease.
-pub fn lrem(args: Args<'_>, q: &Queue, full: bool) -> Intercept {
+pub fn lrem(args: Args<'_>, q: &Queue) -> Intercept {
     let (Some(dest), Some(count), Some(payload)) = (args.get(1), args.get(2), args.get(3)) else {
         return Intercept::Pass;
     };
     if args.len() != 4 || parse_i64(count).is_none() {
         return Intercept::Pass;
     }
-    let call = Call::new(&scripts::LREM)
+    let call = Call::new(&library::LREM)
         .key(Bytes::copy_from_slice(dest))
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
-    rewrite(call, full, move |v| {
+    rewrite(call, move |v| {
         int_reply(v.array().first().map(Value::int).unwrap_or(0))
     })
 }
@@ -581,8 +575,8 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
-    let call = Call::new(&scripts::DEAD).queue(&q).arg(count.to_string());
-    rewrite(call, how.full, move |v| {
+    let call = Call::new(&library::DEAD).queue(&q).arg(count.to_string());
+    rewrite(call, move |v| {
         let letters = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, letters.len());
@@ -622,7 +616,7 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
 pub const REDRIVE_PER_CALL: i64 = 100;
 
 fn redrive_call(q: &Queue, n: i64) -> Call {
-    Call::new(&scripts::REDRIVE)
+    Call::new(&library::REDRIVE)
         .queue(q)
         .rule(q)
         .arg(n.to_string())
@@ -639,7 +633,7 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         // One call, bounded by what the dead-letter list holds, as an LPOP
         // with that COUNT would be.
         let call = redrive_call(&q, count);
-        return rewrite(call, how.full, move |v| int_reply(moved(&v)));
+        return rewrite(call, move |v| int_reply(moved(&v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
@@ -661,18 +655,18 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
 }
 
 /// QUEUE PURGE queue DEAD
-fn purge(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+fn purge(args: Args<'_>, q: Arc<Queue>) -> Intercept {
     if !args.is(3, "DEAD") {
         return Intercept::Reply(reply::error("syntax error"));
     }
-    let call = Call::new(&scripts::PURGE).queue(&q);
-    rewrite(call, how.full, |v| int_reply(v.int()))
+    let call = Call::new(&library::PURGE).queue(&q);
+    rewrite(call, |v| int_reply(v.int()))
 }
 
 /// Ends one expired (or nacked) move lease, removing its stale copy from
 /// `dest` first. Returns (requeued, dead-lettered).
 pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> (i64, i64) {
-    let call = Call::new(&scripts::EXPIRE_MOVE)
+    let call = Call::new(&library::EXPIRE_MOVE)
         .queue(q)
         .key(Bytes::copy_from_slice(dest))
         .rule(q)

@@ -10,12 +10,12 @@ pub mod call;
 pub mod commands;
 pub mod job;
 pub mod keys;
+pub mod library;
 pub mod owners;
 pub mod pop;
 pub mod reaper;
 pub mod registry;
 pub mod rules;
-pub mod scripts;
 pub mod tally;
 pub mod value;
 pub mod waiters;
@@ -45,8 +45,6 @@ pub struct How {
     pub protocol: u8,
     /// Queued in the client's MULTI: one call, part of EXEC's reply.
     pub in_multi: bool,
-    /// Whole scripts instead of EVALSHA (a NOSCRIPT cannot be retried).
-    pub full: bool,
     /// Several calls may carry it out ([`Intercept::Job`]); false where it
     /// must be one request on the client's own connection (during a pause).
     pub split: bool,
@@ -92,6 +90,8 @@ pub struct Queues {
     /// The proxy's own connection: [`Queues::admin`], the release of a
     /// timed-out next-pop pop.
     own: Caller,
+    endpoint: Arc<Endpoint>,
+    library: library::Loader,
 }
 
 impl Queues {
@@ -109,7 +109,7 @@ impl Queues {
         let registry = Arc::new(registry::Registry::default());
         let waiters = Waiters::start(
             rules.clone(),
-            endpoint,
+            endpoint.clone(),
             shared.clone(),
             registry.clone(),
             stop.clone(),
@@ -134,7 +134,20 @@ impl Queues {
             waiters,
             owners: owners::Owners::default(),
             own,
+            endpoint,
+            library: library::Loader::default(),
         }
+    }
+
+    /// Loads the function library unless it is known to be in Redis: for
+    /// calls that cannot be sent again if it is not (inside MULTI).
+    pub async fn ensure_library(&self) {
+        self.library.ensure(&self.endpoint, &self.own).await;
+    }
+
+    /// A client's command may have removed the library from Redis.
+    pub fn forget_library(&self) {
+        self.library.forget();
     }
 
     /// Whether any queue rule is in force: without one, ACK, NACK and QUEUE
@@ -175,7 +188,6 @@ impl Queues {
         let How {
             protocol,
             in_multi,
-            full,
             split,
             conn,
         } = how;
@@ -186,27 +198,23 @@ impl Queues {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
-                self.pop(form, args, protocol, (in_multi, one_call), full, conn)
+                self.pop(form, args, protocol, (in_multi, one_call), conn)
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve(&n)) {
-                    Some(q) => commands::lrem(args, &q, full),
+                    Some(q) => commands::lrem(args, &q),
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, one_call, full),
-            Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call, full),
+            Kind::Ack => commands::ack(args, &self.rules, one_call),
+            Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call),
             Kind::Queue => commands::queue(
                 args,
                 &self.rules,
                 &self.registry,
-                commands::Shape {
-                    protocol,
-                    one_call,
-                    full,
-                },
+                commands::Shape { protocol, one_call },
             ),
             _ => Intercept::Pass,
         }
@@ -218,7 +226,6 @@ impl Queues {
         args: Args<'_>,
         protocol: u8,
         (in_multi, one_call): (bool, bool),
-        full: bool,
         conn: u64,
     ) -> Intercept {
         let mut pop = match pop::parse(form, args, &self.rules, protocol) {
@@ -249,9 +256,10 @@ impl Queues {
         let registry = self.registry.clone();
         if in_multi || (one_call && !form.is_blocking()) {
             let call = pop.single_call();
+            let request = call.request();
             return Intercept::Rewrite {
-                request: call.request(full),
-                transform: ScriptReply::boxed(call, move |v| {
+                request: request.clone(),
+                transform: ScriptReply::boxed(call, request, move |v| {
                     let done = pop.popped(&v);
                     after_pop(&registry, &done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
@@ -317,7 +325,6 @@ impl Queues {
         let how = How {
             protocol: 3,
             in_multi: false,
-            full: false,
             split: true,
             // No client connection: nothing to acknowledge by next pop.
             conn: 0,
@@ -328,11 +335,14 @@ impl Queues {
                 request,
                 mut transform,
             } => {
-                // The same NOSCRIPT retry as for a client's reply stream.
+                // The same retry as for a client's reply stream.
                 let shared = self.own.shared.clone();
-                let resend: crate::output::Resend = Box::new(move |request, client| {
+                let resend: crate::output::Resend = Box::new(move |before, request, client| {
                     let shared = shared.clone();
-                    Box::pin(async move { shared.call(request, client).await })
+                    Box::pin(async move {
+                        shared.send_discarded(before, 1, &client);
+                        shared.call(request, client).await
+                    })
                 });
                 let reply = self.own.shared.call(request, self.own.client.clone()).await;
                 crate::output::resolve(

@@ -15,9 +15,9 @@ use std::sync::Mutex;
 use bytes::Bytes;
 
 use super::call::{Call, Caller};
+use super::library;
 use super::pop::Pop;
 use super::rules::Queue;
-use super::scripts;
 use super::value::Value;
 use crate::config::AckPolicy;
 
@@ -106,7 +106,7 @@ const MAX_CALLS: usize = 10_000;
 pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     let mut ended = 0;
     for _ in 0..MAX_CALLS {
-        let call = Call::new(&scripts::DISOWN)
+        let call = Call::new(&library::DISOWN)
             .queue(q)
             .rule(q)
             .arg(owner.clone())
@@ -132,7 +132,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
 /// bounded calls.
 pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
     for _ in 0..MAX_CALLS {
-        let call = Call::new(&scripts::RELEASE)
+        let call = Call::new(&library::RELEASE)
             .queue(q)
             .rule(q)
             .arg(owner.clone())

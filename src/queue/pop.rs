@@ -7,8 +7,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, CallError, Caller};
+use super::library;
 use super::rules::{Queue, Rules};
-use super::scripts;
 use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
 use crate::resp::reply;
@@ -285,7 +285,7 @@ impl Pop {
             Some((_, false)) => Bytes::from_static(b"R"),
         };
         let sources = &self.sources[from..to];
-        let mut call = Call::new(&scripts::POP)
+        let mut call = Call::new(&library::POP)
             .arg(sources.len().to_string())
             .arg(Bytes::from_static(end))
             .arg(count.to_string())

@@ -30,9 +30,9 @@ use tokio::time::Instant;
 
 use super::call::{Call, Caller};
 use super::keys;
+use super::library;
 use super::registry::{Registry, MAX_WAIT};
 use super::rules::{Queue, Rules};
-use super::scripts;
 use super::value::Value;
 use super::waiters::Waiters;
 
@@ -113,7 +113,7 @@ impl Reaper {
                 self.registry.forget_known(&name);
                 continue;
             };
-            let Ok(v) = self.caller.run(&Call::new(&scripts::INFO).queue(&q)).await else {
+            let Ok(v) = self.caller.run(&Call::new(&library::INFO).queue(&q)).await else {
                 return;
             };
             let a = v.array();
@@ -145,7 +145,7 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, q: &Queue) -> bool {
-        let call = Call::new(&scripts::REAP)
+        let call = Call::new(&library::REAP)
             .queue(q)
             .rule(q)
             .arg(self.batch.to_string());

@@ -161,10 +161,6 @@ impl Context {
 /// grows past this is closed.
 const QUERY_BUFFER_LIMIT: usize = 1024 * 1024 * 1024;
 
-fn is_script_flush(args: Args<'_>) -> bool {
-    args.is(0, "SCRIPT") && args.is(1, "FLUSH")
-}
-
 /// Redis's refusal of a command in RESP2 subscribed mode.
 fn not_in_subscribed_context(name: &[u8]) -> Bytes {
     let name = String::from_utf8_lossy(name).to_ascii_lowercase();
@@ -191,9 +187,12 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         peer,
     );
     let resend_on = shared.clone();
-    let resend: output::Resend = Box::new(move |req, client| {
+    let resend: output::Resend = Box::new(move |before, req, client| {
         let up = resend_on.clone();
-        Box::pin(async move { up.call(req, client).await })
+        Box::pin(async move {
+            up.send_discarded(before, 1, &client);
+            up.call(req, client).await
+        })
     });
     let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
     let mut session = Session {
@@ -454,7 +453,6 @@ impl Session {
                 let how = crate::queue::How {
                     protocol: self.protocol(),
                     in_multi,
-                    full: in_multi,
                     split: !paused,
                     conn: self.conn,
                 };
@@ -489,33 +487,13 @@ impl Session {
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
         }
-        let reload = self.ctx.endpoint.scripts().is_some() && is_script_flush(args);
+        if crate::queue::library::may_unload(args) {
+            self.ctx.queues.forget_library();
+        }
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
-            if reload && !self.mode.multi && !self.mode.unpaired {
-                if let Some(d) = &mut self.dedicated {
-                    d.send_dropped(
-                        self.ctx.endpoint.script_loads(),
-                        self.ctx.endpoint.script_count(),
-                    )
-                    .await;
-                    d.scripts_loaded = true;
-                }
-            }
         } else {
             self.send_shared(frame, 1);
-            if reload {
-                // Right behind the flush on the same connection, so pops that
-                // follow find their scripts rather than retrying later (for a
-                // logged-in user's flush, on the proxy's own: a pop that
-                // still finds no script sends it in full).
-                let loads = Bytes::from_static(self.ctx.endpoint.script_loads());
-                self.shared.send_discarded(
-                    loads,
-                    self.ctx.endpoint.script_count() as u32,
-                    &self.out,
-                );
-            }
         }
         None
     }
@@ -539,7 +517,7 @@ impl Session {
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
         match kind {
             Kind::Plain => {
-                !(self.ctx.endpoint.scripts().is_some() && is_script_flush(args))
+                !crate::queue::library::may_unload(args)
                     && crate::auth::sets_requirepass(args).is_none()
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
@@ -608,7 +586,9 @@ impl Session {
     /// client uses now.
     async fn rewritten(&mut self, kind: Kind, request: Bytes, transform: Box<dyn ReplyTransform>) {
         if self.pinned && self.mode.multi {
-            // Queued inside MULTI: the rewritten reply is an element of EXEC's.
+            // Queued inside MULTI: the rewritten reply is an element of
+            // EXEC's, and a missing library cannot be loaded in between.
+            self.ctx.queues.ensure_library().await;
             self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
                 .await;
         } else if matches!(kind, Kind::Pop(form) if form.is_blocking())
@@ -622,17 +602,7 @@ impl Session {
             if !self.switch_to_dedicated().await {
                 return;
             }
-            if let Some(d) = &mut self.dedicated {
-                if !d.scripts_loaded {
-                    // A NOSCRIPT could not be retried from here.
-                    d.send_dropped(
-                        self.ctx.endpoint.script_loads(),
-                        self.ctx.endpoint.script_count(),
-                    )
-                    .await;
-                    d.scripts_loaded = true;
-                }
-            }
+            self.ctx.queues.ensure_library().await;
             self.send_dedicated(
                 kind,
                 Args::new(&[], &[]),

@@ -59,8 +59,6 @@ struct Shared {
 }
 
 pub struct Dedicated {
-    /// The proxy's scripts were loaded here, so its EVALSHAs find them.
-    pub scripts_loaded: bool,
     wr: WriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
@@ -107,12 +105,7 @@ impl Dedicated {
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
         crate::telemetry::upstream().dedicated.increment(1.0);
-        Dedicated {
-            scripts_loaded: false,
-            wr,
-            shared,
-            reader,
-        }
+        Dedicated { wr, shared, reader }
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
@@ -329,6 +322,12 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
     shared.idle.notify_waiters();
 }
 
+/// A queue operation on this connection found the proxy's function library
+/// gone (a `FUNCTION FLUSH` since it was loaded) and cannot be sent again
+/// from here; it did nothing.
+const LIBRARY_MISSING: &[u8] =
+    b"-ERR ackproxy: the queue function library is not loaded in Redis; nothing was done, try again\r\n";
+
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
         Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
@@ -336,7 +335,7 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
         Expect::Transformed(mut t) => match t.apply(reply) {
             Transformed::Done(b) => b,
-            Transformed::Retry(_) => Bytes::from_static(b"-ERR ackproxy: script missing\r\n"),
+            Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
         },
     }
 }
@@ -393,9 +392,7 @@ fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) ->
         match ts.get_mut(i).and_then(Option::take) {
             Some(mut t) => match t.apply(element) {
                 Transformed::Done(b) => out.extend_from_slice(&b),
-                Transformed::Retry(_) => {
-                    out.extend_from_slice(b"-ERR ackproxy: script missing\r\n")
-                }
+                Transformed::Retry { .. } => out.extend_from_slice(LIBRARY_MISSING),
             },
             None => out.extend_from_slice(&element),
         }

@@ -29,24 +29,12 @@ pub struct Endpoint {
     pub connect_timeout: Duration,
     /// Every connection to Redis speaks TLS with these settings.
     pub tls: Option<UpstreamTls>,
-    /// The proxy's scripts: while queue rules are in force
-    /// ([`Endpoint::set_scripts_wanted`]), loaded on every shared connection
-    /// it opens and after each SCRIPT FLUSH through it, so that its EVALSHAs
-    /// find them. Without rules nothing is loaded: Redis's script cache and
-    /// Lua memory stay as its clients left them.
-    pub scripts: Option<Scripts>,
-    pub scripts_wanted: std::sync::atomic::AtomicBool,
     /// Told each time a shared connection is opened: Redis may have
     /// restarted (as another version, with other commands).
     pub connected: Arc<Notify>,
-}
-
-/// `SCRIPT LOAD` of every script of the proxy's, as one write.
-#[derive(Debug, Clone, Copy)]
-pub struct Scripts {
-    pub loads: &'static [u8],
-    /// Replies the loads get.
-    pub count: usize,
+    /// Shared connections opened so far (the same events as `connected`),
+    /// for what the proxy knows of Redis only until one opens again.
+    pub opened: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,29 +44,16 @@ pub struct Credentials {
 }
 
 impl Endpoint {
-    /// The proxy's scripts, while queue rules are in force.
-    pub fn scripts(&self) -> Option<Scripts> {
-        self.scripts.filter(|_| {
-            self.scripts_wanted
-                .load(std::sync::atomic::Ordering::Acquire)
-        })
+    /// Shared connections opened so far.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Queue rules are in force (or no longer): connections opened from now
-    /// on load the scripts (or not). Connections already open without them
-    /// get NOSCRIPT once, and the call is retried with the script's text.
-    pub fn set_scripts_wanted(&self, wanted: bool) {
-        self.scripts_wanted
-            .store(wanted, std::sync::atomic::Ordering::Release);
-    }
-
-    /// The script loads, or nothing without queue rules.
-    pub fn script_loads(&self) -> &'static [u8] {
-        self.scripts().map_or(&[], |s| s.loads)
-    }
-
-    pub fn script_count(&self) -> usize {
-        self.scripts().map_or(0, |s| s.count)
+    /// A shared connection opened: Redis may be another one now.
+    pub fn note_opened(&self) {
+        self.opened
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.connected.notify_one();
     }
 
     /// Opens and authenticates a connection.

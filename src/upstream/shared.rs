@@ -175,11 +175,11 @@ async fn manage(
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
                 outage::ended();
-                endpoint.connected.notify_one();
+                endpoint.note_opened();
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
-                let result = run(stream, first, &mut rx, endpoint.scripts(), &congested).await;
+                let result = run(stream, first, &mut rx, &congested).await;
                 m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
@@ -230,8 +230,7 @@ async fn manage_once(
             let m = crate::telemetry::upstream();
             m.connects.increment(1);
             m.user.increment(1.0);
-            // The proxy's scripts never run as a client's user.
-            let result = run(stream, first, &mut rx, None, &congested).await;
+            let result = run(stream, first, &mut rx, &congested).await;
             m.user.decrement(1.0);
             if let Err(e) = result {
                 m.errors.increment(1);
@@ -280,29 +279,11 @@ async fn run(
     stream: Stream,
     first: Request,
     rx: &mut mpsc::UnboundedReceiver<Request>,
-    scripts: Option<super::Scripts>,
     congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
-    if let Some(scripts) = scripts {
-        // Before anything else: pops sent as EVALSHA then find their script
-        // even on a Redis that restarted or flushed its scripts.
-        let own = ClientState::new(0, 1);
-        own.shared_sent();
-        inflight.lock().unwrap().push_back(Pending {
-            count: scripts.count as u32,
-            target: Some(Target::Discard),
-            client: own,
-        });
-        wr.write_all(scripts.loads)
-            .await
-            .map_err(|_| UpstreamError::ConnectionLost)?;
-        wr.flush()
-            .await
-            .map_err(|_| UpstreamError::ConnectionLost)?;
-    }
     let mut first = Some(first);
 
     let writer = async {

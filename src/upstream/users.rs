@@ -272,8 +272,7 @@ mod tests {
             credentials: Default::default(),
             connect_timeout: std::time::Duration::from_millis(100),
             tls: None,
-            scripts: None,
-            scripts_wanted: Default::default(),
+            opened: Default::default(),
             connected: Default::default(),
         })
     }
