@@ -23,7 +23,15 @@
 -- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
 -- flight), which is indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
---       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay])
+--       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay]),
+--       or, for a first delivery by a plain pop on a rule that does not
+--       track connections (the common case), cmsgpack(payload, started_ms
+--       [, ack_id when it is not the payload]); lease_fields() reads both.
+-- leases: besides the lease tokens, two marks, so that a pop learns with
+--       the one ZRANGEBYSCORE it makes anyway whether anything else needs
+--       looking at: RETRY_MARK (score 0) while retry holds anything,
+--       DELAYED_MARK (score: when the earliest delayed message is due, or
+--       earlier) while delayed does.
 -- ids:  score 0, members: the longer tokens; for move leases
 --       'd'..sha1(dest.."\0"..payload)..'|'..token; on rules that track
 --       connections 'o'..owner..'|'..token for the lease a client connection
@@ -55,6 +63,15 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
+local RETRY_MARK = '~r'
+local DELAYED_MARK = '~d'
+
+local function is_mark(member) return member == RETRY_MARK or member == DELAYED_MARK end
+
+-- The delayed set holds a message due at `due`: a pop must look at it then.
+local function mark_delayed(k, due)
+  redis.call('ZADD', k.leases, 'LT', due, DELAYED_MARK)
+end
 
 -- What this call did, as flat (group base, event name, amount) triples,
 -- and the stats hashes whose time to live it renews. Library locals live
@@ -115,7 +132,10 @@ local function delay(k, payload, due, flag)
     local seq = redis.call('HINCRBY', k.stats, '#seq', 1)
     TOUCHED[k.stats] = true
     local m = string.format('%0' .. SEQ_DIGITS .. '.0f', seq % 1e15) .. flag .. payload
-    if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then return m end
+    if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then
+      mark_delayed(k, due)
+      return m
+    end
   end
 end
 
@@ -144,7 +164,10 @@ local function delay_all(k, payloads, due, flag)
       args[#args + 1] = m
     end
   end
-  if #args > 0 then redis.call('ZADD', k.delayed, unpack(args)) end
+  if #args > 0 then
+    redis.call('ZADD', k.delayed, unpack(args))
+    mark_delayed(k, due)
+  end
 end
 
 -- Pushes vals[from or 1], vals[from + 1], ... (any number) where producers
@@ -196,6 +219,19 @@ local function promote(k, r, now, n)
   redis.call('ZREMRANGEBYRANK', k.delayed, 0, #due - 1)
   tally(k, 'promoted', #due)
   return #due
+end
+
+-- Moves what is due (see promote), then puts the delayed mark at the next
+-- due time, or removes it when nothing waits.
+local function promote_and_mark(k, r, now, n)
+  local moved = promote(k, r, now, n)
+  local first = redis.call('ZRANGE', k.delayed, 0, 0, 'WITHSCORES')
+  if first[2] then
+    redis.call('ZADD', k.leases, first[2], DELAYED_MARK)
+  else
+    redis.call('ZREM', k.leases, DELAYED_MARK)
+  end
+  return moved
 end
 
 -- JSON scanning, for the text of a number exactly as written: cjson turns
@@ -296,9 +332,23 @@ local function tokens_of(k, ik, n)
   return out
 end
 
--- The first lease with this id key and its record (payload, id,
--- deliveries, dest, dest_end, started), or nil: one HGET in the common case
--- of a single message with that id in flight.
+-- A lease record's fields: payload, id, deliveries, dest, dest_end,
+-- started, nacks, expiries, first delivery, owner, and, for a move lease
+-- that a NACK or a closed connection ended, why it ends and the delay ('' =
+-- the rule's backoff). Records written before the history was kept lack
+-- the fields after started.
+local function lease_fields(raw)
+  local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = cmsgpack.unpack(raw)
+  if a4 == nil then
+    -- The short form of a first plain delivery: payload, started[, id].
+    return a1, a3 or a1, 1, '', '', a2, 0, 0, a2, ''
+  end
+  return a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12
+end
+
+-- The first lease with this id key and its record (see lease_fields), or
+-- nil: one HGET in the common case of a single message with that id in
+-- flight.
 local function first_lease(k, ik)
   local token, raw = ik, redis.call('HGET', k.msgs, ik)
   if not raw then
@@ -307,7 +357,7 @@ local function first_lease(k, ik)
     raw = redis.call('HGET', k.msgs, token)
     if not raw then return nil end
   end
-  return token, cmsgpack.unpack(raw)
+  return token, lease_fields(raw)
 end
 
 -- The leases whose copy of payload sits in dest (move pops), at most n.
@@ -319,13 +369,23 @@ local function tokens_in_dest(k, dest, payload, n)
   return out
 end
 
--- A message's history as a lease carries it: deliveries so far (this one
--- included), NACKs and expiries so far, when it was first delivered.
--- owner: the connection taking it, on a rule that tracks it, else ''.
-local function new_lease(k, r, payload, h, dest, dest_end, now, owner)
-  local id = ack_id(payload, r.field)
-  local token = id_key(id)
-  local rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
+-- Leases payload, whose ack id is id (id key token). h: its history as
+-- the lease carries it (deliveries so far, this one included, NACKs and
+-- expiries so far, when it was first delivered), or true for a first
+-- delivery. owner: the connection taking it, on a rule that tracks it,
+-- else ''.
+local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner)
+  local rec
+  if h == true and dest == '' and owner == '' then
+    if id == payload then
+      rec = cmsgpack.pack(payload, now)
+    else
+      rec = cmsgpack.pack(payload, now, id)
+    end
+  else
+    if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
+    rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
+  end
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
     -- past the highest in flight, so any number of duplicates fit.
@@ -341,15 +401,11 @@ local function new_lease(k, r, payload, h, dest, dest_end, now, owner)
   if owner ~= '' then redis.call('ZADD', k.ids, 0, owned_key(owner, token)) end
 end
 
--- Reads a lease record: payload, id, deliveries, dest, dest_end, started,
--- nacks, expiries, first delivery, owner, and, for a move lease that a
--- NACK or a closed connection ended, why it ends and the delay ('' = the
--- rule's backoff). Records written before the history was kept lack the
--- fields after started.
+-- Reads a lease record (see lease_fields), or nil.
 local function record(k, token)
   local raw = redis.call('HGET', k.msgs, token)
   if not raw then return nil end
-  return cmsgpack.unpack(raw)
+  return lease_fields(raw)
 end
 
 -- Marks a move lease as ended (why: 'nacked' | 'disconnected'), with the
@@ -420,6 +476,15 @@ local function retry_entry(k, rk)
   return e
 end
 
+-- Pops look at retry entries only while the retry mark is in leases.
+local function retry_changed(k)
+  if redis.call('EXISTS', k.retry) == 1 then
+    redis.call('ZADD', k.leases, 0, RETRY_MARK)
+  else
+    redis.call('ZREM', k.leases, RETRY_MARK)
+  end
+end
+
 local function set_retry(k, rk, e)
   if e.pending <= 0 then
     redis.call('HDEL', k.retry, rk)
@@ -428,6 +493,7 @@ local function set_retry(k, rk, e)
     redis.call('HSET', k.retry, rk, cmsgpack.pack(e.pending, e.seen, e.cancelled, e.last, e.nacks,
       e.expiries, e.first, e.waiting, e.late))
   end
+  retry_changed(k)
 end
 
 local function history_key(payload) return 'h' .. redis.sha1hex(payload) end
@@ -535,14 +601,17 @@ end
 
 local function add_cancelled(k, n)
   if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
+  retry_changed(k)
 end
 
--- Bookkeeping for a payload just popped from a queue. Returns its history
--- as its new lease carries it, or nil when a late ACK cancelled this copy.
-local function popped(k, r, payload, now)
-  local rk = id_key(ack_id(payload, r.field))
+-- Bookkeeping for a payload just popped from a queue, whose id key is rk;
+-- retried: whether the retry mark said that anything was back in the
+-- list. Returns its history as its new lease carries it (true for a first
+-- delivery), or nil when a late ACK cancelled this copy.
+local function popped(k, payload, rk, now, retried)
+  if not retried then return true end
   local e = retry_entry(k, rk)
-  if e.pending == 0 then return { deliveries = 1, nacks = 0, expiries = 0, first = now } end
+  if e.pending == 0 then return true end
   local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now }
   if e.cancelled > 0 then
     e.cancelled = e.cancelled - 1
@@ -633,10 +702,21 @@ end
 
 -- Ends up to n expired plain leases, oldest first. With redeliver 'next'
 -- each one is pushed at the pop end, so they are pushed newest first to be
--- popped again in their original order. Returns requeued, deadlettered.
+-- popped again in their original order. Returns requeued, deadlettered,
+-- and which marks were due: the retry mark (anything back in the list) and
+-- the delayed one (a delayed message may be due).
 local function requeue_expired(k, r, now, n)
-  if n < 1 then return 0, 0 end
-  local expired = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now, 'LIMIT', 0, n)
+  local due = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now, 'LIMIT', 0, math.max(n, 0) + 2)
+  local expired, retried, delayed = {}, false, false
+  for _, m in ipairs(due) do
+    if m == RETRY_MARK then
+      retried = true
+    elseif m == DELAYED_MARK then
+      delayed = true
+    elseif #expired < n then
+      expired[#expired + 1] = m
+    end
+  end
   local requeued, dead = 0, 0
   local from, to, step = 1, #expired, 1
   if r.redeliver == 'next' then from, to, step = #expired, 1, -1 end
@@ -644,5 +724,5 @@ local function requeue_expired(k, r, now, n)
     local a, b = expire(k, r, expired[i], 'expired', nil, now)
     requeued, dead = requeued + a, dead + b
   end
-  return requeued, dead
+  return requeued, dead, retried or requeued > 0, delayed
 end

@@ -24,12 +24,16 @@ register('info', function(KEYS, ARGV)
   end
   local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')
   local requeued = redis.call('HLEN', k.retry) - (cancelled > 0 and 1 or 0)
+  local marks = 0
+  for _, score in ipairs(redis.call('ZMSCORE', k.leases, RETRY_MARK, DELAYED_MARK)) do
+    if score then marks = marks + 1 end
+  end
   local names = event_names()
   local totals = redis.call('HMGET', k.stats, unpack(names))
   for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end
   return reply({
     len(k.q) - cancelled,
-    redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases),
+    redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) - marks,
     len(k.dead),
     oldest,
     requeued,

@@ -12,8 +12,11 @@ register('leases', function(KEYS, ARGV)
   local now = now_ms()
   local all = {}
   for _, z in ipairs({ k.leases, k.mleases }) do
-    local flat = redis.call('ZRANGE', z, 0, n - 1, 'WITHSCORES')
-    for i = 1, #flat, 2 do all[#all + 1] = { flat[i], tonumber(flat[i + 1]) } end
+    -- Two more: the marks of the leases set are not leases.
+    local flat = redis.call('ZRANGE', z, 0, n + 1, 'WITHSCORES')
+    for i = 1, #flat, 2 do
+      if not is_mark(flat[i]) then all[#all + 1] = { flat[i], tonumber(flat[i + 1]) } end
+    end
   end
   table.sort(all, function(a, b) return a[2] < b[2] end)
   local out = {}

@@ -72,9 +72,15 @@ register('pop', function(KEYS, ARGV)
         if release_budget > 0 then release_budget = release_budget - done end
         if more then return reply({ 2, g }) end
       end
-      local back = requeue_expired(k, r, now, requeue_budget)
+      -- One look at leases says what else needs doing (see the marks).
+      local back, _, retried, delayed = requeue_expired(k, r, now, requeue_budget)
       requeue_budget = requeue_budget - back
-      promote_budget = promote_budget - promote(k, r, now, promote_budget)
+      if delayed and promote_budget > 0 then
+        local moved = promote_and_mark(k, r, now, promote_budget)
+        promote_budget = promote_budget - moved
+        -- Redeliveries that waited for a backoff have retry entries.
+        retried = retried or moved > 0
+      end
       if count == 0 then
         local found, err = exists(k.q)
         if err then return err end
@@ -85,10 +91,12 @@ register('pop', function(KEYS, ARGV)
           local v = redis.pcall(pop_cmd, k.q)
           if type(v) == 'table' then return v end
           if not v then break end
-          local h = popped(k, r, v, now)
+          local id = ack_id(v, r.field)
+          local ik = id_key(id)
+          local h = popped(k, v, ik, now, retried)
           if h then
             if dest ~= '' then redis.call(push_cmd, dest, v) end
-            new_lease(k, r, v, h, dest, push, now, r.track == 1 and owner or '')
+            new_lease(k, r, v, id, ik, h, dest, push, now, r.track == 1 and owner or '')
             out[#out + 1] = v
           else
             skip_budget = skip_budget - 1

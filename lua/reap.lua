@@ -17,7 +17,7 @@ register('reap', function(KEYS, ARGV)
   local r = rule(ARGV, 1)
   local batch = tonumber(ARGV[RULE_SIZE + 1])
   local now = now_ms()
-  local promoted = promote(k, r, now, batch)
+  local promoted = promote_and_mark(k, r, now, batch)
   local requeued, dead = requeue_expired(k, r, now, batch)
   local out = { requeued, dead, 0, -1, promoted }
   for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
@@ -29,12 +29,27 @@ register('reap', function(KEYS, ARGV)
       redis.call('ZREM', k.mleases, token)
     end
   end
-  out[3] = redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) + redis.call('ZCARD', k.delayed)
-  for _, z in ipairs({ k.leases, k.mleases, k.delayed }) do
-    local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-    if first[2] then
-      local due = math.max(0, tonumber(first[2]) - now)
-      if out[4] < 0 or due < out[4] then out[4] = due end
+  -- The marks are not work of their own: the retry mark goes with the
+  -- retry entries (put back here if a pop's bookkeeping was cut short),
+  -- the delayed one follows the delayed set, which is counted itself.
+  retry_changed(k)
+  local marks = 0
+  for _, score in ipairs(redis.call('ZMSCORE', k.leases, RETRY_MARK, DELAYED_MARK)) do
+    if score then marks = marks + 1 end
+  end
+  out[3] = redis.call('ZCARD', k.leases) - marks + redis.call('ZCARD', k.mleases) + redis.call('ZCARD', k.delayed)
+  local firsts = {
+    redis.call('ZRANGEBYSCORE', k.leases, '(0', '+inf', 'WITHSCORES', 'LIMIT', 0, 2),
+    redis.call('ZRANGE', k.mleases, 0, 0, 'WITHSCORES'),
+    redis.call('ZRANGE', k.delayed, 0, 0, 'WITHSCORES'),
+  }
+  for _, first in ipairs(firsts) do
+    for i = 1, #first, 2 do
+      if not is_mark(first[i]) then
+        local due = math.max(0, tonumber(first[i + 1]) - now)
+        if out[4] < 0 or due < out[4] then out[4] = due end
+        break
+      end
     end
   end
   return reply(out)
