@@ -6,10 +6,12 @@
 -- file per operation, each registering one function with register(). The
 -- whole text runs once, at load: helpers are built once, not per call.
 --
--- A queue's keys arrive as a group of GROUP_SIZE consecutive KEYS, read with
--- group(KEYS, i): q (list), leases (zset), mleases (zset), msgs (hash), ids
--- (zset), retry (hash), dead (list), delayed (zset), stats (hash), history
--- (hash); `base` is i. A queue's rule arrives as RULE_SIZE ARGV (one
+-- A queue arrives as a group of GROUP_SIZE consecutive KEYS: the queue, the
+-- prefix of its aux keys and its dead-letter list, read with group(KEYS, i),
+-- which names every key of the queue: q (list), leases (zset), mleases
+-- (zset), msgs (hash), ids (zset), retry (hash), dead (list), delayed
+-- (zset), stats (hash), history (hash) (an aux key's name is made when first
+-- read); `base` is i. A queue's rule arrives as RULE_SIZE ARGV (one
 -- MessagePack sequence), read with rule(ARGV, i), which decodes each rule
 -- version once and keeps it:
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
@@ -80,17 +82,62 @@ local TALLIED = {}
 local TOUCHED = {}
 
 -- Counts n of event `name` (one of event_names()) for queue k: in its
--- stats hash at once (so an error later in the script does not lose it)
--- and in the reply. Pops renew the hash's time to live, and so does a
--- count that created it (or its field).
+-- stats hash at once (so an error later in the call does not lose it) and
+-- in the reply. A count that created the hash (or its field) renews the
+-- hash's time to live.
 local function tally(k, name, n)
   if not n or n == 0 then return end
-  if redis.call('HINCRBY', k.stats, name, n) == n or name == 'deliveries' then
+  if redis.call('HINCRBY', k.stats, name, n) == n then
     TOUCHED[k.stats] = true
   end
   TALLIED[#TALLIED + 1] = k.base
   TALLIED[#TALLIED + 1] = name
   TALLIED[#TALLIED + 1] = n
+end
+
+-- The totals of the events every pop and ACK has (deliveries, acks) are
+-- kept here, in the library, between calls, and written to the stats hash
+-- in batches: by a call that finds PENDING_WRITE_AT of them, by the
+-- reaper's next look at the queue, and before QUEUE INFO reads them.
+-- Writing them at every call cost a pop and an ACK a third of their
+-- commands. A FUNCTION FLUSH or a restart of Redis loses what is not
+-- written yet (fewer than PENDING_WRITE_AT per event and queue).
+local PENDING, PENDING_N, PENDING_KEYS = {}, {}, 0
+local PENDING_WRITE_AT = 100
+-- Queues with unwritten totals at most; past it counts are written at once.
+local PENDING_MAX_KEYS = 10000
+
+-- Writes the unwritten totals of queue k to its stats hash.
+local function write_pending(k)
+  local key = k.stats
+  local p = PENDING[key]
+  if not p then return end
+  PENDING[key], PENDING_N[key], PENDING_KEYS = nil, nil, PENDING_KEYS - 1
+  for name, n in pairs(p) do redis.call('HINCRBY', key, name, n) end
+  TOUCHED[key] = true
+end
+
+-- Counts n of a common event (see PENDING) for queue k, in the reply at
+-- once and in the stats hash in a batch.
+local function tally_soon(k, name, n)
+  if not n or n == 0 then return end
+  TALLIED[#TALLIED + 1] = k.base
+  TALLIED[#TALLIED + 1] = name
+  TALLIED[#TALLIED + 1] = n
+  local key = k.stats
+  local p = PENDING[key]
+  if not p then
+    if PENDING_KEYS >= PENDING_MAX_KEYS then
+      redis.call('HINCRBY', key, name, n)
+      TOUCHED[key] = true
+      return
+    end
+    p = {}
+    PENDING[key], PENDING_N[key], PENDING_KEYS = p, 0, PENDING_KEYS + 1
+  end
+  p[name] = (p[name] or 0) + n
+  PENDING_N[key] = PENDING_N[key] + n
+  if PENDING_N[key] >= PENDING_WRITE_AT then write_pending(k) end
 end
 
 -- The reply of every script. A nil result would end the reply array: false
@@ -695,7 +742,7 @@ local function release_owned(k, r, owner, n)
       end
     end
   end
-  tally(k, 'acks', done)
+  tally_soon(k, 'acks', done)
   tally(k, 'late_acks', late)
   return done + late, more
 end

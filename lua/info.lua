@@ -28,6 +28,7 @@ register('info', function(KEYS, ARGV)
   for _, score in ipairs(redis.call('ZMSCORE', k.leases, RETRY_MARK, DELAYED_MARK)) do
     if score then marks = marks + 1 end
   end
+  write_pending(k)
   local names = event_names()
   local totals = redis.call('HMGET', k.stats, unpack(names))
   for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end

@@ -24,6 +24,6 @@ register('lrem', function(KEYS, ARGV)
       released = released + 1
     end
   end
-  tally(k, 'acks', released)
+  tally_soon(k, 'acks', released)
   return reply({ removed, released })
 end)

@@ -102,14 +102,14 @@ register('pop', function(KEYS, ARGV)
             skip_budget = skip_budget - 1
             if skip_budget <= 0 then
               out[1] = 1
-              tally(k, 'deliveries', #out - 2)
+              tally_soon(k, 'deliveries', #out - 2)
               return reply(out)
             end
           end
         end
         -- A list that held only cancelled copies counts as empty.
         if #out > 2 then
-          tally(k, 'deliveries', #out - 2)
+          tally_soon(k, 'deliveries', #out - 2)
           return reply(out)
         end
       end

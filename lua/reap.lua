@@ -17,6 +17,7 @@ register('reap', function(KEYS, ARGV)
   local r = rule(ARGV, 1)
   local batch = tonumber(ARGV[RULE_SIZE + 1])
   local now = now_ms()
+  write_pending(k)
   local promoted = promote_and_mark(k, r, now, batch)
   local requeued, dead = requeue_expired(k, r, now, batch)
   local out = { requeued, dead, 0, -1, promoted }

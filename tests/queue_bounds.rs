@@ -151,7 +151,7 @@ fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
 #[test]
 fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     use ackproxy::queue::commands::IDS_PER_CALL;
-    use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::keys::CALL_KEYS;
     use ackproxy::queue::library;
     use ackproxy::queue::pop::POP_BATCH;
     use ackproxy::queue::rules::RULE_ARGS;
@@ -200,7 +200,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
             pops += 1;
             let count: u64 = argv[2].parse().unwrap();
             assert!(count <= POP_BATCH, "a pop call for {count} elements");
-            assert_eq!(numkeys, QUEUE_GROUP);
+            assert_eq!(numkeys, CALL_KEYS);
         } else if sha == library::ACK.name() {
             acks += 1;
             let n = argv.len() - RULE_ARGS;
@@ -474,7 +474,7 @@ fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
 #[test]
 fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
     use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
-    use ackproxy::queue::keys::QUEUE_GROUP;
+    use ackproxy::queue::keys::CALL_KEYS;
     use ackproxy::queue::library;
     use ackproxy::queue::rules::RULE_ARGS;
 
@@ -512,7 +512,7 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
         let argv = &args[1 + numkeys..];
         if sha == library::PUSH.name() {
             pushes += 1;
-            assert_eq!(numkeys, QUEUE_GROUP);
+            assert_eq!(numkeys, CALL_KEYS);
             let n = argv.len() - RULE_ARGS - 2;
             assert!(n <= PUSH_PER_CALL, "a push of {n} messages");
         } else if sha == library::NACK.name() {

@@ -103,8 +103,12 @@ fn count_acks(q: &Queue, v: &Value) -> i64 {
     let released = items.first().map(Value::int).unwrap_or(0);
     let late = items.get(1).map(Value::int).unwrap_or(0);
     let rule = crate::telemetry::rule(&q.rule.pattern);
-    for age in items.get(2..).unwrap_or_default() {
-        rule.acked_after(age.int().max(0) as u64);
+    let started = items.get(2..).unwrap_or_default();
+    if !started.is_empty() {
+        let now = super::clock::redis_now_ms();
+        for at in started {
+            rule.acked_after((now - at.int()).max(0) as u64);
+        }
     }
     released + late
 }

@@ -60,8 +60,16 @@ pub const GROUP: [(&str, Role); 10] = [
     ("history", Role::Aux("history")),
 ];
 
-/// Keys a script takes per queue.
+/// Names in a queue's layout.
 pub const QUEUE_GROUP: usize = GROUP.len();
+
+/// What a function call takes per queue as KEYS: the queue, the prefix of
+/// its aux keys (`ackq:{TAG}:Q:`, in the queue's slot like every aux key)
+/// and the dead-letter list. The library makes each aux key's name from
+/// the prefix when it first needs it (`group()`): Redis turns every
+/// argument of a call into an object and a Lua string, and ten keys per
+/// queue cost a pop or an ACK more than some of its commands.
+pub const CALL_KEYS: usize = 3;
 
 /// Aux key suffixes whose keys hold work for the reaper (leases that will
 /// expire, delayed messages that will be due): it finds queues by them.
@@ -83,6 +91,8 @@ use bytes::Bytes;
 pub struct QueueKeys {
     /// In [`GROUP`] order.
     names: [Bytes; QUEUE_GROUP],
+    /// What a call takes (see [`CALL_KEYS`]).
+    call: [Bytes; CALL_KEYS],
 }
 
 impl QueueKeys {
@@ -95,12 +105,18 @@ impl QueueKeys {
             None if tag == queue => [b"{", queue, b"}:dead"].concat(),
             None => [b"{", &tag[..], b"}:", queue, b":dead"].concat(),
         };
+        let names = GROUP.map(|(_, role)| match role {
+            Role::Queue => Bytes::copy_from_slice(queue),
+            Role::Aux(suffix) => Bytes::from([&base[..], suffix.as_bytes()].concat()),
+            Role::Dead => Bytes::from(dead.clone()),
+        });
         QueueKeys {
-            names: GROUP.map(|(_, role)| match role {
-                Role::Queue => Bytes::copy_from_slice(queue),
-                Role::Aux(suffix) => Bytes::from([&base[..], suffix.as_bytes()].concat()),
-                Role::Dead => Bytes::from(dead.clone()),
-            }),
+            call: [
+                Bytes::copy_from_slice(queue),
+                Bytes::from(base),
+                Bytes::from(dead),
+            ],
+            names,
         }
     }
 
@@ -111,6 +127,11 @@ impl QueueKeys {
     /// The keys in [`GROUP`] order, cheap to clone.
     pub fn group(&self) -> &[Bytes; QUEUE_GROUP] {
         &self.names
+    }
+
+    /// What a function call takes for this queue (see [`CALL_KEYS`]).
+    pub fn call_keys(&self) -> &[Bytes; CALL_KEYS] {
+        &self.call
     }
 
     /// The key playing `name` in the group.
@@ -241,7 +262,13 @@ mod tests {
         ];
         for name in names {
             let k = QueueKeys::new(name, None);
-            for key in k.all() {
+            for key in k.all().iter().chain(
+                k.call_keys()
+                    .iter()
+                    .map(|b| &b[..])
+                    .collect::<Vec<_>>()
+                    .iter(),
+            ) {
                 assert_eq!(key_slot(key), key_slot(name), "{:?} vs {:?}", key, name);
             }
         }

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use super::keys::{DEAD_HISTORY, GROUP, STATS_TTL_MS};
+use super::keys::{Role, CALL_KEYS, DEAD_HISTORY, GROUP, STATS_TTL_MS};
 use super::rules::{RULE, RULE_ARGS};
 use super::tally::EVENTS;
 use crate::upstream::Endpoint;
@@ -202,7 +202,7 @@ fn prelude() -> String {
     let mut s = String::from(
         "-- The calling convention, generated from keys::GROUP, rules::RULE and tally::EVENTS.\n",
     );
-    let _ = writeln!(s, "local GROUP_SIZE = {}", GROUP.len());
+    let _ = writeln!(s, "local GROUP_SIZE = {CALL_KEYS}");
     let _ = writeln!(s, "local RULE_SIZE = {RULE_ARGS}");
     let _ = writeln!(s, "local STATS_TTL_MS = {STATS_TTL_MS}");
     let _ = writeln!(s, "local DEAD_HISTORY = {DEAD_HISTORY}");
@@ -215,11 +215,20 @@ fn prelude() -> String {
         let _ = write!(s, " '{name}',");
     }
     s.push_str(" }\nlocal function event_names() return EVENT_NAMES end\n");
-    s.push_str("local function group(keys, base)\n  return { base = base,");
-    for (i, (name, _)) in GROUP.iter().enumerate() {
-        let _ = write!(s, " {name} = keys[base + {i}],");
+    // A queue's group: the queue, the aux prefix and the dead-letter list
+    // (keys::CALL_KEYS); an aux key's name is made from the prefix when
+    // first read, so a call pays only for the keys it uses.
+    s.push_str("local AUX = {");
+    for (name, role) in GROUP {
+        if let Role::Aux(suffix) = role {
+            let _ = write!(s, " {name} = '{suffix}',");
+        }
     }
-    s.push_str(" }\nend\n");
+    s.push_str(" }\n");
+    s.push_str(
+        "local GROUP_MT = { __index = function(t, name)\n  local suffix = AUX[name]\n  if not suffix then return nil end\n  local key = t.prefix .. suffix\n  t[name] = key\n  return key\nend }\n",
+    );
+    s.push_str("local function group(keys, base)\n  return setmetatable({ base = base, q = keys[base], prefix = keys[base + 1], dead = keys[base + 2] }, GROUP_MT)\nend\n");
     // A rule arrives as the same MessagePack string on every call until the
     // rule changes: decoded once per version.
     let _ = writeln!(s, "local RULES, RULES_KEPT = {{}}, 0");
@@ -254,8 +263,9 @@ mod tests {
                 f.op
             );
         }
-        assert!(lib.text.contains("q = keys[base + 0]"));
-        assert!(lib.text.contains("dead = keys[base + 6]"));
+        assert!(lib.text.contains("q = keys[base]"));
+        assert!(lib.text.contains("dead = keys[base + 2]"));
+        assert!(lib.text.contains("leases = 'leases',"));
         assert!(lib.text.contains("lease = f1,"));
         assert!(lib.text.contains("'acks',"));
     }

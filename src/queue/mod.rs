@@ -7,6 +7,7 @@
 
 pub mod bounded;
 pub mod call;
+pub mod clock;
 pub mod commands;
 pub mod job;
 pub mod keys;

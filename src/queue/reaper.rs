@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::call::{Call, Caller};
+use super::clock;
 use super::keys;
 use super::library;
 use super::registry::{Registry, MAX_WAIT};
@@ -91,6 +92,9 @@ impl Reaper {
                 next_discovery = Instant::now() + DISCOVER_EVERY;
             }
             backlog = false;
+            if clock::stale() && !self.registry.is_empty() {
+                self.measure_clock().await;
+            }
             for name in self.registry.due(Instant::now()) {
                 match self.rules.resolve(&name) {
                     Some(q) => backlog |= self.reap(&q).await,
@@ -139,6 +143,28 @@ impl Reaper {
             rule.delayed.set(s.delayed as f64);
             rule.dead.set(s.dead as f64);
             rule.oldest_lease_age.set(s.oldest_ms as f64 / 1000.0);
+        }
+    }
+
+    /// Sets the proxy's idea of Redis's clock (see `clock.rs`), while some
+    /// queue has leases, so ACKs can be timed.
+    async fn measure_clock(&self) {
+        let sent = clock::local_ms();
+        let reply = self
+            .caller
+            .shared
+            .call(
+                Bytes::from_static(b"*1\r\n$4\r\nTIME\r\n"),
+                self.caller.client.clone(),
+            )
+            .await;
+        let received = clock::local_ms();
+        let redis_ms = reply
+            .ok()
+            .and_then(|b| super::value::decode(&b))
+            .and_then(|v| clock::time_reply_ms(&v));
+        if let Some(ms) = redis_ms {
+            clock::note(ms, sent, received);
         }
     }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::bounded::ByteBoundedMap;
-use super::keys::{QueueKeys, QUEUE_GROUP};
+use super::keys::{QueueKeys, CALL_KEYS};
 use crate::config::{AckId, AckPolicy, Backoff, End, QueueRule, Redeliver};
 
 /// One field of a rule as the scripts receive it.
@@ -150,9 +150,9 @@ impl Queue {
         }
     }
 
-    /// The queue's keys in the order every script takes them.
-    pub fn key_group(&self) -> &[Bytes; QUEUE_GROUP] {
-        self.keys.group()
+    /// The queue's keys as every function call takes them.
+    pub fn key_group(&self) -> &[Bytes; CALL_KEYS] {
+        self.keys.call_keys()
     }
 
     /// The queue's rule in the order every script takes it.
