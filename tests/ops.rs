@@ -531,6 +531,71 @@ fn metric_names(expr: &str) -> Vec<String> {
     out
 }
 
+/// `ops_public` allows a non-loopback address; on a loopback one, the Host
+/// check still keeps pages re-pointed at 127.0.0.1 by DNS out.
+#[test]
+fn ops_public_keeps_the_host_check_on_a_loopback_address() {
+    let s = start("ops_public = true");
+    for path in ["/", "/api/queues", "/api/queues/jobs", "/metrics"] {
+        let r = http(s.ops, "GET", path, &[("Host", "attacker.example")], b"").unwrap();
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+    }
+    assert_eq!(get(s.ops, "/api/queues").status, 200);
+}
+
+/// Status of `GET /api/queues` on `port` with `Host: host`.
+fn status_for_host(port: u16, host: &str) -> u16 {
+    http(port, "GET", "/api/queues", &[("Host", host)], b"")
+        .expect("operations server answers")
+        .status
+}
+
+#[test]
+fn a_public_address_answers_the_allowed_host_names() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let toml = format!("ops_public = true\nops_allowed_hosts = [\"ops.example.com\"]\n{RULES}");
+    let proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &public]);
+    for (host, want) in [
+        ("ops.example.com", 200),
+        ("OPS.Example.com:9121", 200),
+        ("127.0.0.1", 200),
+        (&format!("localhost:{ops}"), 200),
+        ("attacker.example", 403),
+        ("ops.example.com.attacker.example", 403),
+    ] {
+        assert_eq!(status_for_host(ops, host), want, "{host}");
+    }
+    drop(proxy);
+
+    // The flag (and ACKPROXY_OPS_ALLOWED_HOSTS) takes a comma-separated list.
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        RULES,
+        &[
+            "--metrics",
+            &public,
+            "--ops-public",
+            "--ops-allowed-hosts",
+            "a.example,b.example",
+        ],
+    );
+    assert_eq!(status_for_host(ops, "b.example"), 200);
+    assert_eq!(status_for_host(ops, "c.example"), 403);
+    drop(proxy);
+
+    // Without a list, a public address answers any name (its clients are
+    // other hosts, under names the proxy cannot know).
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let _proxy =
+        Proxy::start_with_config(redis.port, RULES, &["--metrics", &public, "--ops-public"]);
+    assert_eq!(status_for_host(ops, "anything.example"), 200);
+}
+
 // ---------------------------------------------------------------------
 // The web view in headless Chromium, through chromedriver's WebDriver API.
 
