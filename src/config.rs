@@ -54,6 +54,9 @@ pub struct Cli {
     /// and localhost, comma-separated (on a public address: any while unset).
     #[arg(long, env = "ACKPROXY_OPS_ALLOWED_HOSTS", value_delimiter = ',')]
     pub ops_allowed_hosts: Option<Vec<String>>,
+    /// Connections the operations server serves at once; more are closed.
+    #[arg(long, env = "ACKPROXY_OPS_MAX_CONNECTIONS")]
+    pub ops_max_connections: Option<usize>,
     /// Token the web view's REDRIVE and PURGE actions require
     /// (`Authorization: Bearer <token>`); without it they are refused.
     #[arg(long, env = "ACKPROXY_ADMIN_TOKEN", hide_env_values = true)]
@@ -151,6 +154,9 @@ pub struct Config {
     /// Names a request's `Host` may carry besides IP addresses and
     /// `localhost`. Empty: on a loopback address none, on a public one any.
     pub ops_allowed_hosts: Vec<String>,
+    /// Connections the operations server serves at once; past it new ones
+    /// are closed as soon as they are accepted.
+    pub ops_max_connections: usize,
     /// Bearer token of the operations actions (REDRIVE, PURGE); none: off.
     pub admin_token: Option<String>,
     pub log_format: LogFormat,
@@ -189,6 +195,7 @@ impl Default for Config {
             metrics: None,
             ops_public: false,
             ops_allowed_hosts: Vec::new(),
+            ops_max_connections: 64,
             admin_token: None,
             log_format: LogFormat::Human,
             connect_timeout_ms: 1000,
@@ -497,6 +504,9 @@ impl Config {
         if let Some(v) = &cli.ops_allowed_hosts {
             cfg.ops_allowed_hosts.clone_from(v);
         }
+        if let Some(v) = cli.ops_max_connections {
+            cfg.ops_max_connections = v;
+        }
         if let Some(v) = &cli.admin_token {
             cfg.admin_token = Some(v.clone());
         }
@@ -561,6 +571,7 @@ impl Config {
             metrics: _,
             ops_public: _,
             ops_allowed_hosts: _,
+            ops_max_connections: _,
             admin_token: _,
             log_format: _,
             connect_timeout_ms: _,
@@ -575,7 +586,7 @@ impl Config {
             upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
             shared_connections, user_connections_max, requirepass,
             dedicated_per_client, threads, metrics, ops_public, ops_allowed_hosts,
-            admin_token,
+            ops_max_connections, admin_token,
             log_format, connect_timeout_ms, embedded, reaper)
     }
 
@@ -620,6 +631,9 @@ impl Config {
                     "ops_allowed_hosts: {host:?} is not a host name (no port, scheme or path)"
                 ));
             }
+        }
+        if self.ops_max_connections == 0 {
+            return Err("ops_max_connections must be at least 1".into());
         }
         if self.admin_token.as_deref() == Some("") {
             return Err("admin_token is empty; leave it out to disable the actions".into());
@@ -847,7 +861,8 @@ impl Config {
             match &self.metrics {
                 None => "off".to_string(),
                 Some(m) => format!(
-                    "http://{m}/ (metrics, web view, API), {}, hosts {}",
+                    "http://{m}/ (metrics, web view, API), {}, hosts {}, \
+                     at most {} connections",
                     if self.ops_public {
                         "public allowed"
                     } else {
@@ -865,7 +880,8 @@ impl Config {
                         "IP addresses and localhost".to_string()
                     } else {
                         "any".to_string()
-                    }
+                    },
+                    self.ops_max_connections
                 ),
             }
         );
@@ -1027,7 +1043,10 @@ mod tests {
         );
         assert_eq!(cfg.requirepass, None);
         let d = Config::default();
-        assert_eq!(cfg.ops_allowed_hosts, d.ops_allowed_hosts);
+        assert_eq!(
+            (&cfg.ops_allowed_hosts, cfg.ops_max_connections),
+            (&d.ops_allowed_hosts, d.ops_max_connections)
+        );
         let r = ReaperConfig::default();
         assert_eq!(
             (cfg.reaper.interval_ms, cfg.reaper.batch),
@@ -1055,24 +1074,27 @@ mod tests {
     }
 
     #[test]
-    fn operations_host_names_are_checked() {
+    fn operations_limits_and_host_names_are_checked() {
         let cfg = Config::from_toml(
             "metrics = \"0.0.0.0:9121\"\nops_public = true\n\
-             ops_allowed_hosts = [\"ops.example.com\", \"ops-2.internal\"]\n",
+             ops_allowed_hosts = [\"ops.example.com\", \"ops-2.internal\"]\n\
+             ops_max_connections = 8\n",
         )
         .unwrap();
+        assert_eq!(cfg.ops_max_connections, 8);
         let s = cfg.summary();
         assert!(
             s.contains("hosts IP addresses, localhost, ops.example.com, ops-2.internal"),
             "{s}"
         );
+        assert!(s.contains("at most 8 connections"), "{s}");
         let open = Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true\n").unwrap();
         assert!(open.summary().contains("hosts any"), "{}", open.summary());
         let local = Config::from_toml("metrics = \"127.0.0.1:9121\"\nops_public = true\n").unwrap();
         assert!(
             local
                 .summary()
-                .contains("hosts IP addresses and localhost\n"),
+                .contains("hosts IP addresses and localhost,"),
             "{}",
             local.summary()
         );
@@ -1080,6 +1102,8 @@ mod tests {
             let err = Config::from_toml(&format!("ops_allowed_hosts = [{bad:?}]")).unwrap_err();
             assert!(err.contains("ops_allowed_hosts"), "{bad}: {err}");
         }
+        let err = Config::from_toml("ops_max_connections = 0").unwrap_err();
+        assert!(err.contains("ops_max_connections"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -594,6 +595,111 @@ fn a_public_address_answers_the_allowed_host_names() {
     let _proxy =
         Proxy::start_with_config(redis.port, RULES, &["--metrics", &public, "--ops-public"]);
     assert_eq!(status_for_host(ops, "anything.example"), 200);
+}
+
+/// Whether the server still holds `s` open: nothing to read yet, no EOF.
+fn still_open(s: &TcpStream) -> bool {
+    use std::io::Read;
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let r = (&*s).read(&mut buf);
+    s.set_nonblocking(false).unwrap();
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// 500 connections that send half a request line and wait: at most
+/// `ops_max_connections` (64) are held, until the header timeout (5 s);
+/// the others are closed at once. The proxy, allowed 256 descriptors,
+/// keeps enough for its Redis clients throughout.
+#[test]
+fn half_sent_requests_cannot_take_the_proxys_descriptors() {
+    use std::io::Write;
+    let redis = Redis::start();
+    let ops = free_port();
+    let proxy = Proxy::start_with_config_nofile(
+        redis.port,
+        RULES,
+        &["--metrics", &format!("127.0.0.1:{ops}")],
+        256,
+    );
+    let opened = Instant::now();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], ops));
+    let mut hogs = Vec::new();
+    let mut unaccepted = None;
+    for i in 0..500 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(mut s) => {
+                // May find the connection closed already: that is the point.
+                let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0");
+                hogs.push(s);
+            }
+            // The accept backlog is full: the later ones would wait too.
+            Err(e) => {
+                unaccepted = Some(format!("connection {i}: {e}"));
+                break;
+            }
+        }
+    }
+
+    let mut c = Client::connect(proxy.port);
+    c.set_read_timeout(Some(Duration::from_secs(5)));
+    c.send(&["PING"]);
+    assert_eq!(
+        c.try_read_raw()
+            .expect("a Redis client is served during the flood"),
+        b"+PONG\r\n"
+    );
+    assert_eq!(unaccepted, None, "the operations server stopped accepting");
+
+    std::thread::sleep(Duration::from_millis(500));
+    let held = hogs.iter().filter(|s| still_open(s)).count();
+    assert!((1..=64).contains(&held), "{held} of 500 connections held");
+    // Over the cap a request is closed at once, not queued.
+    let asked = Instant::now();
+    assert!(http(ops, "GET", "/metrics", &[], b"").is_err());
+    assert!(asked.elapsed() < Duration::from_secs(2));
+
+    // The header timeout ends the held ones.
+    while hogs.iter().any(still_open) {
+        assert!(
+            opened.elapsed() < Duration::from_secs(10),
+            "half-sent requests still open after {:?}",
+            opened.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        opened.elapsed() >= Duration::from_secs(4),
+        "closed after {:?}, before the header timeout",
+        opened.elapsed()
+    );
+    let r = get(ops, "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("ackproxy_connections "));
+    c.send(&["PING"]);
+    assert_eq!(c.try_read_raw().unwrap(), b"+PONG\r\n");
+}
+
+/// A body longer than 64 kB is refused from its announced length.
+#[test]
+fn request_bodies_are_limited() {
+    use std::io::{Read, Write};
+    let s = with_token();
+    let mut conn = TcpStream::connect(("127.0.0.1", s.ops)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /api/queues/jobs/purge HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Length: 100000\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = [0u8; 12];
+    conn.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HTTP/1.1 413");
+    // Within the limit, the request is served.
+    let r = http(s.ops, "GET", "/api/queues/jobs", &[], &[b'x'; 1000]);
+    assert_eq!(r.unwrap().status, 200);
 }
 
 // ---------------------------------------------------------------------

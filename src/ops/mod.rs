@@ -1,9 +1,11 @@
 //! The operations server, on the `metrics` address: Prometheus text at
 //! `/metrics` (rendered through the exporter's handle), a queue web view at
 //! `/` (one static page, no build step), and its JSON API under `/api/`
-//! (see [`api`]). Loopback-only unless `ops_public` is set.
+//! (see [`api`]). Loopback-only unless `ops_public` is set; served within
+//! the limits of [`serve`].
 
 mod api;
+mod serve;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,7 +65,7 @@ impl Prepared {
         config: &Config,
         endpoint: Arc<Endpoint>,
         queues: Arc<Queues>,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
         let state = Arc::new(api::Ops {
             handle: self.handle.clone(),
@@ -90,15 +92,8 @@ impl Prepared {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "operations server: http://{addr}/ (metrics at /metrics)");
         }
-        tokio::spawn(async move {
-            let server = axum::serve(listener, app);
-            tokio::select! {
-                r = server => if let Err(e) = r {
-                    tracing::error!("operations server stopped: {e}");
-                },
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
+        let limits = serve::Limits::new(config.ops_max_connections);
+        tokio::spawn(serve::run(listener, app, limits, stop));
     }
 }
 
