@@ -702,6 +702,102 @@ fn request_bodies_are_limited() {
     assert_eq!(r.unwrap().status, 200);
 }
 
+/// `INFO <section>` of the Redis on `port`, as text.
+fn redis_info(c: &mut Client, section: &str) -> String {
+    text(&c.cmd(&["INFO", section]))
+}
+
+fn info_number(info: &str, name: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in {info}"))
+}
+
+/// Calls per command from `INFO commandstats`, without INFO itself.
+fn command_calls(c: &mut Client) -> BTreeMap<String, u64> {
+    redis_info(c, "commandstats")
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            (name != "info").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+fn calls_since(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> (u64, u64) {
+    let grew = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    let total = after.keys().map(|k| grew(k)).sum();
+    (total, grew("scan"))
+}
+
+/// Listing the queues costs Redis a SCAN per 1,000 keys and a script call
+/// per queue. Fifty requests at once (a page left open in many tabs, or
+/// any page in a browser on this host) share one connection and one
+/// computation.
+#[test]
+fn queue_listings_share_one_connection_and_one_computation() {
+    let s = start("");
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    let mut r = s.redis.client();
+    // Keys the SCAN walks past, and more queues to look at.
+    for i in 0..3000 {
+        r.send(&["SET", &format!("other:{i}"), "v"]);
+    }
+    for i in 0..40 {
+        r.send(&["RPUSH", &format!("tasks:{i:02}"), "m"]);
+    }
+    for _ in 0..3040 {
+        r.read_value();
+    }
+    // The first listing may open the proxy's own connection.
+    assert_eq!(get(s.ops, "/api/queues").status, 200);
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = command_calls(&mut r);
+    let listing = json_of(&get(s.ops, "/api/queues"));
+    assert_eq!(listing["rules"][1]["queues"].as_array().unwrap().len(), 42);
+    let (one_total, one_scans) = calls_since(&before, &command_calls(&mut r));
+    assert!(one_scans >= 3, "{one_scans} SCAN calls for 3,000 keys");
+    std::thread::sleep(Duration::from_millis(1200));
+
+    let connections = info_number(&redis_info(&mut r, "stats"), "total_connections_received");
+    let before = command_calls(&mut r);
+    let ops = s.ops;
+    let replies: Vec<_> = (0..50)
+        .map(|_| std::thread::spawn(move || get(ops, "/api/queues")))
+        .collect();
+    let keys = |v: &Json| -> Vec<Json> {
+        let queues = v["rules"][1]["queues"].as_array().unwrap();
+        queues.iter().map(|q| q["key"].clone()).collect()
+    };
+    for reply in replies {
+        let reply = reply.join().unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(keys(&json_of(&reply)), keys(&listing));
+    }
+    let (total, scans) = calls_since(&before, &command_calls(&mut r));
+    println!("one listing: {one_total} commands, {one_scans} SCANs; 50: {total}, {scans}");
+    let opened =
+        info_number(&redis_info(&mut r, "stats"), "total_connections_received") - connections;
+    assert!(opened <= 2, "50 listings opened {opened} Redis connections");
+    assert!(
+        scans <= 2 * one_scans,
+        "50 listings ran {scans} SCANs; one runs {one_scans}"
+    );
+    // The reaper's and the gauges' own calls go on meanwhile.
+    assert!(
+        total <= 2 * one_total + 100,
+        "50 listings cost {total} commands; one costs {one_total}"
+    );
+}
+
 // ---------------------------------------------------------------------
 // The web view in headless Chromium, through chromedriver's WebDriver API.
 

@@ -24,7 +24,6 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::StartError;
 use crate::queue::Queues;
-use crate::upstream::Endpoint;
 
 const PAGE: &str = include_str!("page.html");
 
@@ -60,18 +59,12 @@ pub async fn prepare(config: &Config) -> Result<Option<Prepared>, StartError> {
 
 impl Prepared {
     /// Serves until `stop` turns true.
-    pub fn spawn(
-        self,
-        config: &Config,
-        endpoint: Arc<Endpoint>,
-        queues: Arc<Queues>,
-        stop: watch::Receiver<bool>,
-    ) {
+    pub fn spawn(self, config: &Config, queues: Arc<Queues>, stop: watch::Receiver<bool>) {
         let state = Arc::new(api::Ops {
             handle: self.handle.clone(),
             queues,
-            endpoint,
             admin_token: config.admin_token.clone(),
+            listing: api::Listing::default(),
         });
         let listener = self.listener;
         // The bind address decides, not `ops_public`: a loopback address
@@ -109,6 +102,21 @@ fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
         .route("/api/queues/{key}/purge", post(api::purge))
         .with_state(state)
         .layer(middleware::from_fn_with_state(hosts, host_check))
+}
+
+/// One command on the proxy's own connection, its reply as a value; an
+/// error reply, no reply or an unreadable one as its text.
+async fn ask(queues: &Queues, args: &[&[u8]]) -> Result<redis::Value, String> {
+    let reply = queues.own_command(args).await.map_err(|e| e.to_string())?;
+    if let Some(rest) = reply.strip_prefix(b"-") {
+        let line = rest.split(|&b| b == b'\r').next().unwrap_or_default();
+        return Err(String::from_utf8_lossy(line).into_owned());
+    }
+    match redis::parse_redis_value(&reply) {
+        Ok(redis::Value::ServerError(e)) => Err(e.to_string()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!("unreadable reply: {e}")),
+    }
 }
 
 async fn page() -> Response {
