@@ -798,6 +798,68 @@ fn queue_listings_share_one_connection_and_one_computation() {
     );
 }
 
+/// The probes: no token needed, the Host check applies, and `/readyz`
+/// follows Redis and the proxy's scripts while `/healthz` only says the
+/// process answers. `docker/healthcheck.sh` (the image's HEALTHCHECK)
+/// asks `/healthz`.
+#[test]
+fn health_and_readiness() {
+    let mut s = with_token();
+    for path in ["/healthz", "/readyz"] {
+        let r = get(s.ops, path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+        let r = http(s.ops, "GET", path, &[("Host", "attacker.example")], b"").unwrap();
+        assert_eq!(r.status, 403, "{path}");
+    }
+    assert_eq!(get(s.ops, "/healthz").text(), "ok\n");
+    assert_eq!(get(s.ops, "/readyz").text(), "ready\n");
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docker/healthcheck.sh");
+    let healthcheck = |addr: &str| {
+        Command::new("bash")
+            .arg(&script)
+            .env("ACKPROXY_METRICS", addr)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("bash runs")
+            .success()
+    };
+    assert!(healthcheck(&format!("127.0.0.1:{}", s.ops)));
+    assert!(healthcheck(&format!("0.0.0.0:{}", s.ops)));
+    assert!(!healthcheck(&format!("127.0.0.1:{}", free_port())));
+
+    // Scripts flushed behind the proxy's back: not ready until they are
+    // sent again, as the next queue operation does.
+    let mut direct = s.redis.client();
+    assert_eq!(direct.cmd(&["SCRIPT", "FLUSH"]), Value::Simple("OK".into()));
+    let r = get(s.ops, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("queue scripts"), "{}", r.text());
+    let mut c = s.proxy.client();
+    c.cmd(&["LPUSH", "jobs", "{\"id\":\"r1\"}"]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("{\"id\":\"r1\"}"));
+    assert_eq!(get(s.ops, "/readyz").status, 200);
+
+    s.redis.kill();
+    let r = get(s.ops, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(r.text().starts_with("not ready: upstream"), "{}", r.text());
+    assert_eq!(get(s.ops, "/healthz").status, 200);
+    assert!(healthcheck(&format!("127.0.0.1:{}", s.ops)));
+}
+
+/// Without queue rules, ready means Redis answers.
+#[test]
+fn readiness_without_queue_rules() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let _proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{ops}")]);
+    let r = get(ops, "/readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 // ---------------------------------------------------------------------
 // The web view in headless Chromium, through chromedriver's WebDriver API.
 

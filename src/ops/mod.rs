@@ -1,10 +1,12 @@
 //! The operations server, on the `metrics` address: Prometheus text at
 //! `/metrics` (rendered through the exporter's handle), a queue web view at
-//! `/` (one static page, no build step), and its JSON API under `/api/`
-//! (see [`api`]). Loopback-only unless `ops_public` is set; served within
-//! the limits of [`serve`].
+//! `/` (one static page, no build step), its JSON API under `/api/` (see
+//! [`api`]), and probes at `/healthz` and `/readyz` (see [`health`]).
+//! Loopback-only unless `ops_public` is set; served within the limits of
+//! [`serve`].
 
 mod api;
+mod health;
 mod serve;
 
 use std::net::SocketAddr;
@@ -94,6 +96,8 @@ fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .route("/api/queues", get(api::queues))
         .route("/api/queues/{key}", get(api::info))
         .route("/api/queues/{key}/leases", get(api::leases))
