@@ -632,8 +632,10 @@ impl Config {
                 ));
             }
         }
-        if self.ops_max_connections == 0 {
-            return Err("ops_max_connections must be at least 1".into());
+        // Each is a file descriptor; far more than any host gives a process
+        // is a mistake (and past 2^61 a panic in the connection cap).
+        if !(1..=1_000_000).contains(&self.ops_max_connections) {
+            return Err("ops_max_connections must be between 1 and 1000000".into());
         }
         if self.admin_token.as_deref() == Some("") {
             return Err("admin_token is empty; leave it out to disable the actions".into());
@@ -1102,8 +1104,10 @@ mod tests {
             let err = Config::from_toml(&format!("ops_allowed_hosts = [{bad:?}]")).unwrap_err();
             assert!(err.contains("ops_allowed_hosts"), "{bad}: {err}");
         }
-        let err = Config::from_toml("ops_max_connections = 0").unwrap_err();
-        assert!(err.contains("ops_max_connections"), "{err}");
+        for bad in ["0", "1000001", "4611686018427387904"] {
+            let err = Config::from_toml(&format!("ops_max_connections = {bad}")).unwrap_err();
+            assert!(err.contains("ops_max_connections"), "{bad}: {err}");
+        }
     }
 
     #[test]
