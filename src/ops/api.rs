@@ -328,9 +328,16 @@ async fn list(ops: &Ops) -> Value {
         entry["truncated"] = truncated.into();
         rules.push(entry);
     }
+    // The page computes rates from the totals of two listings: it needs
+    // the time each was made, not when it got it, which is up to
+    // LISTING_FOR later.
+    let listed_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     json!({
         "rules": rules,
         "admin_actions": ops.admin_token.is_some(),
+        "listed_at_ms": listed_at_ms,
     })
 }
 
