@@ -33,8 +33,16 @@ RUN apt-get update \
 COPY --from=builder /src/target/release/ackproxy /usr/local/bin/ackproxy
 # An example: use it with --config /etc/ackproxy/ackproxy.toml.
 COPY config/ackproxy.toml /etc/ackproxy/ackproxy.toml
+COPY docker/healthcheck.sh /usr/local/bin/ackproxy-healthcheck
 USER ackproxy
 WORKDIR /var/lib/ackproxy
 EXPOSE 6380
+# The operations server, inside the container only, for the health check
+# (the image has bash but no curl: the check speaks HTTP over /dev/tcp).
+# Liveness, not readiness: an unhealthy container may be restarted, which
+# would not bring an unreachable Redis back (/readyz says that).
+ENV ACKPROXY_METRICS=127.0.0.1:9121
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["ackproxy-healthcheck"]
 ENTRYPOINT ["ackproxy"]
 CMD ["--listen", "0.0.0.0:6380"]

@@ -130,7 +130,7 @@ async fn start_inner(
         "ackproxy ready"
     );
     if let Some(ops) = ops {
-        ops.spawn(&config, endpoint.clone(), queues.clone(), stop.clone());
+        ops.spawn(&config, queues.clone(), stop.clone());
     }
     let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
     if let Some((hup, cli, loaded)) = reload {

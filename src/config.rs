@@ -50,6 +50,13 @@ pub struct Cli {
     /// Allow a non-loopback operations address.
     #[arg(long, env = "ACKPROXY_OPS_PUBLIC")]
     pub ops_public: bool,
+    /// Host names the operations server answers for besides IP addresses
+    /// and localhost, comma-separated (on a public address: any while unset).
+    #[arg(long, env = "ACKPROXY_OPS_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub ops_allowed_hosts: Option<Vec<String>>,
+    /// Connections the operations server serves at once; more are closed.
+    #[arg(long, env = "ACKPROXY_OPS_MAX_CONNECTIONS")]
+    pub ops_max_connections: Option<usize>,
     /// Token the web view's REDRIVE and PURGE actions require
     /// (`Authorization: Bearer <token>`); without it they are refused.
     #[arg(long, env = "ACKPROXY_ADMIN_TOKEN", hide_env_values = true)]
@@ -144,6 +151,12 @@ pub struct Config {
     pub metrics: Option<String>,
     /// The operations server may listen on a non-loopback address.
     pub ops_public: bool,
+    /// Names a request's `Host` may carry besides IP addresses and
+    /// `localhost`. Empty: on a loopback address none, on a public one any.
+    pub ops_allowed_hosts: Vec<String>,
+    /// Connections the operations server serves at once; past it new ones
+    /// are closed as soon as they are accepted.
+    pub ops_max_connections: usize,
     /// Bearer token of the operations actions (REDRIVE, PURGE); none: off.
     pub admin_token: Option<String>,
     pub log_format: LogFormat,
@@ -181,6 +194,8 @@ impl Default for Config {
             threads: None,
             metrics: None,
             ops_public: false,
+            ops_allowed_hosts: Vec::new(),
+            ops_max_connections: 64,
             admin_token: None,
             log_format: LogFormat::Human,
             connect_timeout_ms: 1000,
@@ -486,6 +501,12 @@ impl Config {
         if cli.ops_public {
             cfg.ops_public = true;
         }
+        if let Some(v) = &cli.ops_allowed_hosts {
+            cfg.ops_allowed_hosts.clone_from(v);
+        }
+        if let Some(v) = cli.ops_max_connections {
+            cfg.ops_max_connections = v;
+        }
         if let Some(v) = &cli.admin_token {
             cfg.admin_token = Some(v.clone());
         }
@@ -549,6 +570,8 @@ impl Config {
             threads: _,
             metrics: _,
             ops_public: _,
+            ops_allowed_hosts: _,
+            ops_max_connections: _,
             admin_token: _,
             log_format: _,
             connect_timeout_ms: _,
@@ -562,7 +585,8 @@ impl Config {
             tls_auth_clients, upstream, upstream_tls, upstream_tls_ca_cert_file,
             upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
             shared_connections, user_connections_max, requirepass,
-            dedicated_per_client, threads, metrics, ops_public, admin_token,
+            dedicated_per_client, threads, metrics, ops_public, ops_allowed_hosts,
+            ops_max_connections, admin_token,
             log_format, connect_timeout_ms, embedded, reaper)
     }
 
@@ -595,6 +619,23 @@ impl Config {
                      to allow it"
                 ));
             }
+        }
+        for host in &self.ops_allowed_hosts {
+            // Compared with the name part of `Host`; addresses always pass.
+            let plain = !host.is_empty()
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+            if !plain {
+                return Err(format!(
+                    "ops_allowed_hosts: {host:?} is not a host name (no port, scheme or path)"
+                ));
+            }
+        }
+        // Each is a file descriptor; far more than any host gives a process
+        // is a mistake (and past 2^61 a panic in the connection cap).
+        if !(1..=1_000_000).contains(&self.ops_max_connections) {
+            return Err("ops_max_connections must be between 1 and 1000000".into());
         }
         if self.admin_token.as_deref() == Some("") {
             return Err("admin_token is empty; leave it out to disable the actions".into());
@@ -822,12 +863,27 @@ impl Config {
             match &self.metrics {
                 None => "off".to_string(),
                 Some(m) => format!(
-                    "http://{m}/ (metrics, web view, API), {}",
+                    "http://{m}/ (metrics, web view, API), {}, hosts {}, \
+                     at most {} connections",
                     if self.ops_public {
                         "public allowed"
                     } else {
                         "loopback only"
-                    }
+                    },
+                    if !self.ops_allowed_hosts.is_empty() {
+                        format!(
+                            "IP addresses, localhost, {}",
+                            self.ops_allowed_hosts.join(", ")
+                        )
+                    } else if m
+                        .parse::<std::net::SocketAddr>()
+                        .is_ok_and(|a| a.ip().is_loopback())
+                    {
+                        "IP addresses and localhost".to_string()
+                    } else {
+                        "any".to_string()
+                    },
+                    self.ops_max_connections
                 ),
             }
         );
@@ -988,6 +1044,11 @@ mod tests {
             Config::default().user_connections_max
         );
         assert_eq!(cfg.requirepass, None);
+        let d = Config::default();
+        assert_eq!(
+            (&cfg.ops_allowed_hosts, cfg.ops_max_connections),
+            (&d.ops_allowed_hosts, d.ops_max_connections)
+        );
         let r = ReaperConfig::default();
         assert_eq!(
             (cfg.reaper.interval_ms, cfg.reaper.batch),
@@ -1012,6 +1073,41 @@ mod tests {
         assert!(Config::from_toml("metrics = \"[::1]:9121\"").is_ok());
         assert!(Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true").is_ok());
         assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
+    }
+
+    #[test]
+    fn operations_limits_and_host_names_are_checked() {
+        let cfg = Config::from_toml(
+            "metrics = \"0.0.0.0:9121\"\nops_public = true\n\
+             ops_allowed_hosts = [\"ops.example.com\", \"ops-2.internal\"]\n\
+             ops_max_connections = 8\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.ops_max_connections, 8);
+        let s = cfg.summary();
+        assert!(
+            s.contains("hosts IP addresses, localhost, ops.example.com, ops-2.internal"),
+            "{s}"
+        );
+        assert!(s.contains("at most 8 connections"), "{s}");
+        let open = Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true\n").unwrap();
+        assert!(open.summary().contains("hosts any"), "{}", open.summary());
+        let local = Config::from_toml("metrics = \"127.0.0.1:9121\"\nops_public = true\n").unwrap();
+        assert!(
+            local
+                .summary()
+                .contains("hosts IP addresses and localhost,"),
+            "{}",
+            local.summary()
+        );
+        for bad in ["ops.example.com:443", "https://ops.example.com", "", "a b"] {
+            let err = Config::from_toml(&format!("ops_allowed_hosts = [{bad:?}]")).unwrap_err();
+            assert!(err.contains("ops_allowed_hosts"), "{bad}: {err}");
+        }
+        for bad in ["0", "1000001", "4611686018427387904"] {
+            let err = Config::from_toml(&format!("ops_max_connections = {bad}")).unwrap_err();
+            assert!(err.contains("ops_max_connections"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -529,6 +530,338 @@ fn metric_names(expr: &str) -> Vec<String> {
         i = end;
     }
     out
+}
+
+/// `ops_public` allows a non-loopback address; on a loopback one, the Host
+/// check still keeps pages re-pointed at 127.0.0.1 by DNS out.
+#[test]
+fn ops_public_keeps_the_host_check_on_a_loopback_address() {
+    let s = start("ops_public = true");
+    for path in ["/", "/api/queues", "/api/queues/jobs", "/metrics"] {
+        let r = http(s.ops, "GET", path, &[("Host", "attacker.example")], b"").unwrap();
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+    }
+    assert_eq!(get(s.ops, "/api/queues").status, 200);
+}
+
+/// Status of `GET /api/queues` on `port` with `Host: host`.
+fn status_for_host(port: u16, host: &str) -> u16 {
+    http(port, "GET", "/api/queues", &[("Host", host)], b"")
+        .expect("operations server answers")
+        .status
+}
+
+#[test]
+fn a_public_address_answers_the_allowed_host_names() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let toml = format!("ops_public = true\nops_allowed_hosts = [\"ops.example.com\"]\n{RULES}");
+    let proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &public]);
+    for (host, want) in [
+        ("ops.example.com", 200),
+        ("OPS.Example.com:9121", 200),
+        ("127.0.0.1", 200),
+        (&format!("localhost:{ops}"), 200),
+        ("attacker.example", 403),
+        ("ops.example.com.attacker.example", 403),
+    ] {
+        assert_eq!(status_for_host(ops, host), want, "{host}");
+    }
+    drop(proxy);
+
+    // The flag (and ACKPROXY_OPS_ALLOWED_HOSTS) takes a comma-separated list.
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        RULES,
+        &[
+            "--metrics",
+            &public,
+            "--ops-public",
+            "--ops-allowed-hosts",
+            "a.example,b.example",
+        ],
+    );
+    assert_eq!(status_for_host(ops, "b.example"), 200);
+    assert_eq!(status_for_host(ops, "c.example"), 403);
+    drop(proxy);
+
+    // Without a list, a public address answers any name (its clients are
+    // other hosts, under names the proxy cannot know).
+    let ops = free_port();
+    let public = format!("0.0.0.0:{ops}");
+    let _proxy =
+        Proxy::start_with_config(redis.port, RULES, &["--metrics", &public, "--ops-public"]);
+    assert_eq!(status_for_host(ops, "anything.example"), 200);
+}
+
+/// Whether the server still holds `s` open: nothing to read yet, no EOF.
+fn still_open(s: &TcpStream) -> bool {
+    use std::io::Read;
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let r = (&*s).read(&mut buf);
+    s.set_nonblocking(false).unwrap();
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// 500 connections that send half a request line and wait: at most
+/// `ops_max_connections` (64) are held, until the header timeout (5 s);
+/// the others are closed at once. The proxy, allowed 256 descriptors,
+/// keeps enough for its Redis clients throughout.
+#[test]
+fn half_sent_requests_cannot_take_the_proxys_descriptors() {
+    use std::io::Write;
+    let redis = Redis::start();
+    let ops = free_port();
+    let proxy = Proxy::start_with_config_nofile(
+        redis.port,
+        RULES,
+        &["--metrics", &format!("127.0.0.1:{ops}")],
+        256,
+    );
+    let opened = Instant::now();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], ops));
+    let mut hogs = Vec::new();
+    let mut unaccepted = None;
+    for i in 0..500 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(mut s) => {
+                // May find the connection closed already: that is the point.
+                let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0");
+                hogs.push(s);
+            }
+            // The accept backlog is full: the later ones would wait too.
+            Err(e) => {
+                unaccepted = Some(format!("connection {i}: {e}"));
+                break;
+            }
+        }
+    }
+
+    let mut c = Client::connect(proxy.port);
+    c.set_read_timeout(Some(Duration::from_secs(5)));
+    c.send(&["PING"]);
+    assert_eq!(
+        c.try_read_raw()
+            .expect("a Redis client is served during the flood"),
+        b"+PONG\r\n"
+    );
+    assert_eq!(unaccepted, None, "the operations server stopped accepting");
+
+    std::thread::sleep(Duration::from_millis(500));
+    let held = hogs.iter().filter(|s| still_open(s)).count();
+    assert!((1..=64).contains(&held), "{held} of 500 connections held");
+    // Over the cap a request is closed at once, not queued.
+    let asked = Instant::now();
+    assert!(http(ops, "GET", "/metrics", &[], b"").is_err());
+    assert!(asked.elapsed() < Duration::from_secs(2));
+
+    // The header timeout ends the held ones.
+    while hogs.iter().any(still_open) {
+        assert!(
+            opened.elapsed() < Duration::from_secs(10),
+            "half-sent requests still open after {:?}",
+            opened.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        opened.elapsed() >= Duration::from_secs(4),
+        "closed after {:?}, before the header timeout",
+        opened.elapsed()
+    );
+    let r = get(ops, "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("ackproxy_connections "));
+    c.send(&["PING"]);
+    assert_eq!(c.try_read_raw().unwrap(), b"+PONG\r\n");
+}
+
+/// A body longer than 64 kB is refused from its announced length.
+#[test]
+fn request_bodies_are_limited() {
+    use std::io::{Read, Write};
+    let s = with_token();
+    let mut conn = TcpStream::connect(("127.0.0.1", s.ops)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /api/queues/jobs/purge HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Length: 100000\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = [0u8; 12];
+    conn.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HTTP/1.1 413");
+    // Within the limit, the request is served.
+    let r = http(s.ops, "GET", "/api/queues/jobs", &[], &[b'x'; 1000]);
+    assert_eq!(r.unwrap().status, 200);
+}
+
+/// `INFO <section>` of the Redis on `port`, as text.
+fn redis_info(c: &mut Client, section: &str) -> String {
+    text(&c.cmd(&["INFO", section]))
+}
+
+fn info_number(info: &str, name: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in {info}"))
+}
+
+/// Calls per command from `INFO commandstats`, without INFO itself.
+fn command_calls(c: &mut Client) -> BTreeMap<String, u64> {
+    redis_info(c, "commandstats")
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            (name != "info").then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+fn calls_since(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> (u64, u64) {
+    let grew = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    let total = after.keys().map(|k| grew(k)).sum();
+    (total, grew("scan"))
+}
+
+/// Listing the queues costs Redis a SCAN per 1,000 keys and a script call
+/// per queue. Fifty requests at once (a page left open in many tabs, or
+/// any page in a browser on this host) share one connection and one
+/// computation.
+#[test]
+fn queue_listings_share_one_connection_and_one_computation() {
+    let s = start("");
+    let mut c = s.proxy.client();
+    fill(&mut c);
+    let mut r = s.redis.client();
+    // Keys the SCAN walks past, and more queues to look at.
+    for i in 0..3000 {
+        r.send(&["SET", &format!("other:{i}"), "v"]);
+    }
+    for i in 0..40 {
+        r.send(&["RPUSH", &format!("tasks:{i:02}"), "m"]);
+    }
+    for _ in 0..3040 {
+        r.read_value();
+    }
+    // The first listing may open the proxy's own connection.
+    assert_eq!(get(s.ops, "/api/queues").status, 200);
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = command_calls(&mut r);
+    let listing = json_of(&get(s.ops, "/api/queues"));
+    assert_eq!(listing["rules"][1]["queues"].as_array().unwrap().len(), 42);
+    let (one_total, one_scans) = calls_since(&before, &command_calls(&mut r));
+    assert!(one_scans >= 3, "{one_scans} SCAN calls for 3,000 keys");
+    std::thread::sleep(Duration::from_millis(1200));
+
+    let connections = info_number(&redis_info(&mut r, "stats"), "total_connections_received");
+    let before = command_calls(&mut r);
+    let ops = s.ops;
+    let replies: Vec<_> = (0..50)
+        .map(|_| std::thread::spawn(move || get(ops, "/api/queues")))
+        .collect();
+    let keys = |v: &Json| -> Vec<Json> {
+        let queues = v["rules"][1]["queues"].as_array().unwrap();
+        queues.iter().map(|q| q["key"].clone()).collect()
+    };
+    let mut made = BTreeSet::new();
+    for reply in replies {
+        let reply = reply.join().unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let body = json_of(&reply);
+        assert_eq!(keys(&body), keys(&listing));
+        made.insert(body["listed_at_ms"].as_u64().expect("listed_at_ms"));
+    }
+    assert!(made.len() <= 2, "50 listings made at {made:?}");
+    let (total, scans) = calls_since(&before, &command_calls(&mut r));
+    println!("one listing: {one_total} commands, {one_scans} SCANs; 50: {total}, {scans}");
+    let opened =
+        info_number(&redis_info(&mut r, "stats"), "total_connections_received") - connections;
+    assert!(opened <= 2, "50 listings opened {opened} Redis connections");
+    assert!(
+        scans <= 2 * one_scans,
+        "50 listings ran {scans} SCANs; one runs {one_scans}"
+    );
+    // The reaper's and the gauges' own calls go on meanwhile.
+    assert!(
+        total <= 2 * one_total + 100,
+        "50 listings cost {total} commands; one costs {one_total}"
+    );
+}
+
+/// The probes: no token needed, the Host check applies, and `/readyz`
+/// follows Redis and the proxy's scripts while `/healthz` only says the
+/// process answers. `docker/healthcheck.sh` (the image's HEALTHCHECK)
+/// asks `/healthz`.
+#[test]
+fn health_and_readiness() {
+    let mut s = with_token();
+    for path in ["/healthz", "/readyz"] {
+        let r = get(s.ops, path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+        let r = http(s.ops, "GET", path, &[("Host", "attacker.example")], b"").unwrap();
+        assert_eq!(r.status, 403, "{path}");
+    }
+    assert_eq!(get(s.ops, "/healthz").text(), "ok\n");
+    assert_eq!(get(s.ops, "/readyz").text(), "ready\n");
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docker/healthcheck.sh");
+    let healthcheck = |addr: &str| {
+        Command::new("bash")
+            .arg(&script)
+            .env("ACKPROXY_METRICS", addr)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("bash runs")
+            .success()
+    };
+    assert!(healthcheck(&format!("127.0.0.1:{}", s.ops)));
+    assert!(healthcheck(&format!("0.0.0.0:{}", s.ops)));
+    assert!(!healthcheck(&format!("127.0.0.1:{}", free_port())));
+
+    // Scripts flushed behind the proxy's back: not ready until they are
+    // sent again, as the next queue operation does.
+    let mut direct = s.redis.client();
+    assert_eq!(direct.cmd(&["SCRIPT", "FLUSH"]), Value::Simple("OK".into()));
+    let r = get(s.ops, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("queue scripts"), "{}", r.text());
+    let mut c = s.proxy.client();
+    c.cmd(&["LPUSH", "jobs", "{\"id\":\"r1\"}"]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("{\"id\":\"r1\"}"));
+    assert_eq!(get(s.ops, "/readyz").status, 200);
+
+    s.redis.kill();
+    let r = get(s.ops, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(r.text().starts_with("not ready: upstream"), "{}", r.text());
+    assert_eq!(get(s.ops, "/healthz").status, 200);
+    assert!(healthcheck(&format!("127.0.0.1:{}", s.ops)));
+}
+
+/// Without queue rules, ready means Redis answers.
+#[test]
+fn readiness_without_queue_rules() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let _proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{ops}")]);
+    let r = get(ops, "/readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
 }
 
 // ---------------------------------------------------------------------

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -26,20 +27,30 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::queue::Queues;
-use crate::upstream::{control, Endpoint};
 
 /// Queue keys listed per rule at most; the page says when there are more.
 pub const KEYS_PER_RULE: usize = 200;
 /// SCAN calls per glob rule and listing, each looking at about
 /// [`SCAN_COUNT`] keys: a large keyspace is sampled, not walked.
 const SCAN_ROUNDS: usize = 50;
-const SCAN_COUNT: &str = "1000";
+const SCAN_COUNT: &[u8] = b"1000";
+/// A listing is served again for this long. It needs no token and any page
+/// in a browser on this host can ask for it, so without this each request
+/// would cost Redis up to thousands of commands.
+const LISTING_FOR: Duration = Duration::from_secs(1);
 
 pub struct Ops {
     pub handle: PrometheusHandle,
     pub queues: Arc<Queues>,
-    pub endpoint: Arc<Endpoint>,
     pub admin_token: Option<String>,
+    pub listing: Listing,
+}
+
+/// The last queue listing and when it was made. Requests that arrive while
+/// one is being made wait for it rather than make their own.
+#[derive(Default)]
+pub struct Listing {
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Value>)>>,
 }
 
 /// Why a request got no data, and the status that tells whose fault it is.
@@ -256,16 +267,31 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
         == 0
 }
 
-/// Every rule with its totals and the `QUEUE INFO` of its queue keys.
+/// Every rule with its totals and the `QUEUE INFO` of its queue keys, as
+/// listed at most [`LISTING_FOR`] ago.
 pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
+    let listing = {
+        let mut last = ops.listing.last.lock().await;
+        match &*last {
+            Some((at, listing)) if at.elapsed() < LISTING_FOR => listing.clone(),
+            _ => {
+                let listing = Arc::new(list(&ops).await);
+                // From when it was done: a slow listing is not made again
+                // back to back.
+                *last = Some((Instant::now(), listing.clone()));
+                listing
+            }
+        }
+    };
+    Json(&*listing).into_response()
+}
+
+async fn list(ops: &Ops) -> Value {
     let scrape = ops.handle.render();
     // The rules in force now: a reload may have changed them.
     let configured = ops.queues.rules();
     let queues = &ops.queues;
     let mut rules = Vec::with_capacity(configured.len());
-    // One control connection for every rule's SCAN, made per listing so
-    // that it logs in with the credentials of the moment.
-    let mut scan: Option<Result<_, String>> = None;
     for rule in &configured {
         let mut entry = json!({
             "pattern": rule.pattern,
@@ -281,15 +307,7 @@ pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
                 truncated: false,
             })
         } else {
-            if scan.is_none() {
-                let conn = control::admin(&ops.endpoint).await;
-                scan = Some(conn.map_err(|e| e.to_string()));
-            }
-            match scan.as_mut() {
-                Some(Ok(conn)) => discover(conn, queues, &rule.pattern).await,
-                Some(Err(e)) => Err(e.clone()),
-                None => Err("no connection".to_string()),
-            }
+            discover(queues, &rule.pattern).await
         };
         let mut listed = Vec::new();
         let (keys, truncated) = match found {
@@ -310,11 +328,17 @@ pub async fn queues(State(ops): State<Arc<Ops>>) -> Response {
         entry["truncated"] = truncated.into();
         rules.push(entry);
     }
-    Json(json!({
+    // The page computes rates from the totals of two listings: it needs
+    // the time each was made, not when it got it, which is up to
+    // LISTING_FOR later.
+    let listed_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    json!({
         "rules": rules,
         "admin_actions": ops.admin_token.is_some(),
-    }))
-    .into_response()
+        "listed_at_ms": listed_at_ms,
+    })
 }
 
 fn error_text(e: ApiError) -> String {
@@ -344,35 +368,35 @@ fn known_keys(queues: &Queues, pattern: &str) -> BTreeSet<Bytes> {
 }
 
 /// The rule's queue keys: those with leases, and lists matching the
-/// pattern (a bounded SCAN). A key is the rule's only if this rule, not an
-/// earlier one, makes it a queue.
-async fn discover(
-    conn: &mut redis::aio::MultiplexedConnection,
-    queues: &Queues,
-    pattern: &str,
-) -> Result<Found, String> {
+/// pattern (a bounded SCAN, on the proxy's own connection). A key is the
+/// rule's only if this rule, not an earlier one, makes it a queue.
+async fn discover(queues: &Queues, pattern: &str) -> Result<Found, String> {
     let mut keys = known_keys(queues, pattern);
-    let mut cursor = "0".to_string();
+    let mut cursor = b"0".to_vec();
     let mut truncated = true;
     for _ in 0..SCAN_ROUNDS {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(&cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("list");
-        let (next, batch): (String, Vec<Vec<u8>>) = control::query(conn, "SCAN", &cmd)
-            .await
-            .map_err(|e| e.to_string())?;
+        let reply = super::ask(
+            queues,
+            &[
+                b"SCAN",
+                &cursor,
+                b"MATCH",
+                pattern.as_bytes(),
+                b"COUNT",
+                SCAN_COUNT,
+                b"TYPE",
+                b"list",
+            ],
+        )
+        .await?;
+        let (next, batch) = scan_page(reply)?;
         for k in batch {
             if queues.rule_of(&k).as_deref() == Some(pattern) {
                 keys.insert(Bytes::from(k));
             }
         }
         cursor = next;
-        if cursor == "0" {
+        if cursor == b"0" {
             truncated = false;
             break;
         }
@@ -385,6 +409,29 @@ async fn discover(
         keys = keys.into_iter().take(KEYS_PER_RULE).collect();
     }
     Ok(Found { keys, truncated })
+}
+
+/// A SCAN reply: the next cursor and the keys of this page.
+fn scan_page(reply: redis::Value) -> Result<(Vec<u8>, Vec<Vec<u8>>), String> {
+    use redis::Value as R;
+    let unexpected = || "SCAN: unexpected reply".to_string();
+    let R::Array(mut parts) = reply else {
+        return Err(unexpected());
+    };
+    if parts.len() != 2 {
+        return Err(unexpected());
+    }
+    let (R::BulkString(cursor), R::Array(found)) = (parts.remove(0), parts.remove(0)) else {
+        return Err(unexpected());
+    };
+    let keys = found
+        .into_iter()
+        .map(|k| match k {
+            R::BulkString(k) => Ok(k),
+            _ => Err(unexpected()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((cursor, keys))
 }
 
 /// The rule's queue counters from the exporter's own rendering, keyed by
@@ -431,6 +478,25 @@ mod tests {
         assert_eq!(v, json!({"ready": 3, "key": "q1"}));
         let v = reply_to_json(b"*2\r\n%1\r\n$2\r\nid\r\n$1\r\n7\r\n_\r\n").unwrap();
         assert_eq!(v, json!([{"id": "7"}, null]));
+    }
+
+    #[test]
+    fn scan_pages_are_read_and_odd_replies_refused() {
+        let page =
+            redis::parse_redis_value(b"*2\r\n$2\r\n17\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n").unwrap();
+        assert_eq!(
+            scan_page(page),
+            Ok((b"17".to_vec(), vec![b"a".to_vec(), b"b".to_vec()]))
+        );
+        for odd in [
+            &b"*1\r\n$1\r\n0\r\n"[..],
+            b"*2\r\n:0\r\n*0\r\n",
+            b"*2\r\n$1\r\n0\r\n*1\r\n:1\r\n",
+            b"+OK\r\n",
+        ] {
+            let v = redis::parse_redis_value(odd).unwrap();
+            assert!(scan_page(v).is_err(), "{odd:?}");
+        }
     }
 
     #[test]

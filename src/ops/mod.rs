@@ -1,16 +1,20 @@
 //! The operations server, on the `metrics` address: Prometheus text at
 //! `/metrics` (rendered through the exporter's handle), a queue web view at
-//! `/` (one static page, no build step), and its JSON API under `/api/`
-//! (see [`api`]). Loopback-only unless `ops_public` is set.
+//! `/` (one static page, no build step), its JSON API under `/api/` (see
+//! [`api`]), and probes at `/healthz` and `/readyz` (see [`health`]).
+//! Loopback-only unless `ops_public` is set; served within the limits of
+//! [`serve`].
 
 mod api;
+mod health;
+mod serve;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,7 +26,6 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::StartError;
 use crate::queue::Queues;
-use crate::upstream::Endpoint;
 
 const PAGE: &str = include_str!("page.html");
 
@@ -58,20 +61,19 @@ pub async fn prepare(config: &Config) -> Result<Option<Prepared>, StartError> {
 
 impl Prepared {
     /// Serves until `stop` turns true.
-    pub fn spawn(
-        self,
-        config: &Config,
-        endpoint: Arc<Endpoint>,
-        queues: Arc<Queues>,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    pub fn spawn(self, config: &Config, queues: Arc<Queues>, stop: watch::Receiver<bool>) {
         let state = Arc::new(api::Ops {
             handle: self.handle.clone(),
             queues,
-            endpoint,
             admin_token: config.admin_token.clone(),
+            listing: api::Listing::default(),
         });
-        let app = router(state, config.ops_public);
+        let listener = self.listener;
+        // The bind address decides, not `ops_public`: a loopback address
+        // can be reached by any page in a browser on this host.
+        let loopback = listener.local_addr().map_or(true, |a| a.ip().is_loopback());
+        let hosts = Arc::new(HostPolicy::new(loopback, &config.ops_allowed_hosts));
+        let app = router(state, hosts);
         let handle = self.handle;
         let mut upkeep_stop = stop.clone();
         tokio::spawn(async move {
@@ -82,37 +84,42 @@ impl Prepared {
                 }
             }
         });
-        let listener = self.listener;
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "operations server: http://{addr}/ (metrics at /metrics)");
         }
-        tokio::spawn(async move {
-            let server = axum::serve(listener, app);
-            tokio::select! {
-                r = server => if let Err(e) = r {
-                    tracing::error!("operations server stopped: {e}");
-                },
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
+        let limits = serve::Limits::new(config.ops_max_connections);
+        tokio::spawn(serve::run(listener, app, limits, stop));
     }
 }
 
-fn router(state: Arc<api::Ops>, public: bool) -> Router {
-    let app = Router::new()
+fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
+    Router::new()
         .route("/", get(page))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .route("/api/queues", get(api::queues))
         .route("/api/queues/{key}", get(api::info))
         .route("/api/queues/{key}/leases", get(api::leases))
         .route("/api/queues/{key}/dead", get(api::dead))
         .route("/api/queues/{key}/redrive", post(api::redrive))
         .route("/api/queues/{key}/purge", post(api::purge))
-        .with_state(state);
-    if public {
-        app
-    } else {
-        app.layer(middleware::from_fn(local_host_only))
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(hosts, host_check))
+}
+
+/// One command on the proxy's own connection, its reply as a value; an
+/// error reply, no reply or an unreadable one as its text.
+async fn ask(queues: &Queues, args: &[&[u8]]) -> Result<redis::Value, String> {
+    let reply = queues.own_command(args).await.map_err(|e| e.to_string())?;
+    if let Some(rest) = reply.strip_prefix(b"-") {
+        let line = rest.split(|&b| b == b'\r').next().unwrap_or_default();
+        return Err(String::from_utf8_lossy(line).into_owned());
+    }
+    match redis::parse_redis_value(&reply) {
+        Ok(redis::Value::ServerError(e)) => Err(e.to_string()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(format!("unreadable reply: {e}")),
     }
 }
 
@@ -148,36 +155,73 @@ async fn metrics(State(ops): State<Arc<api::Ops>>) -> Response {
         .into_response()
 }
 
-/// On a loopback address, a request must name the host by IP address or
-/// as `localhost`: a web page whose name an attacker re-points at 127.0.0.1
-/// (DNS rebinding) sends its own name and cannot read the queues.
-async fn local_host_only(headers: HeaderMap, req: Request, next: Next) -> Response {
-    match headers.get(header::HOST) {
-        Some(h) if !is_local_host(h) => (
-            StatusCode::FORBIDDEN,
-            "the operations server answers requests for an IP address or localhost only\n",
-        )
-            .into_response(),
-        _ => next.run(req).await,
+/// Which names a request's `Host` may carry. IP addresses and `localhost`
+/// always pass: a page can only send them from its own origin, never by
+/// re-pointing a name of its own at this server (DNS rebinding). Other
+/// names pass when listed, or, without a list, on a public address, whose
+/// clients are other hosts under names the proxy cannot know.
+#[derive(Debug, Clone)]
+pub struct HostPolicy {
+    any_name: bool,
+    /// Lower case, without a trailing dot.
+    names: Vec<String>,
+}
+
+impl HostPolicy {
+    pub fn new(loopback: bool, allowed: &[String]) -> HostPolicy {
+        HostPolicy {
+            any_name: !loopback && allowed.is_empty(),
+            names: allowed.iter().map(|n| normal_name(n)).collect(),
+        }
+    }
+
+    fn allows(&self, host: &HeaderValue) -> bool {
+        if self.any_name {
+            return true;
+        }
+        let Some(name) = host_name(host) else {
+            return false;
+        };
+        name.eq_ignore_ascii_case("localhost")
+            || name.parse::<std::net::IpAddr>().is_ok()
+            || self.names.contains(&normal_name(name))
     }
 }
 
-fn is_local_host(h: &HeaderValue) -> bool {
-    let Ok(h) = h.to_str() else {
-        return false;
-    };
+fn normal_name(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The host part of a `Host` value: without the port, an IPv6 address
+/// without its brackets.
+fn host_name(h: &HeaderValue) -> Option<&str> {
+    let h = h.to_str().ok()?;
     if h.parse::<std::net::IpAddr>().is_ok() {
-        return true;
+        return Some(h);
     }
     let host = match h.rsplit_once(':') {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
         _ => h,
     };
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok()
+    Some(
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host),
+    )
+}
+
+/// Refuses a request whose `Host` the policy does not allow. A request
+/// without one (HTTP/1.0) passes: browsers always send it.
+async fn host_check(State(hosts): State<Arc<HostPolicy>>, req: Request, next: Next) -> Response {
+    match req.headers().get(header::HOST) {
+        Some(h) if !hosts.allows(h) => (
+            StatusCode::FORBIDDEN,
+            "the operations server answers requests for an IP address, localhost \
+             or a name in ops_allowed_hosts only\n",
+        )
+            .into_response(),
+        _ => next.run(req).await,
+    }
 }
 
 #[cfg(test)]
@@ -185,7 +229,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hosts_named_by_address_or_localhost_pass() {
+    fn on_loopback_hosts_named_by_address_or_localhost_pass() {
+        let policy = HostPolicy::new(true, &[]);
         for ok in [
             "127.0.0.1:9121",
             "localhost",
@@ -193,10 +238,43 @@ mod tests {
             "[::1]:9121",
             "::1",
         ] {
-            assert!(is_local_host(&HeaderValue::from_static(ok)), "{ok}");
+            assert!(policy.allows(&HeaderValue::from_static(ok)), "{ok}");
         }
-        for bad in ["evil.example:9121", "evil.example", "127.0.0.1.nip.io:80"] {
-            assert!(!is_local_host(&HeaderValue::from_static(bad)), "{bad}");
+        for bad in [
+            "evil.example:9121",
+            "evil.example",
+            "127.0.0.1.nip.io:80",
+            "",
+            ":80",
+        ] {
+            assert!(!policy.allows(&HeaderValue::from_static(bad)), "{bad}");
         }
+        let bytes = HeaderValue::from_bytes(b"\xffevil").unwrap();
+        assert!(!policy.allows(&bytes));
+    }
+
+    #[test]
+    fn listed_names_pass_anywhere_and_any_name_only_unlisted_and_public() {
+        let listed = ["Ops.Example.com.".to_string()];
+        for loopback in [true, false] {
+            let policy = HostPolicy::new(loopback, &listed);
+            for ok in [
+                "ops.example.com",
+                "OPS.EXAMPLE.COM:443",
+                "ops.example.com.",
+                "10.0.0.5",
+            ] {
+                assert!(policy.allows(&HeaderValue::from_static(ok)), "{ok}");
+            }
+            for bad in [
+                "example.com",
+                "ops.example.com.evil.example",
+                "evil.example",
+            ] {
+                assert!(!policy.allows(&HeaderValue::from_static(bad)), "{bad}");
+            }
+        }
+        let public = HostPolicy::new(false, &[]);
+        assert!(public.allows(&HeaderValue::from_static("anything.example")));
     }
 }

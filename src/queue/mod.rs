@@ -362,6 +362,15 @@ impl Queues {
         }
     }
 
+    /// Sends one command on the proxy's own connection and returns its
+    /// reply as Redis gave it (an error reply is `Ok` too): the operations
+    /// server's SCAN, PING and SCRIPT EXISTS, which would otherwise open a
+    /// connection per request.
+    pub async fn own_command(&self, args: &[&[u8]]) -> crate::output::Reply {
+        let request = Bytes::from(crate::upstream::encode_command(args));
+        self.own.shared.call(request, self.own.client.clone()).await
+    }
+
     /// The pattern of the rule that makes `key` a queue.
     pub fn rule_of(&self, key: &[u8]) -> Option<String> {
         self.rules.resolve(key).map(|q| q.rule.pattern.clone())

@@ -162,15 +162,64 @@ impl Proxy {
     }
 
     fn spawn(args: &[&str]) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_ackproxy"))
-            .args(args)
+        Proxy::spawn_limited(args, None)
+    }
+
+    /// With `nofile`, the process may open that many descriptors at most.
+    fn spawn_limited(args: &[&str], nofile: Option<u64>) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackproxy"));
+        cmd.args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
             )
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("ackproxy binary")
+            .stdout(Stdio::null());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd.spawn().expect("ackproxy binary")
+    }
+
+    /// Like [`Proxy::start_with_config`], with the proxy's open-file limit
+    /// at `nofile`: running out of descriptors without opening thousands.
+    pub fn start_with_config_nofile(
+        upstream_port: u16,
+        toml: &str,
+        extra: &[&str],
+        nofile: u64,
+    ) -> Proxy {
+        let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
+        std::fs::write(&path, toml).unwrap();
+        let port = free_port();
+        let (listen, upstream) = (
+            format!("127.0.0.1:{port}"),
+            format!("127.0.0.1:{upstream_port}"),
+        );
+        let mut args = vec![
+            "--listen",
+            &listen,
+            "--upstream",
+            &upstream,
+            "--config",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut child = Proxy::spawn_limited(&args, Some(nofile));
+        wait_for_ping(port, "ackproxy", &mut child);
+        Proxy { port, child }
     }
 
     /// ackproxy in front of `upstream_port` reading the configuration file
