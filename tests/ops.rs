@@ -202,9 +202,9 @@ fn one_queue_its_leases_and_errors_as_the_proxy_gives_them() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_info_matches(&json_of(&r), &before, &after);
     assert_eq!(int(&before["leased"]), 1);
-    // Scripts flushed behind the proxy's back are sent again in full.
+    // The library flushed behind the proxy's back is loaded again.
     assert_eq!(
-        s.redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        s.redis.client().cmd(&["FUNCTION", "FLUSH"]),
         Value::Simple("OK".into())
     );
     let r = get(s.ops, "/api/queues/jobs");
@@ -803,7 +803,7 @@ fn queue_listings_share_one_connection_and_one_computation() {
 }
 
 /// The probes: no token needed, the Host check applies, and `/readyz`
-/// follows Redis and the proxy's scripts while `/healthz` only says the
+/// follows Redis and the proxy's function library while `/healthz` only says the
 /// process answers. `docker/healthcheck.sh` (the image's HEALTHCHECK)
 /// asks `/healthz`.
 #[test]
@@ -834,17 +834,26 @@ fn health_and_readiness() {
     assert!(healthcheck(&format!("0.0.0.0:{}", s.ops)));
     assert!(!healthcheck(&format!("127.0.0.1:{}", free_port())));
 
-    // Scripts flushed behind the proxy's back: not ready until they are
-    // sent again, as the next queue operation does.
+    // The function library flushed behind the proxy's back: readiness
+    // loads it again (a proxy kept out of rotation gets no queue operation
+    // that would), and is ready once it is there.
     let mut direct = s.redis.client();
-    assert_eq!(direct.cmd(&["SCRIPT", "FLUSH"]), Value::Simple("OK".into()));
+    let libraries = |direct: &mut Client| match direct.cmd(&["FUNCTION", "LIST"]) {
+        Value::Array(libs) => libs.len(),
+        other => panic!("FUNCTION LIST: {other:?}"),
+    };
+    assert_eq!(libraries(&mut direct), 1);
+    assert_eq!(
+        direct.cmd(&["FUNCTION", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(libraries(&mut direct), 0);
     let r = get(s.ops, "/readyz");
-    assert_eq!(r.status, 503);
-    assert!(r.text().contains("queue scripts"), "{}", r.text());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(libraries(&mut direct), 1);
     let mut c = s.proxy.client();
     c.cmd(&["LPUSH", "jobs", "{\"id\":\"r1\"}"]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("{\"id\":\"r1\"}"));
-    assert_eq!(get(s.ops, "/readyz").status, 200);
 
     s.redis.kill();
     let r = get(s.ops, "/readyz");

@@ -22,16 +22,16 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum NotReady {
     /// No PONG on the proxy's own connection.
     Upstream(String),
-    /// Queue rules are in force and Redis lacks the proxy's scripts, or
-    /// could not say whether it has them.
-    Scripts(String),
+    /// Queue rules are in force and the proxy's function library is not in
+    /// Redis and could not be loaded, or Redis could not say.
+    Library(String),
 }
 
 impl fmt::Display for NotReady {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NotReady::Upstream(why) => write!(f, "upstream: {why}"),
-            NotReady::Scripts(why) => write!(f, "queue scripts: {why}"),
+            NotReady::Library(why) => write!(f, "queue library: {why}"),
         }
     }
 }
@@ -72,21 +72,31 @@ async fn readiness(queues: &Queues) -> Result<(), NotReady> {
         Err(e) => return Err(NotReady::Upstream(e)),
     }
     if queues.active() {
-        match scripts_loaded(queues).await {
+        match library_loaded(queues).await {
             Ok(true) => {}
-            Ok(false) => return Err(NotReady::Scripts("not loaded in Redis".into())),
-            Err(e) => return Err(NotReady::Scripts(e)),
+            Ok(false) => return Err(NotReady::Library("not loaded in Redis".into())),
+            Err(e) => return Err(NotReady::Library(e)),
         }
     }
     Ok(())
 }
 
-/// Whether Redis holds the proxy's queue scripts. The pop script stands
-/// for all of them: they are loaded together.
-pub async fn scripts_loaded(queues: &Queues) -> Result<bool, String> {
-    let sha = crate::queue::scripts::POP.sha();
-    match super::ask(queues, &[b"SCRIPT", b"EXISTS", sha.as_bytes()]).await? {
-        redis::Value::Array(found) => Ok(found.first() == Some(&redis::Value::Int(1))),
-        other => Err(format!("SCRIPT EXISTS answered {other:?}")),
+/// Whether Redis holds the proxy's function library, loading it if it
+/// does not: the proxy loads it when a queue operation first needs it, and
+/// a proxy kept out of rotation until ready would never get that far.
+pub async fn library_loaded(queues: &Queues) -> Result<bool, String> {
+    if listed(queues).await? {
+        return Ok(true);
+    }
+    queues.forget_library();
+    queues.ensure_library().await;
+    listed(queues).await
+}
+
+async fn listed(queues: &Queues) -> Result<bool, String> {
+    let name = crate::queue::library::library().name.as_bytes();
+    match super::ask(queues, &[b"FUNCTION", b"LIST", b"LIBRARYNAME", name]).await? {
+        redis::Value::Array(found) => Ok(!found.is_empty()),
+        other => Err(format!("FUNCTION LIST answered {other:?}")),
     }
 }
