@@ -414,8 +414,10 @@ fn a_long_delay_does_not_meet_the_lease() {
     // so it is neither redelivered early nor counted as a delivery.
     let (_redis, proxy) = start();
     let mut c = proxy.client();
-    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "400"]);
+    // Timed from before the push: Redis sets the due time after this, so
+    // however slow the reply, the pop cannot come sooner than 400 ms later.
     let pushed = Instant::now();
+    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "400"]);
     assert_eq!(c.cmd(&["RPOP", "short1"]), Value::Nil);
     assert_eq!(info_int(&proxy, "short1", "leased"), 0);
     assert_eq!(pop_eventually(&mut c, "short1"), "slow");

@@ -82,9 +82,52 @@ impl ReadHalf {
 
     /// Appends what has arrived to `buf` without waiting: `Ok(0)` at the
     /// end of the stream, `WouldBlock` if nothing has.
+    ///
+    /// A read that filled less than the room it had took everything the
+    /// socket held: the stream is then marked not readable, so the next
+    /// [`ReadHalf::readable`] waits for new input instead of returning at
+    /// once for a read that would only find nothing (one system call less
+    /// per request of a client that waits for each reply). Tokio keeps a
+    /// readiness event that arrived in between, so nothing is missed.
     pub fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match self {
-            ReadHalf::Plain(rd) => rd.try_read_buf(buf),
+            ReadHalf::Plain(rd) => {
+                let sock: &TcpStream = rd.as_ref();
+                let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+                if buf.len() == buf.capacity() {
+                    buf.reserve(4096);
+                }
+                let mut short = None;
+                // The readiness cleared is the one seen before the read:
+                // an event that comes in during it keeps the stream readable.
+                let read = sock.try_io(tokio::io::Interest::READABLE, || {
+                    let spare = buf.spare_capacity_mut();
+                    let room = spare.len();
+                    // SAFETY: recv writes at most `room` bytes into the
+                    // spare capacity, which `advance_mut` then counts.
+                    let n = loop {
+                        let n = unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), room, 0) };
+                        if n >= 0 {
+                            break n;
+                        }
+                        let e = io::Error::last_os_error();
+                        if e.kind() != io::ErrorKind::Interrupted {
+                            return Err(e);
+                        }
+                    };
+                    let n = n as usize;
+                    unsafe { bytes::BufMut::advance_mut(buf, n) };
+                    if n > 0 && n < room {
+                        short = Some(n);
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok(n)
+                });
+                match short {
+                    Some(n) => Ok(n),
+                    None => read,
+                }
+            }
             ReadHalf::Tls(s) => {
                 // Whatever this poll registers is replaced by the next
                 // `readable`, which the caller awaits before it sleeps.
