@@ -646,6 +646,11 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         return rewrite(call, move |v| int_reply(moved(&v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
+        // At most what was dead when the command started (the first call's
+        // moved plus left): letters that die meanwhile, behind those, wait
+        // for the next REDRIVE, or it would never end while messages die.
+        let mut count = count;
+        let mut first = true;
         let mut total = 0;
         while total < count {
             let ask = (count - total).min(REDRIVE_PER_CALL);
@@ -653,6 +658,11 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
                 Ok(v) => {
                     let n = moved(&v);
                     total += n;
+                    if first {
+                        let left = v.array().get(1).map(Value::int).unwrap_or(0);
+                        count = count.min(n.saturating_add(left.max(0)));
+                        first = false;
+                    }
                     if n < ask {
                         break;
                     }
