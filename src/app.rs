@@ -157,9 +157,9 @@ async fn bind(
 
 /// SIGHUP: the configuration file is read again (the command line still
 /// overrides it). The queue rules, `[limits]` and the proxy's own
-/// credentials take effect without dropping a client; any other setting
-/// that changed waits for a restart, and says so. A file that does not
-/// load changes nothing.
+/// credentials (when changed in the file) take effect without dropping a
+/// client; any other setting that changed waits for a restart, and says so.
+/// A file that does not load changes nothing.
 async fn reload_on_hangup(
     mut hup: tokio::signal::unix::Signal,
     cli: Cli,
@@ -197,11 +197,18 @@ async fn apply(current: &mut Config, next: Config, ctx: &Context) {
     if !limits.is_empty() {
         ctx.set_limits(next.limits.clone());
     }
-    let credentials = Credentials {
-        user: next.upstream_user.clone(),
-        password: next.upstream_password.clone(),
-    };
-    crate::auth::set_credentials(&ctx.endpoint, credentials);
+    // The proxy's credentials only when the file's changed since the last
+    // load: a password changed since through the proxy (`CONFIG SET
+    // requirepass`, which it follows) is newer than an unchanged file.
+    if next.upstream_user != current.upstream_user
+        || next.upstream_password != current.upstream_password
+    {
+        let credentials = Credentials {
+            user: next.upstream_user.clone(),
+            password: next.upstream_password.clone(),
+        };
+        crate::auth::set_credentials(&ctx.endpoint, credentials);
+    }
     crate::auth::probe(&ctx.endpoint).await;
     let limits = if limits.is_empty() {
         "limits unchanged".to_string()

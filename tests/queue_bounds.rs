@@ -372,6 +372,58 @@ fn extend_refuses_absurd_leases() {
 }
 
 #[test]
+fn delays_are_held_to_the_extend_bound() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let too_long = "ERR value is out of range, must be at most 2592000000";
+    c.cmd(&["LPUSH", "tasks:n", "n1"]);
+    c.cmd(&["RPOP", "tasks:n"]);
+    // 2^52 ms is the year 144,737; one ms past 30 days is already too long.
+    for ms in ["4503599627370496", "2592000001"] {
+        assert_eq!(
+            c.cmd(&["NACK", "tasks:n", "n1", "DELAY", ms]),
+            Value::Error(too_long.into()),
+            "NACK DELAY {ms}"
+        );
+        assert_eq!(
+            c.cmd(&["QUEUE", "PUSH", "tasks:n", "p", "DELAY", ms]),
+            Value::Error(too_long.into()),
+            "QUEUE PUSH DELAY {ms}"
+        );
+    }
+    // Nothing was nacked, nor pushed.
+    let info = c.cmd(&["QUEUE", "INFO", "tasks:n"]);
+    assert_eq!(
+        (int(&field(&info, "leased")), int(&field(&info, "delayed"))),
+        (1, 0)
+    );
+    // AT is a time on Redis's clock: only held to the year 3000.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "tasks:n", "p", "AT", "32503680000001"]),
+        Value::Error("ERR value is out of range, must be at most 32503680000000".into())
+    );
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "tasks:n", "p", "AT", "32503680000000"]),
+        Value::Int(1)
+    );
+    // 30 days itself is allowed, as for QUEUE EXTEND.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "tasks:n", "p", "DELAY", "2592000000"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        c.cmd(&["NACK", "tasks:n", "n1", "DELAY", "2592000000"]),
+        Value::Int(1)
+    );
+    let info = c.cmd(&["QUEUE", "INFO", "tasks:n"]);
+    assert_eq!(
+        (int(&field(&info, "leased")), int(&field(&info, "delayed"))),
+        (0, 3)
+    );
+}
+
+#[test]
 fn parked_queue_pops_answer_when_redis_is_down() {
     let mut redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);

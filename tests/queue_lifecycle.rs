@@ -793,6 +793,63 @@ fn redrive_of_many_is_whole_and_in_order() {
 }
 
 #[test]
+fn redrive_ends_while_messages_keep_dying() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+
+    let (redis, proxy) = start();
+    // Dead letters put there directly (no history: that is allowed).
+    const DEAD: i64 = 20_000;
+    let mut direct = redis.client();
+    for chunk in (0..DEAD).collect::<Vec<_>>().chunks(1000) {
+        let payloads: Vec<String> = chunk.iter().map(|i| format!("m{i}")).collect();
+        let mut args = vec!["RPUSH", "{one5}:dead"];
+        args.extend(payloads.iter().map(String::as_str));
+        direct.cmd(&args);
+    }
+    assert_eq!(info_int(&proxy, "one5", "dead"), DEAD);
+    // Consumers reject every message (max_deliveries 1): each redriven one
+    // dies again, behind the letters the REDRIVE is moving.
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicI64::new(0));
+    let consumers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, killed) = (stop.clone(), killed.clone());
+            let mut c = proxy.client();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let popped = pop_all(&mut c, "one5");
+                    if popped.is_empty() {
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    let mut args = vec!["NACK", "one5"];
+                    args.extend(popped.iter().map(String::as_str));
+                    let n = as_int(&c.cmd(&args));
+                    killed.fetch_add(n, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut c = proxy.client();
+    c.set_read_timeout(Some(Duration::from_secs(10)));
+    c.send(&["QUEUE", "REDRIVE", "one5"]);
+    let moved = c.try_read_raw().map(|r| decode(&r).0);
+    let killed_meanwhile = killed.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for t in consumers {
+        t.join().unwrap();
+    }
+    let moved = as_int(&moved.expect("QUEUE REDRIVE answers within 10 s"));
+    // What was dead when it started, and not one more.
+    assert_eq!(moved, DEAD, "{killed_meanwhile} died again meanwhile");
+    assert!(
+        killed_meanwhile > 0,
+        "no message died during the REDRIVE: the test proves nothing"
+    );
+}
+
+#[test]
 fn purge_dead_empties_the_dead_letters_and_their_history() {
     let (redis, proxy) = start();
     let mut c = proxy.client();

@@ -21,7 +21,11 @@ struct Setup {
 
 impl Setup {
     fn start(toml: &str) -> Setup {
-        let redis = Redis::start();
+        Setup::start_on(Redis::start(), toml)
+    }
+
+    /// The same, on a redis-server started as the test wants.
+    fn start_on(redis: Redis, toml: &str) -> Setup {
         let id = free_port();
         let dir = std::env::temp_dir();
         let config = dir.join(format!("ackproxy-reload-{id}.toml"));
@@ -320,4 +324,35 @@ fn settings_that_need_a_restart_are_named_and_kept() {
     );
     push_and_pop(&mut c, "q", "m");
     assert_eq!(c.cmd(&["ACK", "q", "m"]), Value::Int(1));
+}
+
+#[test]
+fn a_password_changed_through_the_proxy_outlives_a_reload_of_the_same_file() {
+    let toml = format!("upstream_password = \"old\"\n{}", rule("q", 600_000));
+    let s = Setup::start_on(Redis::start_with(&["--requirepass", "old"]), &toml);
+    let mut c = s.client();
+    assert_eq!(c.raw(&["AUTH", "old"]), b"+OK\r\n");
+    // Followed by the proxy for its own connections.
+    assert_eq!(c.raw(&["CONFIG", "SET", "requirepass", "new"]), b"+OK\r\n");
+    // The file did not change: its old password is not news.
+    s.reload(&toml, RELOADED);
+    assert_eq!(s.log_lines("upstream credentials reloaded"), 0);
+    // Every connection to Redis goes: the proxy's next ones log in anew.
+    let mut direct = s.redis.client();
+    assert_eq!(direct.raw(&["AUTH", "new"]), b"+OK\r\n");
+    direct.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let mut n = s.client();
+    assert_eq!(n.raw(&["AUTH", "new"]), b"+OK\r\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        // Refused, nothing was pushed: retried while the proxy reconnects.
+        let got = n.cmd(&["QUEUE", "PUSH", "q", "m"]);
+        if got == Value::Int(1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "QUEUE PUSH: {got:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(n.cmd(&["RPOP", "q"]), Value::bulk("m"));
+    assert_eq!(n.cmd(&["ACK", "q", "m"]), Value::Int(1));
 }

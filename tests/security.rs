@@ -305,6 +305,63 @@ fn matrix_proxy_password_dedicated_per_client() {
     run_matrix(&["--dedicated-per-client"], true);
 }
 
+/// HELLO without AUTH from a client that has logged in: Redis answers it,
+/// and HELLO 3 switches the protocol (`redis-cli -3 -a pw` sends AUTH,
+/// then HELLO 3). Compared with a direct Redis, byte for byte but for the
+/// connection's id.
+fn hello_after_login(extra: &[&str], guard: bool) {
+    let direct = secured_redis();
+    let behind = if guard { open_redis() } else { secured_redis() };
+    let p = if guard {
+        guarding_proxy(&behind, extra)
+    } else {
+        proxy(&behind, extra)
+    };
+    let logins: [&[&str]; 2] = [&["AUTH", "secret"], &["AUTH", "restricted", "rpass"]];
+    for login in logins {
+        let mut a = direct.client();
+        let mut b = p.client();
+        let cmds: [&[&str]; 12] = [
+            login,
+            &["HELLO"],
+            &["HELLO", "2"],
+            &["PING"],
+            &["HELLO", "3"],
+            &["PING"],
+            &["SET", "allowed:k", "v"],
+            &["GET", "allowed:k"],
+            &["RPOP", "jobs"],
+            &["HELLO"],
+            &["HELLO", "2"],
+            &["ACL", "WHOAMI"],
+        ];
+        for cmd in cmds {
+            let ra = mask_client_id(&a.raw(cmd));
+            let rb = mask_client_id(&b.raw(cmd));
+            assert_eq!(
+                String::from_utf8_lossy(&ra),
+                String::from_utf8_lossy(&rb),
+                "after {login:?}: {cmd:?} ({extra:?}, guard {guard})"
+            );
+        }
+    }
+}
+
+#[test]
+fn hello_after_login_multiplexed() {
+    hello_after_login(&[], false);
+}
+
+#[test]
+fn hello_after_login_dedicated_per_client() {
+    hello_after_login(&["--dedicated-per-client"], false);
+}
+
+#[test]
+fn hello_after_login_with_the_proxys_password() {
+    hello_after_login(&[], true);
+}
+
 /// A user with the rights to pop `jobs` directly.
 fn add_worker(r: &Redis) {
     let setuser = [

@@ -83,9 +83,15 @@ fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
 
 /// Ids acknowledged or nacked per script call: about 10 µs each.
 pub const IDS_PER_CALL: usize = 50;
-/// The longest lease QUEUE EXTEND grants: 30 days. A lease that never ends
-/// would keep its message from everyone for good.
-pub const MAX_EXTEND_MS: i64 = 30 * 24 * 3600 * 1000;
+/// The longest duration a client may give: 30 days, for the lease QUEUE
+/// EXTEND grants, NACK's DELAY and QUEUE PUSH's DELAY. A lease that never
+/// ends would keep its message from everyone for good, and a delay of
+/// centuries is a mistake, not a plan.
+pub const MAX_DURATION_MS: i64 = 30 * 24 * 3600 * 1000;
+/// The latest time QUEUE PUSH's AT accepts: 3000-01-01T00:00:00Z. AT is a
+/// point on Redis's clock, which the proxy does not read, so it cannot be
+/// held to [`MAX_DURATION_MS`] from now; this only refuses the absurd.
+pub const MAX_AT_MS: i64 = 32_503_680_000_000;
 
 /// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
 pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
@@ -147,24 +153,31 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
 /// its index in the options asked for, and its number.
 type Trailing = (usize, Option<(usize, i64)>);
 
-/// A trailing `<OPTION> <ms>` (one of `options`, any case) after at least
-/// one value from `args[first]` on: where the values end, and which option
-/// with its number if present. Options before the last two arguments, or
-/// with no value before them, are values themselves (`NACK q DELAY 5`
-/// acknowledges the ids `DELAY` and `5`).
-fn trailing_ms(args: Args<'_>, first: usize, options: &[&str]) -> Result<Trailing, &'static str> {
+/// A trailing `<OPTION> <ms>` (one of `options`, any case, each with the
+/// largest number it takes) after at least one value from `args[first]`
+/// on: where the values end, and which option with its number if present.
+/// Options before the last two arguments, or with no value before them,
+/// are values themselves (`NACK q DELAY 5` acknowledges the ids `DELAY`
+/// and `5`). Else the error reply.
+fn trailing_ms(args: Args<'_>, first: usize, options: &[(&str, i64)]) -> Result<Trailing, Bytes> {
     let n = args.len();
     if n < first + 3 {
         return Ok((n, None));
     }
-    let Some(which) = options.iter().position(|o| args.is(n - 2, o)) else {
+    let Some(which) = options.iter().position(|(o, _)| args.is(n - 2, o)) else {
         return Ok((n, None));
     };
     let ms = args
         .get(n - 1)
         .and_then(parse_i64)
-        .filter(|&ms| (0..=MAX_DUE_MS).contains(&ms))
-        .ok_or("value is not an integer or out of range")?;
+        .filter(|&ms| ms >= 0)
+        .ok_or_else(|| reply::error("value is not an integer or out of range"))?;
+    let max = options[which].1;
+    if ms > max {
+        return Err(reply::error(&format!(
+            "value is out of range, must be at most {max}"
+        )));
+    }
     Ok((n - 2, Some((which, ms))))
 }
 
@@ -186,9 +199,9 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
     };
-    let (end, delay) = match trailing_ms(args, 2, &["DELAY"]) {
+    let (end, delay) = match trailing_ms(args, 2, &[("DELAY", MAX_DURATION_MS)]) {
         Ok(t) => t,
-        Err(e) => return Intercept::Reply(reply::error(e)),
+        Err(e) => return Intercept::Reply(e),
     };
     let delay = delay.map(|(_, ms)| ms);
     let ids: Vec<Bytes> = args
@@ -310,10 +323,10 @@ fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
     let Some(ms) = args
         .get(4)
         .and_then(parse_i64)
-        .filter(|&ms| ms > 0 && ms <= MAX_EXTEND_MS)
+        .filter(|&ms| ms > 0 && ms <= MAX_DURATION_MS)
     else {
         return Intercept::Reply(reply::error(&format!(
-            "value is out of range, must be positive and at most {MAX_EXTEND_MS}"
+            "value is out of range, must be positive and at most {MAX_DURATION_MS}"
         )));
     };
     // A shorter lease may now be due before the reaper expected.
@@ -444,10 +457,6 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
 /// Messages one QUEUE PUSH call takes: a delayed one costs a sequence
 /// number and a sorted-set insert, a few µs.
 pub const PUSH_PER_CALL: usize = 100;
-/// The latest time QUEUE PUSH accepts (AT, or now plus DELAY): within the
-/// integers a Lua number holds exactly.
-pub const MAX_DUE_MS: i64 = 1 << 52;
-
 /// When QUEUE PUSH makes its messages due.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Due {
@@ -459,9 +468,10 @@ pub enum Due {
 }
 
 /// The payloads and due time of `QUEUE PUSH queue payload [payload ...]
-/// [DELAY ms | AT unix-ms]`.
-pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), &'static str> {
-    let (end, option) = trailing_ms(args, 3, &["DELAY", "AT"])?;
+/// [DELAY ms | AT unix-ms]`; else the error reply.
+pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), Bytes> {
+    let options = [("DELAY", MAX_DURATION_MS), ("AT", MAX_AT_MS)];
+    let (end, option) = trailing_ms(args, 3, &options)?;
     let due = match option {
         None => Due::Now,
         Some((0, ms)) => Due::Delay(ms),
@@ -507,7 +517,7 @@ fn note_delayed(registry: &Registry, q: &Queue, v: &Value) {
 fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let (payloads, due) = match parse_push(args) {
         Ok(p) => p,
-        Err(e) => return Intercept::Reply(reply::error(e)),
+        Err(e) => return Intercept::Reply(e),
     };
     let registry = registry.clone();
     if payloads.len() <= PUSH_PER_CALL || how.one_call {
@@ -640,6 +650,11 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         return rewrite(call, move |v| int_reply(moved(&v)));
     }
     Intercept::Job(Job::new(move |caller| async move {
+        // At most what was dead when the command started (the first call's
+        // moved plus left): letters that die meanwhile, behind those, wait
+        // for the next REDRIVE, or it would never end while messages die.
+        let mut count = count;
+        let mut first = true;
         let mut total = 0;
         while total < count {
             let ask = (count - total).min(REDRIVE_PER_CALL);
@@ -647,6 +662,11 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
                 Ok(v) => {
                     let n = moved(&v);
                     total += n;
+                    if first {
+                        let left = v.array().get(1).map(Value::int).unwrap_or(0);
+                        count = count.min(n.saturating_add(left.max(0)));
+                        first = false;
+                    }
                     if n < ask {
                         break;
                     }

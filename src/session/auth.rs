@@ -151,7 +151,12 @@ impl Session {
             None
         };
         let sticky_before = self.mode.sticky;
-        let fresh = self.member.is_some() && self.dedicated.as_ref().is_none_or(|d| d.is_dead());
+        // A HELLO without AUTH logs nobody in: it runs as the user the
+        // client is, on a connection logged in as that user (Redis answers
+        // it, and switches the protocol, for a logged-in client).
+        let fresh = login.is_some()
+            && self.member.is_some()
+            && self.dedicated.as_ref().is_none_or(|d| d.is_dead());
         if fresh {
             // A connection for the login alone: the pool's login is not
             // needed on it.
