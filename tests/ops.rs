@@ -627,7 +627,9 @@ fn half_sent_requests_cannot_take_the_proxys_descriptors() {
     let mut hogs = Vec::new();
     let mut unaccepted = None;
     for i in 0..500 {
-        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+        // A loaded machine may take a while to accept: only a connection
+        // that waits seconds says the server stopped accepting.
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
             Ok(mut s) => {
                 // May find the connection closed already: that is the point.
                 let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0");
