@@ -177,16 +177,18 @@ impl Loader {
         self.loaded_at.load(Ordering::Acquire) == endpoint.opened() + 1
     }
 
-    /// Loads the library through `caller` unless it is known loaded.
-    pub async fn ensure(&self, endpoint: &Endpoint, caller: &super::call::Caller) {
+    /// Loads the library through `shared` unless it is known loaded.
+    pub async fn ensure(
+        &self,
+        endpoint: &Endpoint,
+        shared: &crate::upstream::shared::SharedUpstream,
+        client: &std::sync::Arc<crate::output::ClientState>,
+    ) {
         if self.known(endpoint) {
             return;
         }
         let at = endpoint.opened();
-        let reply = caller
-            .shared
-            .call(library().load.clone(), caller.client.clone())
-            .await;
+        let reply = shared.call(library().load.clone(), client.clone()).await;
         // Loaded now, or loaded already: both say it is there.
         if let Ok(b) = reply {
             if b.first() == Some(&b'$') || b.starts_with(b"-ERR Library") {

@@ -143,7 +143,9 @@ impl Queues {
     /// Loads the function library unless it is known to be in Redis: for
     /// calls that cannot be sent again if it is not (inside MULTI).
     pub async fn ensure_library(&self) {
-        self.library.ensure(&self.endpoint, &self.own).await;
+        self.library
+            .ensure(&self.endpoint, &self.own.shared, &self.own.client)
+            .await;
     }
 
     /// A client's command may have removed the library from Redis.
