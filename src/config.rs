@@ -446,13 +446,17 @@ fn default_ack_id() -> AckId {
 impl Config {
     /// File (if any) first, then command-line and environment overrides.
     pub fn load(cli: &Cli) -> Result<Config, String> {
+        let mut text = None;
         let mut cfg = match &cli.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let t = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 // Validated once the command line has had its say: a
                 // setting may need another that only the command line gives.
-                toml::from_str::<Config>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+                let cfg =
+                    toml::from_str::<Config>(&t).map_err(|e| format!("{}: {e}", path.display()))?;
+                text = Some(t);
+                cfg
             }
             None => Config::default(),
         };
@@ -518,7 +522,12 @@ impl Config {
         if let Some(v) = &cli.upstream_tls_server_name {
             cfg.upstream_tls_server_name = Some(v.clone());
         }
-        cfg.validate()?;
+        let path = cli.config.as_ref().map(|p| p.display().to_string());
+        let origin = Origin {
+            file: path.as_deref(),
+            text: text.as_deref(),
+        };
+        cfg.validate_at(&origin)?;
         Ok(cfg)
     }
 
@@ -566,13 +575,24 @@ impl Config {
             log_format, connect_timeout_ms, embedded, reaper)
     }
 
+    /// A configuration file's text; messages give its lines.
     pub fn from_toml(text: &str) -> Result<Config, String> {
         let cfg: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        cfg.validate()?;
+        let origin = Origin {
+            text: Some(text),
+            ..Origin::default()
+        };
+        cfg.validate_at(&origin)?;
         Ok(cfg)
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_at(&Origin::default())
+    }
+
+    /// Every check; errors say where in `at` the setting concerned was
+    /// written.
+    fn validate_at(&self, at: &Origin) -> Result<(), String> {
         use std::net::ToSocketAddrs;
         if !self.listen.is_empty() && self.listen.to_socket_addrs().is_err() {
             return Err(format!(
@@ -634,6 +654,24 @@ impl Config {
                     "queue {:?}: retry_base_ms must be positive and retry_max_ms at least as large",
                     rule.pattern
                 ));
+            }
+        }
+        self.check_rules(at)
+    }
+
+    /// What the rules' fields cannot show alone: a dead-letter list that is
+    /// the queue itself.
+    fn check_rules(&self, at: &Origin) -> Result<(), String> {
+        let rules = &self.queues;
+        for (i, rule) in rules.iter().enumerate() {
+            let p = &rule.pattern;
+            if let Some(dead) = &rule.dead_letter {
+                if let Err(why) = check_dead_letter(p, dead) {
+                    return Err(format!(
+                        "{}queue {p:?}: dead_letter {dead:?}: {why}",
+                        at.rule(i, "dead_letter")
+                    ));
+                }
             }
         }
         Ok(())
@@ -946,6 +984,76 @@ impl Config {
     }
 }
 
+/// Where a configuration was written, for messages to point at: the file
+/// (name and text).
+#[derive(Default)]
+struct Origin<'a> {
+    file: Option<&'a str>,
+    text: Option<&'a str>,
+}
+
+impl Origin<'_> {
+    /// The line (from 1) setting `key`: at the top level, or in the
+    /// `rule`-th `[[queue]]` table.
+    fn line(&self, rule: Option<usize>, key: &str) -> Option<usize> {
+        let text = self.text?;
+        let doc = toml::de::DeTable::parse(text).ok()?;
+        let doc = doc.get_ref();
+        let value = match rule {
+            None => doc.get(key)?,
+            Some(i) => doc.get("queue")?.get_ref().get(i)?.get_ref().get(key)?,
+        };
+        Some(text[..value.span().start].matches('\n').count() + 1)
+    }
+
+    fn place(&self, line: Option<usize>) -> Option<String> {
+        let line = line?;
+        Some(match self.file {
+            Some(f) => format!("{f}:{line}"),
+            None => format!("line {line}"),
+        })
+    }
+
+    /// `file:line: ` of a rule's `key` (its pattern's line without it), to
+    /// start a message with; empty when unknown.
+    fn rule(&self, i: usize, key: &str) -> String {
+        self.place(self.line(Some(i), key).or(self.line(Some(i), "pattern")))
+            .map(|p| format!("{p}: "))
+            .unwrap_or_default()
+    }
+}
+
+/// Whether a pattern is a glob, as the rules tell (`queue::rules`).
+fn is_glob(pattern: &str) -> bool {
+    pattern
+        .bytes()
+        .any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
+}
+
+/// A dead-letter list that is the queue itself: its dead letters would be
+/// popped again at once, and never stay dead. `$queue` stands for the
+/// queue's name.
+pub fn check_dead_letter(pattern: &str, dead_letter: &str) -> Result<(), String> {
+    let itself = "the dead-letter list is the queue itself: dead letters would be \
+                  popped again at once; leave dead_letter out for the default \
+                  (\"{queue}:dead\") or name another list";
+    if !is_glob(pattern) {
+        if dead_letter.replace("$queue", pattern) == pattern {
+            return Err(itself.into());
+        }
+    } else if dead_letter == "$queue" {
+        return Err(itself.into());
+    } else if !dead_letter.contains("$queue")
+        && crate::queue::rules::glob_match(pattern.as_bytes(), dead_letter.as_bytes())
+    {
+        // The one list all the queues' dead letters go to is one of them.
+        return Err(format!(
+            "for the queue {dead_letter:?}, which the pattern matches, {itself}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1099,6 +1207,40 @@ mod tests {
         assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 50\n").is_err());
         assert!(rule("retry_jitter = 1.5\n").is_err());
         assert!(rule("retry_backoff = \"linear\"\n").is_err());
+    }
+
+    fn dead_letter_rule(pattern: &str, dead: &str) -> Result<Config, String> {
+        Config::from_toml(&format!(
+            "[[queue]]\npattern = {pattern:?}\ndead_letter = {dead:?}\n"
+        ))
+    }
+
+    #[test]
+    fn a_dead_letter_list_that_is_the_queue_is_refused() {
+        let err = dead_letter_rule("jobs", "jobs").unwrap_err();
+        assert!(
+            err.starts_with("line 3: queue \"jobs\": dead_letter"),
+            "{err}"
+        );
+        assert!(err.contains("the queue itself"), "{err}");
+        // `$queue` resolving to the queue's name, for an exact rule or any
+        // queue of a glob.
+        assert!(dead_letter_rule("jobs", "$queue").is_err());
+        assert!(dead_letter_rule("tasks:*", "$queue").is_err());
+        // One list for all the glob's queues that the glob matches: for
+        // that queue it is itself.
+        let err = dead_letter_rule("tasks:*", "tasks:dead").unwrap_err();
+        assert!(err.contains("for the queue \"tasks:dead\""), "{err}");
+        for (pattern, dead) in [
+            ("jobs", "jobs:dead"),
+            ("jobs", "$queue:dead"),
+            ("jobs", "dlq:$queue"),
+            ("tasks:*", "$queue:dead"),
+            ("tasks:*", "dead:tasks"),
+            ("tasks:*", "{tasks}:dead"),
+        ] {
+            assert!(dead_letter_rule(pattern, dead).is_ok(), "{pattern} {dead}");
+        }
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! `--check-config` refuses configurations that would start but not do
+//! what they say, naming the file, the line and the key.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// A file named after the test holding `text`.
+fn file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ackproxy-config-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn ackproxy() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackproxy"));
+    // Nothing from the environment the tests run in.
+    for (var, _) in std::env::vars() {
+        if var.starts_with("ACKPROXY_") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+struct Checked {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn checked(out: Output) -> Checked {
+    Checked {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `--check-config` of `toml` in a file named `name` (its path returned),
+/// with an upstream given unless the file names one, and a listener that
+/// can always bind.
+fn check(name: &str, toml: &str, env: &[(&str, &str)]) -> (Checked, String) {
+    let path = file(name, toml);
+    let mut cmd = ackproxy();
+    cmd.args(["--check-config", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path);
+    if !toml.contains("upstream") && !env.iter().any(|(k, _)| *k == "ACKPROXY_UPSTREAM") {
+        cmd.args(["--upstream", "127.0.0.1:6379"]);
+    }
+    cmd.envs(env.iter().copied());
+    (checked(cmd.output().unwrap()), path.display().to_string())
+}
+
+/// Refused: exit status 2, nothing said to be OK, `want` on stderr.
+fn assert_refused(c: &Checked, want: &[&str]) {
+    assert_eq!(
+        c.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        c.stdout,
+        c.stderr
+    );
+    assert!(!c.stdout.contains("configuration OK"), "{}", c.stdout);
+    for w in want {
+        assert!(c.stderr.contains(w), "{w:?} not in:\n{}", c.stderr);
+    }
+}
+
+#[test]
+fn a_dead_letter_list_that_is_the_queue_is_refused() {
+    let (c, path) = check(
+        "dead-exact.toml",
+        "[[queue]]\npattern = \"jobs\"\nlease_ms = 1000\ndead_letter = \"jobs\"\n",
+        &[],
+    );
+    assert_refused(
+        &c,
+        &[
+            &format!("{path}:4: queue \"jobs\": dead_letter \"jobs\": "),
+            "the queue itself",
+        ],
+    );
+    let (c, path) = check(
+        "dead-template.toml",
+        "[[queue]]\npattern = \"jobs\"\n\n[[queue]]\npattern = \"tasks:*\"\ndead_letter = \"$queue\"\n",
+        &[],
+    );
+    assert_refused(
+        &c,
+        &[&format!(
+            "{path}:6: queue \"tasks:*\": dead_letter \"$queue\": "
+        )],
+    );
+}
