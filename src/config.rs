@@ -659,12 +659,18 @@ impl Config {
         self.check_rules(at)
     }
 
-    /// What the rules' fields cannot show alone: a dead-letter list that is
-    /// the queue itself.
+    /// What the rules' fields cannot show alone: a pattern that cannot mean
+    /// what it says, a dead-letter list that is the queue itself.
     fn check_rules(&self, at: &Origin) -> Result<(), String> {
         let rules = &self.queues;
         for (i, rule) in rules.iter().enumerate() {
             let p = &rule.pattern;
+            if let Err(why) = check_glob(p) {
+                return Err(format!(
+                    "{}queue {p:?}: pattern: {why}",
+                    at.rule(i, "pattern")
+                ));
+            }
             if let Some(dead) = &rule.dead_letter {
                 if let Err(why) = check_dead_letter(p, dead) {
                     return Err(format!(
@@ -1030,6 +1036,67 @@ fn is_glob(pattern: &str) -> bool {
         .any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
 }
 
+/// A `[...]` class that the matcher (`queue::rules::glob_match`, Redis's
+/// `stringmatchlen`) would not read as written. An unclosed `[` does not
+/// fail there: the class runs to the end of the pattern, so `jobs[` matches
+/// no key at all, and `jobs[12` matches `jobs1` but not `jobs[12`. An empty
+/// `[]` matches no character.
+pub fn check_glob(pattern: &str) -> Result<(), String> {
+    let p = pattern.as_bytes();
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            // Escapes the next byte (a trailing `\` is itself).
+            b'\\' => i += 2,
+            b'[' => {
+                let open = i;
+                let mut q = i + 1;
+                if p.get(q) == Some(&b'^') {
+                    q += 1;
+                }
+                let first = q;
+                // The class's tokens as the matcher reads them: `\x`, a
+                // range `a-z` (whose end may be `]`), or one byte.
+                loop {
+                    if q >= p.len() {
+                        return Err(format!(
+                            "the [ at character {} is not closed by a ], so {}; for a literal [ \
+                             write \\[ (in TOML \"\\\\[\" or '\\[')",
+                            pattern[..open].chars().count() + 1,
+                            match (first >= p.len(), first > open + 1) {
+                                (true, false) => "the rule would match no key",
+                                (true, true) => "it would match any one character",
+                                (false, _) => {
+                                    "all that follows it would be one class matching one character"
+                                }
+                            }
+                        ));
+                    }
+                    if p[q] == b'\\' && q + 1 < p.len() {
+                        q += 2;
+                    } else if p[q] == b']' {
+                        break;
+                    } else if q + 2 < p.len() && p[q + 1] == b'-' {
+                        q += 3;
+                    } else {
+                        q += 1;
+                    }
+                }
+                if q == first && first == open + 1 {
+                    return Err(format!(
+                        "the [] at character {} matches no character, so the rule would \
+                         match no key; for a literal [] write \\[]",
+                        pattern[..open].chars().count() + 1
+                    ));
+                }
+                i = q + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
 /// A dead-letter list that is the queue itself: its dead letters would be
 /// popped again at once, and never stay dead. `$queue` stands for the
 /// queue's name.
@@ -1240,6 +1307,32 @@ mod tests {
             ("tasks:*", "{tasks}:dead"),
         ] {
             assert!(dead_letter_rule(pattern, dead).is_ok(), "{pattern} {dead}");
+        }
+    }
+
+    fn pattern_rule(pattern: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("# rules\n[[queue]]\npattern = {pattern:?}\n"))
+    }
+
+    #[test]
+    fn an_unclosed_bracket_is_refused() {
+        let err = pattern_rule("jobs[").unwrap_err();
+        assert!(
+            err.starts_with("line 3: queue \"jobs[\": pattern: "),
+            "{err}"
+        );
+        assert!(err.contains("the [ at character 5 is not closed"), "{err}");
+        assert!(err.contains("match no key"), "{err}");
+        let err = pattern_rule("jobs[12").unwrap_err();
+        assert!(err.contains("one class"), "{err}");
+        // `]` ends the range `a-]`; `\]` is a literal `]`; `[]` is empty.
+        for bad in ["x[^", "[a-]", "q[\\]", "q[]", "[]]", "a[\\"] {
+            assert!(pattern_rule(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "jobs", "q[0-9]", "q[^0-9]x", "a\\[", "[\\]]", "[^]", "q[a-]]", "[z-a]", "a\\", "*",
+        ] {
+            assert!(pattern_rule(good).is_ok(), "{good}");
         }
     }
 

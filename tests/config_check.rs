@@ -95,3 +95,19 @@ fn a_dead_letter_list_that_is_the_queue_is_refused() {
         )],
     );
 }
+
+#[test]
+fn an_unclosed_bracket_in_a_pattern_is_refused() {
+    let (c, path) = check(
+        "bracket.toml",
+        "# queues\n[[queue]]\npattern = \"jobs[\"\n",
+        &[],
+    );
+    assert_refused(
+        &c,
+        &[
+            &format!("{path}:3: queue \"jobs[\": pattern: "),
+            "the [ at character 5 is not closed by a ]",
+        ],
+    );
+}
