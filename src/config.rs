@@ -445,7 +445,18 @@ fn default_ack_id() -> AckId {
 
 impl Config {
     /// File (if any) first, then command-line and environment overrides.
+    /// What is accepted but likely not meant is logged at warn.
     pub fn load(cli: &Cli) -> Result<Config, String> {
+        let (cfg, warnings) = Config::load_with_warnings(cli)?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        Ok(cfg)
+    }
+
+    /// As [`Config::load`], with the warnings returned rather than logged
+    /// (at start-up they come before logging is set up).
+    pub fn load_with_warnings(cli: &Cli) -> Result<(Config, Vec<String>), String> {
         let mut text = None;
         let mut cfg = match &cli.config {
             Some(path) => {
@@ -527,8 +538,8 @@ impl Config {
             file: path.as_deref(),
             text: text.as_deref(),
         };
-        cfg.validate_at(&origin)?;
-        Ok(cfg)
+        let warnings = cfg.validate_at(&origin)?;
+        Ok((cfg, warnings))
     }
 
     /// Settings `next` sets differently that only a restart applies: all
@@ -575,24 +586,29 @@ impl Config {
             log_format, connect_timeout_ms, embedded, reaper)
     }
 
-    /// A configuration file's text; messages give its lines.
     pub fn from_toml(text: &str) -> Result<Config, String> {
+        Config::from_toml_with_warnings(text).map(|(cfg, _)| cfg)
+    }
+
+    /// As [`Config::from_toml`], with what [`Config::load`] would warn
+    /// about; messages give lines of `text`.
+    pub fn from_toml_with_warnings(text: &str) -> Result<(Config, Vec<String>), String> {
         let cfg: Config = toml::from_str(text).map_err(|e| e.to_string())?;
         let origin = Origin {
             text: Some(text),
             ..Origin::default()
         };
-        cfg.validate_at(&origin)?;
-        Ok(cfg)
+        let warnings = cfg.validate_at(&origin)?;
+        Ok((cfg, warnings))
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        self.validate_at(&Origin::default())
+        self.validate_at(&Origin::default()).map(drop)
     }
 
-    /// Every check; errors say where in `at` the setting concerned was
-    /// written.
-    fn validate_at(&self, at: &Origin) -> Result<(), String> {
+    /// Every check; errors and the warnings returned say where in `at` the
+    /// setting concerned was written.
+    fn validate_at(&self, at: &Origin) -> Result<Vec<String>, String> {
         use std::net::ToSocketAddrs;
         if !self.listen.is_empty() && self.listen.to_socket_addrs().is_err() {
             return Err(format!(
@@ -660,8 +676,9 @@ impl Config {
     }
 
     /// What the rules' fields cannot show alone: a pattern that cannot mean
-    /// what it says, a dead-letter list that is the queue itself.
-    fn check_rules(&self, at: &Origin) -> Result<(), String> {
+    /// what it says, a dead-letter list that is the queue itself, two rules
+    /// for one key. Ok: warnings, of rules that overlap by design.
+    fn check_rules(&self, at: &Origin) -> Result<Vec<String>, String> {
         let rules = &self.queues;
         for (i, rule) in rules.iter().enumerate() {
             let p = &rule.pattern;
@@ -679,8 +696,40 @@ impl Config {
                     ));
                 }
             }
+            if let Some(first) = rules[..i].iter().position(|r| r.pattern == *p) {
+                return Err(format!(
+                    "{}queue {p:?}: pattern: the rule {} has the same pattern, and only \
+                     the first of the two would apply; merge them",
+                    at.rule(i, "pattern"),
+                    at.rule_place(first),
+                ));
+            }
         }
-        Ok(())
+        let mut warnings = Vec::new();
+        for (i, exact) in rules.iter().enumerate() {
+            if is_glob(&exact.pattern) {
+                continue;
+            }
+            for (j, glob) in rules.iter().enumerate() {
+                if is_glob(&glob.pattern)
+                    && crate::queue::rules::glob_match(
+                        glob.pattern.as_bytes(),
+                        exact.pattern.as_bytes(),
+                    )
+                {
+                    warnings.push(format!(
+                        "{}queue {:?}: pattern: also matched by the glob {:?} of the rule {}; \
+                         the exact rule applies to {:?} (an exact pattern wins over any glob)",
+                        at.rule(i, "pattern"),
+                        exact.pattern,
+                        glob.pattern,
+                        at.rule_place(j),
+                        exact.pattern,
+                    ));
+                }
+            }
+        }
+        Ok(warnings)
     }
 
     /// Which TLS settings go together. Whether the files can be read and
@@ -1027,6 +1076,13 @@ impl Origin<'_> {
             .map(|p| format!("{p}: "))
             .unwrap_or_default()
     }
+
+    /// A rule by where it is: `at file:line`, or by number.
+    fn rule_place(&self, i: usize) -> String {
+        self.place(self.line(Some(i), "pattern"))
+            .map(|p| format!("at {p}"))
+            .unwrap_or_else(|| format!("number {}", i + 1))
+    }
 }
 
 /// Whether a pattern is a glob, as the rules tell (`queue::rules`).
@@ -1334,6 +1390,43 @@ mod tests {
         ] {
             assert!(pattern_rule(good).is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn the_same_pattern_twice_is_refused() {
+        let twice =
+            "[[queue]]\npattern = \"jobs\"\n\n[[queue]]\npattern = \"jobs\"\nlease_ms = 5\n";
+        let err = Config::from_toml(twice).unwrap_err();
+        assert!(
+            err.starts_with("line 5: queue \"jobs\": pattern: "),
+            "{err}"
+        );
+        assert!(
+            err.contains("the rule at line 2 has the same pattern"),
+            "{err}"
+        );
+        let globs = "[[queue]]\npattern = \"t:*\"\n[[queue]]\npattern = \"t:*\"\n";
+        assert!(Config::from_toml(globs).is_err());
+    }
+
+    #[test]
+    fn an_exact_rule_a_glob_also_matches_is_warned_about() {
+        let text = "[[queue]]\npattern = \"jobs*\"\n[[queue]]\npattern = \"jobs\"\n\
+                    [[queue]]\npattern = \"other\"\n[[queue]]\npattern = \"jobs:*\"\n";
+        let (cfg, warnings) = Config::from_toml_with_warnings(text).unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let w = &warnings[0];
+        assert!(w.starts_with("line 4: queue \"jobs\": pattern: "), "{w}");
+        assert!(w.contains("glob \"jobs*\" of the rule at line 2"), "{w}");
+        // The precedence the warning and the README state is the one the
+        // rules follow: the exact rule, then the first glob in file order.
+        let rules = crate::queue::rules::Rules::new(&cfg.queues);
+        let rule_of = |key: &[u8]| rules.resolve(key).unwrap().rule.pattern.clone();
+        assert_eq!(rule_of(b"jobs"), "jobs");
+        assert_eq!(rule_of(b"jobs2"), "jobs*");
+        assert_eq!(rule_of(b"jobs:a"), "jobs*");
+        let (_, none) = Config::from_toml_with_warnings("[[queue]]\npattern = \"jobs\"\n").unwrap();
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use ackproxy::config::{Cli, Config, LogFormat};
 
 fn main() {
     let cli = Cli::parse();
-    let config = match Config::load(&cli) {
+    let (config, warnings) = match Config::load_with_warnings(&cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ackproxy: {e}");
@@ -13,6 +13,9 @@ fn main() {
     };
     if cli.check_config {
         print!("{}", config.summary());
+        for w in &warnings {
+            eprintln!("ackproxy: warning: {w}");
+        }
         if config.upstream.is_none()
             && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
         {
@@ -49,6 +52,9 @@ fn main() {
         );
     }
     init_logging(config.log_format);
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
     // One thread by default: it batches best (clients' requests gather into
     // one upstream write) and leaves the other cores to Redis; see
     // bench/RESULTS.md for the measurements behind this.

@@ -111,3 +111,31 @@ fn an_unclosed_bracket_in_a_pattern_is_refused() {
         ],
     );
 }
+
+#[test]
+fn the_same_pattern_twice_is_refused_and_an_exact_rule_under_a_glob_warned() {
+    let (c, path) = check(
+        "duplicate.toml",
+        "[[queue]]\npattern = \"jobs\"\n\n[[queue]]\npattern = \"jobs\"\nlease_ms = 5\n",
+        &[],
+    );
+    assert_refused(
+        &c,
+        &[&format!(
+            "{path}:5: queue \"jobs\": pattern: the rule at {path}:2 has the same pattern"
+        )],
+    );
+    // Accepted, with a warning naming both rules' lines.
+    let (c, path) = check(
+        "overlap.toml",
+        "[[queue]]\npattern = \"jobs*\"\n\n[[queue]]\nlease_ms = 5\npattern = \"jobs\"\n",
+        &[],
+    );
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(c.stdout.ends_with("configuration OK\n"), "{}", c.stdout);
+    let warning = format!(
+        "ackproxy: warning: {path}:6: queue \"jobs\": pattern: also matched by the glob \
+         \"jobs*\" of the rule at {path}:2; the exact rule applies to \"jobs\""
+    );
+    assert!(c.stderr.contains(&warning), "{}", c.stderr);
+}
