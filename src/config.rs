@@ -42,7 +42,7 @@ pub struct Cli {
     #[arg(long, env = "ACKPROXY_DEDICATED_PER_CLIENT")]
     pub dedicated_per_client: bool,
     /// Worker threads (default 1: best batching, leaves cores to Redis).
-    #[arg(long, env = "ACKPROXY_THREADS")]
+    #[arg(long, env = "ACKPROXY_THREADS", value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:9121.
     #[arg(long, env = "ACKPROXY_METRICS")]
@@ -90,6 +90,74 @@ pub struct Cli {
     /// Validate the configuration, print a summary and exit.
     #[arg(long)]
     pub check_config: bool,
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("threads must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("threads must be a whole number: {e}")),
+    }
+}
+
+impl Cli {
+    /// The command line and the `ACKPROXY_*` environment, as
+    /// [`Parser::parse`] reads them, except that a bad value taken from an
+    /// environment variable is reported as that variable: clap names the
+    /// flag whichever gave the value.
+    pub fn parse_args() -> Cli {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        match Cli::try_parse_from(&args) {
+            Ok(cli) => cli,
+            Err(mut e) => {
+                name_env_source(&mut e, &args, |var| std::env::var_os(var));
+                e.exit()
+            }
+        }
+    }
+}
+
+/// Makes a clap error about a bad value name the environment variable that
+/// gave it. Clap says `--flag` either way; the value came from the variable
+/// when the flag is not on the command line (which wins over it).
+fn name_env_source(
+    e: &mut clap::Error,
+    args: &[std::ffi::OsString],
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return;
+    }
+    let (Some(ContextValue::String(shown)), Some(ContextValue::String(value))) = (
+        e.get(ContextKind::InvalidArg),
+        e.get(ContextKind::InvalidValue),
+    ) else {
+        return;
+    };
+    let mut cmd = Cli::command();
+    // Arguments show as clap shows them only once it has filled them in.
+    cmd.build();
+    let Some(arg) = cmd.get_arguments().find(|a| a.to_string() == *shown) else {
+        return;
+    };
+    let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+        return;
+    };
+    let flag = format!("--{long}");
+    let on_command_line = args.iter().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    });
+    let var = var.to_string_lossy().into_owned();
+    if on_command_line || env(&var).is_none_or(|v| v.to_string_lossy() != *value) {
+        return;
+    }
+    e.insert(ContextKind::InvalidArg, ContextValue::String(var));
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
@@ -534,10 +602,16 @@ impl Config {
             cfg.upstream_tls_server_name = Some(v.clone());
         }
         let path = cli.config.as_ref().map(|p| p.display().to_string());
-        let origin = Origin {
+        let mut origin = Origin {
             file: path.as_deref(),
             text: text.as_deref(),
+            given: Vec::new(),
         };
+        if let Some(v) = cli.threads {
+            origin
+                .given
+                .push(("threads", given_by("threads", &v.to_string())));
+        }
         let warnings = cfg.validate_at(&origin)?;
         Ok((cfg, warnings))
     }
@@ -671,6 +745,9 @@ impl Config {
                     rule.pattern
                 ));
             }
+        }
+        if self.threads == Some(0) {
+            return Err(at.setting("threads", "threads must be at least 1"));
         }
         self.check_rules(at)
     }
@@ -1040,11 +1117,14 @@ impl Config {
 }
 
 /// Where a configuration was written, for messages to point at: the file
-/// (name and text).
+/// (name and text) and the settings the command line or the environment
+/// gave instead.
 #[derive(Default)]
 struct Origin<'a> {
     file: Option<&'a str>,
     text: Option<&'a str>,
+    /// Setting → the flag or variable that gave it.
+    given: Vec<(&'static str, String)>,
 }
 
 impl Origin<'_> {
@@ -1082,6 +1162,33 @@ impl Origin<'_> {
         self.place(self.line(Some(i), "pattern"))
             .map(|p| format!("at {p}"))
             .unwrap_or_else(|| format!("number {}", i + 1))
+    }
+
+    /// `message` about the top-level setting `key`, with where it was set.
+    fn setting(&self, key: &str, message: &str) -> String {
+        if let Some((_, by)) = self.given.iter().find(|(k, _)| *k == key) {
+            return format!("{message} (from {by})");
+        }
+        match self.place(self.line(None, key)) {
+            Some(p) => format!("{p}: {message}"),
+            None => message.to_string(),
+        }
+    }
+}
+
+/// Which gave a setting the command line overrides with `value`: its
+/// `ACKPROXY_*` variable when that holds the value and the flag is not on
+/// the command line, else the flag.
+fn given_by(long: &str, value: &str) -> String {
+    let flag = format!("--{long}");
+    let var = format!("ACKPROXY_{}", long.replace('-', "_").to_uppercase());
+    let on_command_line = std::env::args()
+        .skip(1)
+        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    if !on_command_line && std::env::var(&var).is_ok_and(|v| v == value) {
+        var
+    } else {
+        flag
     }
 }
 
@@ -1427,6 +1534,49 @@ mod tests {
         assert_eq!(rule_of(b"jobs:a"), "jobs*");
         let (_, none) = Config::from_toml_with_warnings("[[queue]]\npattern = \"jobs\"\n").unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn threads_must_be_at_least_one() {
+        let err = Config::from_toml("listen = \"127.0.0.1:6380\"\nthreads = 0\n").unwrap_err();
+        assert_eq!(err, "line 2: threads must be at least 1");
+        assert!(Config::from_toml("threads = 2").is_ok());
+        let e = Cli::try_parse_from(["ackproxy", "--threads", "0"]).unwrap_err();
+        assert!(e.to_string().contains("threads must be at least 1"), "{e}");
+        assert_eq!(
+            Cli::try_parse_from(["ackproxy", "--threads", "4"])
+                .unwrap()
+                .threads,
+            Some(4)
+        );
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        use std::ffi::OsString;
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let env = |var: &str| (var == "ACKPROXY_THREADS").then(|| OsString::from("x"));
+        let error = || Cli::try_parse_from(["ackproxy", "--threads", "x"]).unwrap_err();
+        // On the command line the flag wins over the variable: it is named.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy", "--threads=x"]), env);
+        assert!(e.to_string().contains("'--threads <THREADS>'"), "{e}");
+        // Only in the environment: the variable.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy", "--check-config"]), env);
+        let text = e.to_string();
+        assert!(text.contains("for 'ACKPROXY_THREADS'"), "{text}");
+        assert!(!text.contains("--threads"), "{text}");
+        // The variable holds something else: the flag gave the value.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy"]), |_| Some("2".into()));
+        assert!(e.to_string().contains("'--threads <THREADS>'"), "{e}");
+        // Values checked against a list (ValueEnum) too.
+        let mut e = Cli::try_parse_from(["ackproxy", "--log-format", "xml"]).unwrap_err();
+        name_env_source(&mut e, &args(&["ackproxy"]), |var| {
+            (var == "ACKPROXY_LOG_FORMAT").then(|| "xml".into())
+        });
+        assert!(e.to_string().contains("'ACKPROXY_LOG_FORMAT'"), "{e}");
     }
 
     #[test]

@@ -1,9 +1,7 @@
-use clap::Parser;
-
 use ackproxy::config::{Cli, Config, LogFormat};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let (config, warnings) = match Config::load_with_warnings(&cli) {
         Ok(c) => c,
         Err(e) => {

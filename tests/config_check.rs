@@ -139,3 +139,25 @@ fn the_same_pattern_twice_is_refused_and_an_exact_rule_under_a_glob_warned() {
     );
     assert!(c.stderr.contains(&warning), "{}", c.stderr);
 }
+
+#[test]
+fn threads_must_be_at_least_one_and_a_bad_variable_is_named() {
+    let (c, path) = check("threads.toml", "threads = 0\n", &[]);
+    assert_refused(&c, &[&format!("{path}:1: threads must be at least 1")]);
+
+    let out = ackproxy()
+        .args(["--check-config", "--threads", "0"])
+        .output()
+        .unwrap();
+    let c = checked(out);
+    assert_refused(&c, &["'--threads <THREADS>'", "threads must be at least 1"]);
+
+    for value in ["abc", "0"] {
+        let (c, _) = check("threads-env.toml", "", &[("ACKPROXY_THREADS", value)]);
+        assert_refused(
+            &c,
+            &[&format!("invalid value '{value}' for 'ACKPROXY_THREADS'")],
+        );
+        assert!(!c.stderr.contains("--threads"), "{}", c.stderr);
+    }
+}
