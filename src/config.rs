@@ -607,6 +607,9 @@ impl Config {
             text: text.as_deref(),
             given: Vec::new(),
         };
+        if let Some(v) = &cli.upstream {
+            origin.given.push(("upstream", given_by("upstream", v)));
+        }
         if let Some(v) = cli.threads {
             origin
                 .given
@@ -744,6 +747,11 @@ impl Config {
                     "queue {:?}: retry_base_ms must be positive and retry_max_ms at least as large",
                     rule.pattern
                 ));
+            }
+        }
+        if let Some(u) = &self.upstream {
+            if let Err(why) = check_host_port(u) {
+                return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
             }
         }
         if self.threads == Some(0) {
@@ -1192,6 +1200,26 @@ fn given_by(long: &str, value: &str) -> String {
     }
 }
 
+/// `host:port`, as the upstream is connected to (resolved only then).
+fn check_host_port(addr: &str) -> Result<(), String> {
+    let expected = "expected host:port";
+    if addr.contains("://") {
+        return Err(format!("{expected} (not a URL)"));
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(expected.into());
+    };
+    if host.is_empty() || !port.parse::<u16>().is_ok_and(|p| p != 0) {
+        return Err(expected.into());
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(format!(
+            "{expected}, an IPv6 address in brackets ([::1]:6379)"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a pattern is a glob, as the rules tell (`queue::rules`).
 fn is_glob(pattern: &str) -> bool {
     pattern
@@ -1534,6 +1562,31 @@ mod tests {
         assert_eq!(rule_of(b"jobs:a"), "jobs*");
         let (_, none) = Config::from_toml_with_warnings("[[queue]]\npattern = \"jobs\"\n").unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn upstream_needs_host_and_port() {
+        let err = Config::from_toml("upstream = \"nohost\"\n").unwrap_err();
+        assert_eq!(err, "line 1: upstream: expected host:port, got \"nohost\"");
+        for bad in [
+            "nohost:",
+            ":6379",
+            "host:0",
+            "host:port",
+            "redis://h:6379",
+            "::1",
+        ] {
+            assert!(
+                Config::from_toml(&format!("upstream = {bad:?}")).is_err(),
+                "{bad}"
+            );
+        }
+        for good in ["127.0.0.1:6379", "redis.internal:6379", "[::1]:6379"] {
+            assert!(
+                Config::from_toml(&format!("upstream = {good:?}")).is_ok(),
+                "{good}"
+            );
+        }
     }
 
     #[test]

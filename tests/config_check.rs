@@ -161,3 +161,19 @@ fn threads_must_be_at_least_one_and_a_bad_variable_is_named() {
         assert!(!c.stderr.contains("--threads"), "{}", c.stderr);
     }
 }
+
+#[test]
+fn upstream_needs_host_and_port() {
+    let (c, path) = check("upstream.toml", "upstream = \"nohost\"\n", &[]);
+    assert_refused(
+        &c,
+        &[&format!(
+            "{path}:1: upstream: expected host:port, got \"nohost\""
+        )],
+    );
+    let (c, _) = check("upstream-env.toml", "", &[("ACKPROXY_UPSTREAM", "nohost")]);
+    assert_refused(
+        &c,
+        &["upstream: expected host:port, got \"nohost\" (from ACKPROXY_UPSTREAM)"],
+    );
+}
