@@ -10,7 +10,7 @@ fn main() {
         }
     };
     if cli.check_config {
-        print!("{}", config.summary());
+        print_out(&config.summary());
         for w in &warnings {
             eprintln!("ackproxy: warning: {w}");
         }
@@ -40,7 +40,7 @@ fn main() {
                 std::process::exit(2);
             }
         }
-        println!("configuration OK");
+        print_out("configuration OK\n");
         return;
     }
     if config.queues.is_empty() {
@@ -68,6 +68,21 @@ fn main() {
     if let Err(e) = rt.block_on(ackproxy::app::run_with_reload(config, Some(cli))) {
         eprintln!("ackproxy: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Writes `text` to stdout. A reader that has gone (`| head -1`) ends the
+/// output, quietly: what is left to say is the exit status.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => {
+            eprintln!("ackproxy: cannot write to stdout: {e}");
+            std::process::exit(2);
+        }
     }
 }
 

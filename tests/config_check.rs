@@ -1,8 +1,10 @@
 //! `--check-config` refuses configurations that would start but not do
-//! what they say, naming the file, the line and the key.
+//! what they say, naming the file, the line and the key; its output may be
+//! cut short by the reader.
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// A file named after the test holding `text`.
 fn file(name: &str, text: &str) -> PathBuf {
@@ -176,4 +178,54 @@ fn upstream_needs_host_and_port() {
         &c,
         &["upstream: expected host:port, got \"nohost\" (from ACKPROXY_UPSTREAM)"],
     );
+}
+
+fn assert_no_panic(c: &Checked) {
+    assert_ne!(c.code, Some(101), "{}", c.stderr);
+    assert!(!c.stderr.contains("panicked"), "{}", c.stderr);
+}
+
+#[test]
+fn a_reader_that_stops_reading_is_no_panic() {
+    let valid = [
+        "--check-config",
+        "--upstream",
+        "127.0.0.1:6379",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    // The reader gone before anything is written: every write fails.
+    let run = |args: &[&str], lines: usize| {
+        let mut child = ackproxy()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        for _ in 0..lines {
+            stdout.read_line(&mut String::new()).unwrap();
+        }
+        drop(stdout);
+        checked(child.wait_with_output().unwrap())
+    };
+    let c = run(&valid, 0);
+    assert_no_panic(&c);
+    // What the check found is still the exit status.
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    // As `| head -1`.
+    assert_no_panic(&run(&valid, 1));
+    // A check that fails after the summary: its listener's port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let mut invalid = valid.to_vec();
+    invalid.extend(["--listen", &taken]);
+    let c = run(&invalid, 0);
+    assert_no_panic(&c);
+    assert_eq!(c.code, Some(2), "{}", c.stderr);
+    for args in [&["--help"][..], &["--version"][..]] {
+        let c = run(args, 0);
+        assert_no_panic(&c);
+        assert_eq!(c.code, Some(0), "{args:?}: {}", c.stderr);
+    }
 }
