@@ -1,10 +1,12 @@
 //! `--check-config` refuses configurations that would start but not do
 //! what they say, naming the file, the line and the key; its output may be
-//! cut short by the reader.
+//! cut short by the reader; with JSON logs every line on stderr is JSON,
+//! also the ones that say why the proxy stops.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A file named after the test holding `text`.
 fn file(name: &str, text: &str) -> PathBuf {
@@ -228,4 +230,120 @@ fn a_reader_that_stops_reading_is_no_panic() {
         assert_no_panic(&c);
         assert_eq!(c.code, Some(0), "{args:?}: {}", c.stderr);
     }
+}
+
+/// Runs the proxy to its end (killed after 20 s) and returns its stderr.
+fn run_to_end(mut cmd: Command) -> (Option<i32>, String) {
+    let mut child: Child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every line of `stderr` a JSON log line; the messages at `level`.
+fn json_lines(stderr: &str, level: &str) -> Vec<String> {
+    assert!(!stderr.is_empty());
+    let mut messages = Vec::new();
+    for line in stderr.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\nin:\n{stderr}"));
+        assert!(v["timestamp"].is_string(), "{line}");
+        if v["level"] == level {
+            messages.push(v["fields"]["message"].as_str().unwrap().to_string());
+        }
+    }
+    messages
+}
+
+#[test]
+fn with_json_logs_every_line_on_stderr_is_json() {
+    // Refused before the start.
+    let mut cmd = ackproxy();
+    cmd.args(["--log-format", "json", "--upstream", "nohost"])
+        .args(["--listen", "127.0.0.1:0"]);
+    let (code, stderr) = run_to_end(cmd);
+    assert_eq!(code, Some(2), "{stderr}");
+    let errors = json_lines(&stderr, "ERROR");
+    assert_eq!(
+        errors,
+        ["upstream: expected host:port, got \"nohost\" (from --upstream)"]
+    );
+
+    // Chosen in the file, which does not load.
+    let path = file(
+        "json-file.toml",
+        "log_format = \"json\"\nupstream = \"127.0.0.1:1\"\n[[queue]]\npattern = \"q[\"\n",
+    );
+    let mut cmd = ackproxy();
+    cmd.arg("--config").arg(&path);
+    let (code, stderr) = run_to_end(cmd);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(json_lines(&stderr, "ERROR").len(), 1, "{stderr}");
+
+    // Fails once logging is set up: the listener's port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut cmd = ackproxy();
+    cmd.args(["--log-format", "json", "--upstream", "127.0.0.1:1"])
+        .arg("--listen")
+        .arg(taken.local_addr().unwrap().to_string());
+    let (code, stderr) = run_to_end(cmd);
+    assert_eq!(code, Some(1), "{stderr}");
+    let errors = json_lines(&stderr, "ERROR");
+    assert!(
+        errors.len() == 1 && errors[0].starts_with("cannot listen on"),
+        "{stderr}"
+    );
+    assert!(
+        json_lines(&stderr, "WARN")
+            .iter()
+            .any(|w| w.starts_with("no [[queue]] rules")),
+        "{stderr}"
+    );
+
+    // What a private redis-server says on its stderr.
+    let fake = file(
+        "fake-redis-server",
+        "#!/bin/sh\necho 'FATAL: cannot start, say why' >&2\nexit 1\n",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let toml = file(
+        "json-embedded.toml",
+        &format!(
+            "[embedded]\nredis_server = {:?}\n",
+            fake.display().to_string()
+        ),
+    );
+    let mut cmd = ackproxy();
+    cmd.args([
+        "--log-format",
+        "json",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+    ])
+    .arg(&toml);
+    let (code, stderr) = run_to_end(cmd);
+    assert_eq!(code, Some(1), "{stderr}");
+    let warnings = json_lines(&stderr, "WARN");
+    assert!(
+        warnings.contains(&"redis-server: FATAL: cannot start, say why".to_string()),
+        "{stderr}"
+    );
+    let errors = json_lines(&stderr, "ERROR");
+    assert!(
+        errors.len() == 1 && errors[0].starts_with("private redis-server: exited at start"),
+        "{stderr}"
+    );
 }
