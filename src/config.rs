@@ -42,7 +42,7 @@ pub struct Cli {
     #[arg(long, env = "ACKPROXY_DEDICATED_PER_CLIENT")]
     pub dedicated_per_client: bool,
     /// Worker threads (default 1: best batching, leaves cores to Redis).
-    #[arg(long, env = "ACKPROXY_THREADS")]
+    #[arg(long, env = "ACKPROXY_THREADS", value_parser = parse_threads)]
     pub threads: Option<usize>,
     /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:9121.
     #[arg(long, env = "ACKPROXY_METRICS")]
@@ -97,6 +97,74 @@ pub struct Cli {
     /// Validate the configuration, print a summary and exit.
     #[arg(long)]
     pub check_config: bool,
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("threads must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("threads must be a whole number: {e}")),
+    }
+}
+
+impl Cli {
+    /// The command line and the `ACKPROXY_*` environment, as
+    /// [`Parser::parse`] reads them, except that a bad value taken from an
+    /// environment variable is reported as that variable: clap names the
+    /// flag whichever gave the value.
+    pub fn parse_args() -> Cli {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        match Cli::try_parse_from(&args) {
+            Ok(cli) => cli,
+            Err(mut e) => {
+                name_env_source(&mut e, &args, |var| std::env::var_os(var));
+                e.exit()
+            }
+        }
+    }
+}
+
+/// Makes a clap error about a bad value name the environment variable that
+/// gave it. Clap says `--flag` either way; the value came from the variable
+/// when the flag is not on the command line (which wins over it).
+fn name_env_source(
+    e: &mut clap::Error,
+    args: &[std::ffi::OsString],
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return;
+    }
+    let (Some(ContextValue::String(shown)), Some(ContextValue::String(value))) = (
+        e.get(ContextKind::InvalidArg),
+        e.get(ContextKind::InvalidValue),
+    ) else {
+        return;
+    };
+    let mut cmd = Cli::command();
+    // Arguments show as clap shows them only once it has filled them in.
+    cmd.build();
+    let Some(arg) = cmd.get_arguments().find(|a| a.to_string() == *shown) else {
+        return;
+    };
+    let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+        return;
+    };
+    let flag = format!("--{long}");
+    let on_command_line = args.iter().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == flag || a.starts_with(&format!("{flag}="))
+    });
+    let var = var.to_string_lossy().into_owned();
+    if on_command_line || env(&var).is_none_or(|v| v.to_string_lossy() != *value) {
+        return;
+    }
+    e.insert(ContextKind::InvalidArg, ContextValue::String(var));
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
@@ -460,14 +528,29 @@ fn default_ack_id() -> AckId {
 
 impl Config {
     /// File (if any) first, then command-line and environment overrides.
+    /// What is accepted but likely not meant is logged at warn.
     pub fn load(cli: &Cli) -> Result<Config, String> {
+        let (cfg, warnings) = Config::load_with_warnings(cli)?;
+        for w in warnings {
+            tracing::warn!("{w}");
+        }
+        Ok(cfg)
+    }
+
+    /// As [`Config::load`], with the warnings returned rather than logged
+    /// (at start-up they come before logging is set up).
+    pub fn load_with_warnings(cli: &Cli) -> Result<(Config, Vec<String>), String> {
+        let mut text = None;
         let mut cfg = match &cli.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let t = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 // Validated once the command line has had its say: a
                 // setting may need another that only the command line gives.
-                toml::from_str::<Config>(&text).map_err(|e| format!("{}: {e}", path.display()))?
+                let cfg =
+                    toml::from_str::<Config>(&t).map_err(|e| format!("{}: {e}", path.display()))?;
+                text = Some(t);
+                cfg
             }
             None => Config::default(),
         };
@@ -539,8 +622,22 @@ impl Config {
         if let Some(v) = &cli.upstream_tls_server_name {
             cfg.upstream_tls_server_name = Some(v.clone());
         }
-        cfg.validate()?;
-        Ok(cfg)
+        let path = cli.config.as_ref().map(|p| p.display().to_string());
+        let mut origin = Origin {
+            file: path.as_deref(),
+            text: text.as_deref(),
+            given: Vec::new(),
+        };
+        if let Some(v) = &cli.upstream {
+            origin.given.push(("upstream", given_by("upstream", v)));
+        }
+        if let Some(v) = cli.threads {
+            origin
+                .given
+                .push(("threads", given_by("threads", &v.to_string())));
+        }
+        let warnings = cfg.validate_at(&origin)?;
+        Ok((cfg, warnings))
     }
 
     /// Settings `next` sets differently that only a restart applies: all
@@ -591,12 +688,28 @@ impl Config {
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
+        Config::from_toml_with_warnings(text).map(|(cfg, _)| cfg)
+    }
+
+    /// As [`Config::from_toml`], with what [`Config::load`] would warn
+    /// about; messages give lines of `text`.
+    pub fn from_toml_with_warnings(text: &str) -> Result<(Config, Vec<String>), String> {
         let cfg: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        cfg.validate()?;
-        Ok(cfg)
+        let origin = Origin {
+            text: Some(text),
+            ..Origin::default()
+        };
+        let warnings = cfg.validate_at(&origin)?;
+        Ok((cfg, warnings))
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_at(&Origin::default()).map(drop)
+    }
+
+    /// Every check; errors and the warnings returned say where in `at` the
+    /// setting concerned was written.
+    fn validate_at(&self, at: &Origin) -> Result<Vec<String>, String> {
         use std::net::ToSocketAddrs;
         if !self.listen.is_empty() && self.listen.to_socket_addrs().is_err() {
             return Err(format!(
@@ -677,7 +790,72 @@ impl Config {
                 ));
             }
         }
-        Ok(())
+        if let Some(u) = &self.upstream {
+            if let Err(why) = check_host_port(u) {
+                return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
+            }
+        }
+        if self.threads == Some(0) {
+            return Err(at.setting("threads", "threads must be at least 1"));
+        }
+        self.check_rules(at)
+    }
+
+    /// What the rules' fields cannot show alone: a pattern that cannot mean
+    /// what it says, a dead-letter list that is the queue itself, two rules
+    /// for one key. Ok: warnings, of rules that overlap by design.
+    fn check_rules(&self, at: &Origin) -> Result<Vec<String>, String> {
+        let rules = &self.queues;
+        for (i, rule) in rules.iter().enumerate() {
+            let p = &rule.pattern;
+            if let Err(why) = check_glob(p) {
+                return Err(format!(
+                    "{}queue {p:?}: pattern: {why}",
+                    at.rule(i, "pattern")
+                ));
+            }
+            if let Some(dead) = &rule.dead_letter {
+                if let Err(why) = check_dead_letter(p, dead) {
+                    return Err(format!(
+                        "{}queue {p:?}: dead_letter {dead:?}: {why}",
+                        at.rule(i, "dead_letter")
+                    ));
+                }
+            }
+            if let Some(first) = rules[..i].iter().position(|r| r.pattern == *p) {
+                return Err(format!(
+                    "{}queue {p:?}: pattern: the rule {} has the same pattern, and only \
+                     the first of the two would apply; merge them",
+                    at.rule(i, "pattern"),
+                    at.rule_place(first),
+                ));
+            }
+        }
+        let mut warnings = Vec::new();
+        for (i, exact) in rules.iter().enumerate() {
+            if is_glob(&exact.pattern) {
+                continue;
+            }
+            for (j, glob) in rules.iter().enumerate() {
+                if is_glob(&glob.pattern)
+                    && crate::queue::rules::glob_match(
+                        glob.pattern.as_bytes(),
+                        exact.pattern.as_bytes(),
+                    )
+                {
+                    warnings.push(format!(
+                        "{}queue {:?}: pattern: also matched by the glob {:?} of the rule {}; \
+                         the exact rule applies to {:?} (an exact pattern wins over any glob)",
+                        at.rule(i, "pattern"),
+                        exact.pattern,
+                        glob.pattern,
+                        at.rule_place(j),
+                        exact.pattern,
+                    ));
+                }
+            }
+        }
+        Ok(warnings)
     }
 
     /// Which TLS settings go together. Whether the files can be read and
@@ -1002,6 +1180,194 @@ impl Config {
     }
 }
 
+/// Where a configuration was written, for messages to point at: the file
+/// (name and text) and the settings the command line or the environment
+/// gave instead.
+#[derive(Default)]
+struct Origin<'a> {
+    file: Option<&'a str>,
+    text: Option<&'a str>,
+    /// Setting → the flag or variable that gave it.
+    given: Vec<(&'static str, String)>,
+}
+
+impl Origin<'_> {
+    /// The line (from 1) setting `key`: at the top level, or in the
+    /// `rule`-th `[[queue]]` table.
+    fn line(&self, rule: Option<usize>, key: &str) -> Option<usize> {
+        let text = self.text?;
+        let doc = toml::de::DeTable::parse(text).ok()?;
+        let doc = doc.get_ref();
+        let value = match rule {
+            None => doc.get(key)?,
+            Some(i) => doc.get("queue")?.get_ref().get(i)?.get_ref().get(key)?,
+        };
+        Some(text[..value.span().start].matches('\n').count() + 1)
+    }
+
+    fn place(&self, line: Option<usize>) -> Option<String> {
+        let line = line?;
+        Some(match self.file {
+            Some(f) => format!("{f}:{line}"),
+            None => format!("line {line}"),
+        })
+    }
+
+    /// `file:line: ` of a rule's `key` (its pattern's line without it), to
+    /// start a message with; empty when unknown.
+    fn rule(&self, i: usize, key: &str) -> String {
+        self.place(self.line(Some(i), key).or(self.line(Some(i), "pattern")))
+            .map(|p| format!("{p}: "))
+            .unwrap_or_default()
+    }
+
+    /// A rule by where it is: `at file:line`, or by number.
+    fn rule_place(&self, i: usize) -> String {
+        self.place(self.line(Some(i), "pattern"))
+            .map(|p| format!("at {p}"))
+            .unwrap_or_else(|| format!("number {}", i + 1))
+    }
+
+    /// `message` about the top-level setting `key`, with where it was set.
+    fn setting(&self, key: &str, message: &str) -> String {
+        if let Some((_, by)) = self.given.iter().find(|(k, _)| *k == key) {
+            return format!("{message} (from {by})");
+        }
+        match self.place(self.line(None, key)) {
+            Some(p) => format!("{p}: {message}"),
+            None => message.to_string(),
+        }
+    }
+}
+
+/// Which gave a setting the command line overrides with `value`: its
+/// `ACKPROXY_*` variable when that holds the value and the flag is not on
+/// the command line, else the flag.
+fn given_by(long: &str, value: &str) -> String {
+    let flag = format!("--{long}");
+    let var = format!("ACKPROXY_{}", long.replace('-', "_").to_uppercase());
+    let on_command_line = std::env::args()
+        .skip(1)
+        .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    if !on_command_line && std::env::var(&var).is_ok_and(|v| v == value) {
+        var
+    } else {
+        flag
+    }
+}
+
+/// `host:port`, as the upstream is connected to (resolved only then).
+fn check_host_port(addr: &str) -> Result<(), String> {
+    let expected = "expected host:port";
+    if addr.contains("://") {
+        return Err(format!("{expected} (not a URL)"));
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(expected.into());
+    };
+    if host.is_empty() || !port.parse::<u16>().is_ok_and(|p| p != 0) {
+        return Err(expected.into());
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(format!(
+            "{expected}, an IPv6 address in brackets ([::1]:6379)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a pattern is a glob, as the rules tell (`queue::rules`).
+fn is_glob(pattern: &str) -> bool {
+    pattern
+        .bytes()
+        .any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
+}
+
+/// A `[...]` class that the matcher (`queue::rules::glob_match`, Redis's
+/// `stringmatchlen`) would not read as written. An unclosed `[` does not
+/// fail there: the class runs to the end of the pattern, so `jobs[` matches
+/// no key at all, and `jobs[12` matches `jobs1` but not `jobs[12`. An empty
+/// `[]` matches no character.
+pub fn check_glob(pattern: &str) -> Result<(), String> {
+    let p = pattern.as_bytes();
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            // Escapes the next byte (a trailing `\` is itself).
+            b'\\' => i += 2,
+            b'[' => {
+                let open = i;
+                let mut q = i + 1;
+                if p.get(q) == Some(&b'^') {
+                    q += 1;
+                }
+                let first = q;
+                // The class's tokens as the matcher reads them: `\x`, a
+                // range `a-z` (whose end may be `]`), or one byte.
+                loop {
+                    if q >= p.len() {
+                        return Err(format!(
+                            "the [ at character {} is not closed by a ], so {}; for a literal [ \
+                             write \\[ (in TOML \"\\\\[\" or '\\[')",
+                            pattern[..open].chars().count() + 1,
+                            match (first >= p.len(), first > open + 1) {
+                                (true, false) => "the rule would match no key",
+                                (true, true) => "it would match any one character",
+                                (false, _) => {
+                                    "all that follows it would be one class matching one character"
+                                }
+                            }
+                        ));
+                    }
+                    if p[q] == b'\\' && q + 1 < p.len() {
+                        q += 2;
+                    } else if p[q] == b']' {
+                        break;
+                    } else if q + 2 < p.len() && p[q + 1] == b'-' {
+                        q += 3;
+                    } else {
+                        q += 1;
+                    }
+                }
+                if q == first && first == open + 1 {
+                    return Err(format!(
+                        "the [] at character {} matches no character, so the rule would \
+                         match no key; for a literal [] write \\[]",
+                        pattern[..open].chars().count() + 1
+                    ));
+                }
+                i = q + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// A dead-letter list that is the queue itself: its dead letters would be
+/// popped again at once, and never stay dead. `$queue` stands for the
+/// queue's name.
+pub fn check_dead_letter(pattern: &str, dead_letter: &str) -> Result<(), String> {
+    let itself = "the dead-letter list is the queue itself: dead letters would be \
+                  popped again at once; leave dead_letter out for the default \
+                  (\"{queue}:dead\") or name another list";
+    if !is_glob(pattern) {
+        if dead_letter.replace("$queue", pattern) == pattern {
+            return Err(itself.into());
+        }
+    } else if dead_letter == "$queue" {
+        return Err(itself.into());
+    } else if !dead_letter.contains("$queue")
+        && crate::queue::rules::glob_match(pattern.as_bytes(), dead_letter.as_bytes())
+    {
+        // The one list all the queues' dead letters go to is one of them.
+        return Err(format!(
+            "for the queue {dead_letter:?}, which the pattern matches, {itself}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1195,6 +1561,171 @@ mod tests {
         assert!(rule("retry_backoff = \"exp\"\nretry_base_ms = 100\nretry_max_ms = 50\n").is_err());
         assert!(rule("retry_jitter = 1.5\n").is_err());
         assert!(rule("retry_backoff = \"linear\"\n").is_err());
+    }
+
+    fn dead_letter_rule(pattern: &str, dead: &str) -> Result<Config, String> {
+        Config::from_toml(&format!(
+            "[[queue]]\npattern = {pattern:?}\ndead_letter = {dead:?}\n"
+        ))
+    }
+
+    #[test]
+    fn a_dead_letter_list_that_is_the_queue_is_refused() {
+        let err = dead_letter_rule("jobs", "jobs").unwrap_err();
+        assert!(
+            err.starts_with("line 3: queue \"jobs\": dead_letter"),
+            "{err}"
+        );
+        assert!(err.contains("the queue itself"), "{err}");
+        // `$queue` resolving to the queue's name, for an exact rule or any
+        // queue of a glob.
+        assert!(dead_letter_rule("jobs", "$queue").is_err());
+        assert!(dead_letter_rule("tasks:*", "$queue").is_err());
+        // One list for all the glob's queues that the glob matches: for
+        // that queue it is itself.
+        let err = dead_letter_rule("tasks:*", "tasks:dead").unwrap_err();
+        assert!(err.contains("for the queue \"tasks:dead\""), "{err}");
+        for (pattern, dead) in [
+            ("jobs", "jobs:dead"),
+            ("jobs", "$queue:dead"),
+            ("jobs", "dlq:$queue"),
+            ("tasks:*", "$queue:dead"),
+            ("tasks:*", "dead:tasks"),
+            ("tasks:*", "{tasks}:dead"),
+        ] {
+            assert!(dead_letter_rule(pattern, dead).is_ok(), "{pattern} {dead}");
+        }
+    }
+
+    fn pattern_rule(pattern: &str) -> Result<Config, String> {
+        Config::from_toml(&format!("# rules\n[[queue]]\npattern = {pattern:?}\n"))
+    }
+
+    #[test]
+    fn an_unclosed_bracket_is_refused() {
+        let err = pattern_rule("jobs[").unwrap_err();
+        assert!(
+            err.starts_with("line 3: queue \"jobs[\": pattern: "),
+            "{err}"
+        );
+        assert!(err.contains("the [ at character 5 is not closed"), "{err}");
+        assert!(err.contains("match no key"), "{err}");
+        let err = pattern_rule("jobs[12").unwrap_err();
+        assert!(err.contains("one class"), "{err}");
+        // `]` ends the range `a-]`; `\]` is a literal `]`; `[]` is empty.
+        for bad in ["x[^", "[a-]", "q[\\]", "q[]", "[]]", "a[\\"] {
+            assert!(pattern_rule(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "jobs", "q[0-9]", "q[^0-9]x", "a\\[", "[\\]]", "[^]", "q[a-]]", "[z-a]", "a\\", "*",
+        ] {
+            assert!(pattern_rule(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn the_same_pattern_twice_is_refused() {
+        let twice =
+            "[[queue]]\npattern = \"jobs\"\n\n[[queue]]\npattern = \"jobs\"\nlease_ms = 5\n";
+        let err = Config::from_toml(twice).unwrap_err();
+        assert!(
+            err.starts_with("line 5: queue \"jobs\": pattern: "),
+            "{err}"
+        );
+        assert!(
+            err.contains("the rule at line 2 has the same pattern"),
+            "{err}"
+        );
+        let globs = "[[queue]]\npattern = \"t:*\"\n[[queue]]\npattern = \"t:*\"\n";
+        assert!(Config::from_toml(globs).is_err());
+    }
+
+    #[test]
+    fn an_exact_rule_a_glob_also_matches_is_warned_about() {
+        let text = "[[queue]]\npattern = \"jobs*\"\n[[queue]]\npattern = \"jobs\"\n\
+                    [[queue]]\npattern = \"other\"\n[[queue]]\npattern = \"jobs:*\"\n";
+        let (cfg, warnings) = Config::from_toml_with_warnings(text).unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let w = &warnings[0];
+        assert!(w.starts_with("line 4: queue \"jobs\": pattern: "), "{w}");
+        assert!(w.contains("glob \"jobs*\" of the rule at line 2"), "{w}");
+        // The precedence the warning and the README state is the one the
+        // rules follow: the exact rule, then the first glob in file order.
+        let rules = crate::queue::rules::Rules::new(&cfg.queues);
+        let rule_of = |key: &[u8]| rules.resolve(key).unwrap().rule.pattern.clone();
+        assert_eq!(rule_of(b"jobs"), "jobs");
+        assert_eq!(rule_of(b"jobs2"), "jobs*");
+        assert_eq!(rule_of(b"jobs:a"), "jobs*");
+        let (_, none) = Config::from_toml_with_warnings("[[queue]]\npattern = \"jobs\"\n").unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn upstream_needs_host_and_port() {
+        let err = Config::from_toml("upstream = \"nohost\"\n").unwrap_err();
+        assert_eq!(err, "line 1: upstream: expected host:port, got \"nohost\"");
+        for bad in [
+            "nohost:",
+            ":6379",
+            "host:0",
+            "host:port",
+            "redis://h:6379",
+            "::1",
+        ] {
+            assert!(
+                Config::from_toml(&format!("upstream = {bad:?}")).is_err(),
+                "{bad}"
+            );
+        }
+        for good in ["127.0.0.1:6379", "redis.internal:6379", "[::1]:6379"] {
+            assert!(
+                Config::from_toml(&format!("upstream = {good:?}")).is_ok(),
+                "{good}"
+            );
+        }
+    }
+
+    #[test]
+    fn threads_must_be_at_least_one() {
+        let err = Config::from_toml("listen = \"127.0.0.1:6380\"\nthreads = 0\n").unwrap_err();
+        assert_eq!(err, "line 2: threads must be at least 1");
+        assert!(Config::from_toml("threads = 2").is_ok());
+        let e = Cli::try_parse_from(["ackproxy", "--threads", "0"]).unwrap_err();
+        assert!(e.to_string().contains("threads must be at least 1"), "{e}");
+        assert_eq!(
+            Cli::try_parse_from(["ackproxy", "--threads", "4"])
+                .unwrap()
+                .threads,
+            Some(4)
+        );
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        use std::ffi::OsString;
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let env = |var: &str| (var == "ACKPROXY_THREADS").then(|| OsString::from("x"));
+        let error = || Cli::try_parse_from(["ackproxy", "--threads", "x"]).unwrap_err();
+        // On the command line the flag wins over the variable: it is named.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy", "--threads=x"]), env);
+        assert!(e.to_string().contains("'--threads <THREADS>'"), "{e}");
+        // Only in the environment: the variable.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy", "--check-config"]), env);
+        let text = e.to_string();
+        assert!(text.contains("for 'ACKPROXY_THREADS'"), "{text}");
+        assert!(!text.contains("--threads"), "{text}");
+        // The variable holds something else: the flag gave the value.
+        let mut e = error();
+        name_env_source(&mut e, &args(&["ackproxy"]), |_| Some("2".into()));
+        assert!(e.to_string().contains("'--threads <THREADS>'"), "{e}");
+        // Values checked against a list (ValueEnum) too.
+        let mut e = Cli::try_parse_from(["ackproxy", "--log-format", "xml"]).unwrap_err();
+        name_env_source(&mut e, &args(&["ackproxy"]), |var| {
+            (var == "ACKPROXY_LOG_FORMAT").then(|| "xml".into())
+        });
+        assert!(e.to_string().contains("'ACKPROXY_LOG_FORMAT'"), "{e}");
     }
 
     #[test]

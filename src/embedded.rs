@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::task::JoinHandle;
 
 use crate::config::EmbeddedConfig;
 use crate::error::StartError;
@@ -35,6 +36,8 @@ pub struct EmbeddedRedis {
     pub addr: String,
     child: Child,
     scratch: Option<PathBuf>,
+    /// Passes what the server writes to stderr on to the log.
+    stderr: Option<JoinHandle<()>>,
 }
 
 impl EmbeddedRedis {
@@ -57,7 +60,9 @@ impl EmbeddedRedis {
             .args(["--appendonly", if cfg.persistence { "yes" } else { "no" }])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            // Through the log rather than inherited: with JSON logs every
+            // line of the proxy's stderr is JSON.
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         // kill_on_drop covers a clean exit only; a proxy killed with
         // SIGKILL would leave the server running, reparented to init.
@@ -74,17 +79,19 @@ impl EmbeddedRedis {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
+        let mut child = cmd.spawn().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 StartError::RedisServerMissing(cfg.redis_server.clone())
             } else {
                 StartError::Embedded(format!("{}: {e}", cfg.redis_server))
             }
         })?;
+        let stderr = child.stderr.take().map(|s| tokio::spawn(relay_stderr(s)));
         let mut me = EmbeddedRedis {
             addr: format!("127.0.0.1:{port}"),
             child,
             scratch,
+            stderr,
         };
         me.wait_ready().await?;
         tracing::info!(addr = %me.addr, persistence = cfg.persistence, "started private redis-server");
@@ -95,6 +102,10 @@ impl EmbeddedRedis {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                // Its last words first: they say why.
+                if let Some(relay) = self.stderr.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), relay).await;
+                }
                 return Err(StartError::Embedded(format!("exited at start: {status}")));
             }
             if ping(&self.addr).await {
@@ -113,6 +124,18 @@ impl EmbeddedRedis {
         let _ = self.child.kill().await;
         if let Some(d) = self.scratch.take() {
             let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Each line the server writes to stderr, as a warning of the proxy's.
+async fn relay_stderr(stderr: ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).split(b'\n');
+    while let Ok(Some(line)) = lines.next_segment().await {
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim_end();
+        if !line.is_empty() {
+            tracing::warn!("redis-server: {line}");
         }
     }
 }

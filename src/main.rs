@@ -1,54 +1,29 @@
-use clap::Parser;
+use std::io::Write;
 
 use ackproxy::config::{Cli, Config, LogFormat};
+use tracing::Level;
 
 fn main() {
-    let cli = Cli::parse();
-    let config = match Config::load(&cli) {
+    let cli = Cli::parse_args();
+    let (config, warnings) = match Config::load_with_warnings(&cli) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("ackproxy: {e}");
-            std::process::exit(2);
-        }
+        Err(e) => fatal(requested_log_format(&cli), &e, 2),
     };
+    let format = config.log_format;
     if cli.check_config {
-        print!("{}", config.summary());
-        if config.upstream.is_none()
-            && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
-        {
-            eprintln!(
-                "ackproxy: {}",
-                ackproxy::error::StartError::RedisServerMissing(
-                    config.embedded.redis_server.clone()
-                )
-            );
-            std::process::exit(2);
-        }
-        let tls = ackproxy::net::tls::acceptor(&config)
-            .and_then(|_| ackproxy::net::tls::UpstreamTls::from_config(&config));
-        if let Err(e) = tls {
-            eprintln!("ackproxy: {e}");
-            std::process::exit(2);
-        }
-        for addr in std::iter::once(&config.listen)
-            .filter(|a| !a.is_empty())
-            .chain(&config.tls_listen)
-        {
-            if let Err(e) = std::net::TcpListener::bind(addr) {
-                eprintln!("ackproxy: cannot listen on {addr}: {e}");
-                std::process::exit(2);
-            }
-        }
-        println!("configuration OK");
+        check(&config, &warnings);
         return;
     }
+    init_logging(format);
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
     if config.queues.is_empty() {
-        eprintln!(
-            "ackproxy: no [[queue]] rules: every command passes through unchanged \
+        tracing::warn!(
+            "no [[queue]] rules: every command passes through unchanged \
              (see config/ackproxy.toml for examples)"
         );
     }
-    init_logging(config.log_format);
     // One thread by default: it batches best (clients' requests gather into
     // one upstream write) and leaves the other cores to Redis; see
     // bench/RESULTS.md for the measurements behind this.
@@ -60,10 +35,116 @@ fn main() {
         b.worker_threads(threads);
         b
     };
-    let rt = rt.enable_all().build().expect("tokio runtime");
+    let rt = match rt.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => fatal(format, &format!("cannot start the runtime: {e}"), 1),
+    };
     if let Err(e) = rt.block_on(ackproxy::app::run_with_reload(config, Some(cli))) {
-        eprintln!("ackproxy: {e}");
-        std::process::exit(1);
+        fatal(format, &e.to_string(), 1);
+    }
+}
+
+/// `--check-config`: the summary on stdout, then whatever would stop the
+/// start. Exits 2 on the first problem.
+fn check(config: &Config, warnings: &[String]) {
+    let format = config.log_format;
+    print_out(format, &config.summary());
+    for w in warnings {
+        say(format, Level::WARN, w);
+    }
+    if config.upstream.is_none()
+        && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
+    {
+        let missing =
+            ackproxy::error::StartError::RedisServerMissing(config.embedded.redis_server.clone());
+        fatal(format, &missing.to_string(), 2);
+    }
+    let tls = ackproxy::net::tls::acceptor(config)
+        .and_then(|_| ackproxy::net::tls::UpstreamTls::from_config(config));
+    if let Err(e) = tls {
+        fatal(format, &e.to_string(), 2);
+    }
+    for addr in std::iter::once(&config.listen)
+        .filter(|a| !a.is_empty())
+        .chain(&config.tls_listen)
+    {
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            fatal(format, &format!("cannot listen on {addr}: {e}"), 2);
+        }
+    }
+    print_out(format, "configuration OK\n");
+}
+
+/// Writes `text` to stdout. A reader that has gone (`| head -1`) ends the
+/// output, quietly: what is left to say is the exit status.
+fn print_out(format: LogFormat, text: &str) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => fatal(format, &format!("cannot write to stdout: {e}"), 2),
+    }
+}
+
+/// A line on stderr outside the log proper (before it is set up, or with
+/// none, as for `--check-config`): plain text for a person, a log line as
+/// the others in JSON.
+fn say(format: LogFormat, level: Level, message: &str) {
+    match format {
+        LogFormat::Human => {
+            let warning = if level == Level::WARN {
+                "warning: "
+            } else {
+                ""
+            };
+            // A closed stderr is not worth a panic.
+            let _ = writeln!(std::io::stderr(), "ackproxy: {warning}{message}");
+        }
+        LogFormat::Json => {
+            // Its own subscriber: RUST_LOG does not silence why the process
+            // ends, and this works before and after `init_logging`.
+            let json = tracing_subscriber::fmt()
+                .json()
+                .with_max_level(Level::TRACE)
+                .with_writer(std::io::stderr)
+                .finish();
+            tracing::subscriber::with_default(json, || {
+                if level == Level::WARN {
+                    tracing::warn!("{message}");
+                } else {
+                    tracing::error!("{message}");
+                }
+            });
+        }
+    }
+}
+
+fn fatal(format: LogFormat, message: &str, code: i32) -> ! {
+    say(format, Level::ERROR, message);
+    std::process::exit(code)
+}
+
+/// The log format asked for where the configuration does not load: on the
+/// command line, or in the file as far as it can be read.
+fn requested_log_format(cli: &Cli) -> LogFormat {
+    if let Some(f) = cli.log_format {
+        return f;
+    }
+    let Some(text) = cli
+        .config
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    else {
+        return LogFormat::Human;
+    };
+    let (doc, _) = toml::de::DeTable::parse_recoverable(&text);
+    match doc
+        .get_ref()
+        .get("log_format")
+        .map(|v| v.get_ref().as_str())
+    {
+        Some(Some("json")) => LogFormat::Json,
+        _ => LogFormat::Human,
     }
 }
 
@@ -78,6 +159,12 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => {
+            builder.json().init();
+            // A panic's message too is a JSON line.
+            std::panic::set_hook(Box::new(|info| {
+                say(LogFormat::Json, Level::ERROR, &format!("panic: {info}"));
+            }));
+        }
     }
 }
