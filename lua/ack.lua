@@ -23,6 +23,10 @@ register('ack', function(KEYS, ARGV)
   for i = RULE_SIZE + 1, #ARGV do
     local ik = id_key(ARGV[i])
     local token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, ik)
+    if not token then
+      local old = legacy_id_key(ARGV[i])
+      if old then token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, old) end
+    end
     if token then
       drop(k, token, payload, dest, owner)
       released = released + 1

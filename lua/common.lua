@@ -20,10 +20,11 @@
 -- track (1: record which connection holds each lease), shadow (1: nothing
 -- is redelivered, only counted).
 --
--- A lease's token is 'i'..sha1(ack_id) (41 bytes): ACK finds it without an
--- index. A second message with the same id in flight gets the token
--- 'i'..sha1(ack_id)..':'..seq (seq zero-padded, one more than the highest in
--- flight), which is indexed in ids.
+-- A lease's token is its id key (see id_key: 'j'..ack_id for a short id
+-- without ':', else 'i'..sha1(ack_id)): ACK finds it without an index. A
+-- second message with the same id in flight gets the token id key..':'..seq
+-- (seq DUP_DIGITS digits, one more than the highest in flight), which is
+-- indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
 --       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay]),
 --       or, for a first delivery by a plain pop on a rule that does not
@@ -40,7 +41,7 @@
 --       took, and 'o'..owner..'|~'..retry key for one of a next-pop rule that
 --       ran out, whose message is back in the list. An owner is a
 --       proxy-wide connection name without '|'.
--- retry: 'i'..sha1(ack_id) -> cmsgpack(copies back in the list, deliveries,
+-- retry: id key -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued, nacks,
 --        expiries, first delivery, delayed member of a copy waiting for its
 --        backoff or false);
@@ -55,13 +56,22 @@
 --        delivery (ms), last reason, when dead-lettered (ms)); at most
 --        DEAD_HISTORY of them.
 --
--- Every function returns reply(result): {events, result}, where events
--- lists what it tallied (see tally below) for the proxy's counters.
+-- Every function returns reply(result): what it tallied (see tally below),
+-- for the proxy's counters, and its result, in one flat array.
 
+local PAD6 = { '00000', '0000', '000', '00', '0', '' }
+
+-- Redis's clock in ms, as a number and as text: a number handed to
+-- redis.call is formatted with %.17g, which costs more than the command.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local text = t[1] .. string.sub(PAD6[#us] .. us, 1, 3)
+  return tonumber(text), text
 end
+
+-- An integral number of ms as redis.call's argument (cheaper than %.17g).
+local function ms_text(n) return string.format('%d', n) end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
@@ -75,7 +85,7 @@ local function mark_delayed(k, due)
   redis.call('ZADD', k.leases, 'LT', due, DELAYED_MARK)
 end
 
--- What this call did, as flat (group base, event name, amount) triples,
+-- What this call did, as flat (group base, event number, amount) triples,
 -- and the stats hashes whose time to live it renews. Library locals live
 -- as long as the library: register() starts every call with them empty.
 local TALLIED = {}
@@ -90,9 +100,8 @@ local function tally(k, name, n)
   if redis.call('HINCRBY', k.stats, name, n) == n then
     TOUCHED[k.stats] = true
   end
-  TALLIED[#TALLIED + 1] = k.base
-  TALLIED[#TALLIED + 1] = name
-  TALLIED[#TALLIED + 1] = n
+  local at = #TALLIED
+  TALLIED[at + 1], TALLIED[at + 2], TALLIED[at + 3] = k.base, EVENT[name], n
 end
 
 -- The totals of the events every pop and ACK has (deliveries, acks) are
@@ -121,9 +130,8 @@ end
 -- once and in the stats hash in a batch.
 local function tally_soon(k, name, n)
   if not n or n == 0 then return end
-  TALLIED[#TALLIED + 1] = k.base
-  TALLIED[#TALLIED + 1] = name
-  TALLIED[#TALLIED + 1] = n
+  local at = #TALLIED
+  TALLIED[at + 1], TALLIED[at + 2], TALLIED[at + 3] = k.base, EVENT[name], n
   local key = k.stats
   local p = PENDING[key]
   if not p then
@@ -140,12 +148,27 @@ local function tally_soon(k, name, n)
   if PENDING_N[key] >= PENDING_WRITE_AT then write_pending(k) end
 end
 
--- The reply of every script. A nil result would end the reply array: false
--- stands for nothing.
+-- The reply of every function, one flat array (each nested table costs
+-- Redis about as much to send as a small command): {m, events..., result},
+-- where the m values after the first are the events (see tally) and the
+-- result follows them: spread out when it is a table (m >= 0), as one
+-- element when it is not (-m - 1 events; false stands for nil, which would
+-- end the array). src/queue/tally.rs reads it back.
 local function reply(result)
   for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
-  if result == nil then result = false end
-  return { TALLIED, result }
+  local n = #TALLIED
+  local out
+  if type(result) == 'table' then
+    out = { n }
+    for i = 1, n do out[i + 1] = TALLIED[i] end
+    for i = 1, #result do out[n + 1 + i] = result[i] end
+  else
+    out = { -n - 1 }
+    for i = 1, n do out[i + 1] = TALLIED[i] end
+    if result == nil then result = false end
+    out[n + 2] = result
+  end
+  return out
 end
 
 -- Registers operation `op` as the function ackq_<op>_<LIB>: the version in
@@ -360,12 +383,27 @@ local function ack_id(payload, field)
   return payload
 end
 
-local function id_key(id) return 'i' .. redis.sha1hex(id) end
+-- The token of an ack id: the id itself when it is short and has no ':'
+-- (which starts a duplicate's suffix), else its SHA1. Hashing every id cost
+-- a pop and an ACK more than any command they make.
+local SHORT_ID = 40
+local function id_key(id)
+  if #id <= SHORT_ID and not string.find(id, ':', 1, true) then return 'j' .. id end
+  return 'i' .. redis.sha1hex(id)
+end
+-- The token the library gave the id before short ids kept theirs, for
+-- leases taken by an older proxy during a rolling upgrade.
+local function legacy_id_key(id)
+  if #id <= SHORT_ID and not string.find(id, ':', 1, true) then return 'i' .. redis.sha1hex(id) end
+  return nil
+end
 local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
 -- A lease (token) or a late mark ('~'..retry key) of a connection.
 local function owned_key(owner, rest) return 'o' .. owner .. '|' .. rest end
 
-local ID_KEY_LEN = 41
+-- A duplicate's token: its id's, then ':' and DUP_DIGITS digits.
+local DUP_DIGITS = 12
+local function is_duplicate(token) return string.byte(token, -DUP_DIGITS - 1) == 58 end
 
 -- The tokens of the leases with this id key: the plain one first, then up
 -- to n - 1 duplicates.
@@ -438,12 +476,12 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     -- past the highest in flight, so any number of duplicates fit.
     local last = redis.call('ZREVRANGEBYLEX', k.ids, '(' .. token .. ';', '[' .. token .. ':', 'LIMIT', 0, 1)[1]
     local seq = 1
-    if last then seq = (tonumber(string.sub(last, ID_KEY_LEN + 2)) or 0) + 1 end
-    token = token .. ':' .. string.format('%012d', seq)
+    if last then seq = (tonumber(string.sub(last, #token + 2)) or 0) + 1 end
+    token = token .. ':' .. string.format('%0' .. DUP_DIGITS .. 'd', seq)
     redis.call('HSET', k.msgs, token, rec)
     redis.call('ZADD', k.ids, 0, token)
   end
-  redis.call('ZADD', dest == '' and k.leases or k.mleases, now + r.lease, token)
+  redis.call('ZADD', dest == '' and k.leases or k.mleases, ms_text(now + r.lease), token)
   if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
   if owner ~= '' then redis.call('ZADD', k.ids, 0, owned_key(owner, token)) end
 end
@@ -470,7 +508,7 @@ end
 local function drop(k, token, payload, dest, owner)
   redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
   redis.call('HDEL', k.msgs, token)
-  if #token > ID_KEY_LEN then redis.call('ZREM', k.ids, token) end
+  if is_duplicate(token) then redis.call('ZREM', k.ids, token) end
   if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
   if owner and owner ~= '' then redis.call('ZREM', k.ids, owned_key(owner, token)) end
 end
@@ -747,13 +785,15 @@ local function release_owned(k, r, owner, n)
   return done + late, more
 end
 
--- Ends up to n expired plain leases, oldest first. With redeliver 'next'
+-- Ends up to n expired plain leases, oldest first (now_text: now as
+-- now_ms() gave it, when the caller has it). With redeliver 'next'
 -- each one is pushed at the pop end, so they are pushed newest first to be
 -- popped again in their original order. Returns requeued, deadlettered,
 -- and which marks were due: the retry mark (anything back in the list) and
 -- the delayed one (a delayed message may be due).
-local function requeue_expired(k, r, now, n)
-  local due = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now, 'LIMIT', 0, math.max(n, 0) + 2)
+local function requeue_expired(k, r, now, n, now_text)
+  local limit = n == REQUEUE_PER_CALL and REQUEUE_LIMIT or math.max(n, 0) + 2
+  local due = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now_text or now, 'LIMIT', '0', limit)
   local expired, retried, delayed = {}, false, false
   for _, m in ipairs(due) do
     if m == RETRY_MARK then
@@ -772,4 +812,57 @@ local function requeue_expired(k, r, now, n)
     requeued, dead = requeued + a, dead + b
   end
   return requeued, dead, retried or requeued > 0, delayed
+end
+
+-- Pops up to count values from queue k (source g of the call) and leases
+-- each, pushing it onto dest at the `push` end for the move forms. Copies a
+-- late ACK cancelled are dropped, at most `skips` of them. Returns the
+-- reply's result {status, g, values...} (see pop), or nil when the list
+-- held nothing real; then an error reply (WRONGTYPE), or nil; then the
+-- skips left.
+local function pop_leased(k, r, g, pop_cmd, count, now, retried, dest, push, owner, skips)
+  local push_cmd = push == 'L' and 'LPUSH' or 'RPUSH'
+  local out = { 0, g }
+  while #out - 2 < count do
+    local v = redis.pcall(pop_cmd, k.q)
+    if type(v) == 'table' then return nil, v, skips end
+    if not v then break end
+    local id = ack_id(v, r.field)
+    local ik = id_key(id)
+    local h = popped(k, v, ik, now, retried)
+    if h then
+      if dest ~= '' then redis.call(push_cmd, dest, v) end
+      new_lease(k, r, v, id, ik, h, dest, push, now, r.track == 1 and owner or '')
+      out[#out + 1] = v
+    else
+      skips = skips - 1
+      if skips <= 0 then
+        out[1] = 1
+        tally_soon(k, 'deliveries', #out - 2)
+        return out, nil, skips
+      end
+    end
+  end
+  -- A list that held only cancelled copies counts as empty.
+  if #out > 2 then
+    tally_soon(k, 'deliveries', #out - 2)
+    return out, nil, skips
+  end
+  return nil, nil, skips
+end
+
+-- Due work a pop does first on queue k, with what one look at the leases
+-- says (see the marks): expired leases back, due delayed messages in.
+-- Returns whether anything may be back in the list (retry entries), and
+-- the budgets left.
+local function pop_due(k, r, now, now_text, requeue_budget, promote_budget)
+  local back, _, retried, delayed = requeue_expired(k, r, now, requeue_budget, now_text)
+  requeue_budget = requeue_budget - back
+  if delayed and promote_budget > 0 then
+    local moved = promote_and_mark(k, r, now, promote_budget)
+    promote_budget = promote_budget - moved
+    -- Redeliveries that waited for a backoff have retry entries.
+    retried = retried or moved > 0
+  end
+  return retried, requeue_budget, promote_budget
 end

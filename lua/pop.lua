@@ -49,7 +49,7 @@ register('pop', function(KEYS, ARGV)
     if t ~= 'list' and t ~= 'none' then return redis.error_reply(WRONGTYPE) end
   end
   local push_cmd = push == 'L' and 'LPUSH' or 'RPUSH'
-  local now = now_ms()
+  local now, now_text = now_ms()
 
   local function exists(key)
     local t = redis.call('TYPE', key)['ok']
@@ -72,46 +72,17 @@ register('pop', function(KEYS, ARGV)
         if release_budget > 0 then release_budget = release_budget - done end
         if more then return reply({ 2, g }) end
       end
-      -- One look at leases says what else needs doing (see the marks).
-      local back, _, retried, delayed = requeue_expired(k, r, now, requeue_budget)
-      requeue_budget = requeue_budget - back
-      if delayed and promote_budget > 0 then
-        local moved = promote_and_mark(k, r, now, promote_budget)
-        promote_budget = promote_budget - moved
-        -- Redeliveries that waited for a backoff have retry entries.
-        retried = retried or moved > 0
-      end
+      local retried
+      retried, requeue_budget, promote_budget = pop_due(k, r, now, now_text, requeue_budget, promote_budget)
       if count == 0 then
         local found, err = exists(k.q)
         if err then return err end
         if found then return reply({ 0, g }) end
       else
-        local out = { 0, g }
-        while #out - 2 < count do
-          local v = redis.pcall(pop_cmd, k.q)
-          if type(v) == 'table' then return v end
-          if not v then break end
-          local id = ack_id(v, r.field)
-          local ik = id_key(id)
-          local h = popped(k, v, ik, now, retried)
-          if h then
-            if dest ~= '' then redis.call(push_cmd, dest, v) end
-            new_lease(k, r, v, id, ik, h, dest, push, now, r.track == 1 and owner or '')
-            out[#out + 1] = v
-          else
-            skip_budget = skip_budget - 1
-            if skip_budget <= 0 then
-              out[1] = 1
-              tally_soon(k, 'deliveries', #out - 2)
-              return reply(out)
-            end
-          end
-        end
-        -- A list that held only cancelled copies counts as empty.
-        if #out > 2 then
-          tally_soon(k, 'deliveries', #out - 2)
-          return reply(out)
-        end
+        local out, err
+        out, err, skip_budget = pop_leased(k, r, g, pop_cmd, count, now, retried, dest, push, owner, skip_budget)
+        if err then return err end
+        if out then return reply(out) end
       end
     else
       local key = KEYS[ki]
@@ -136,3 +107,4 @@ register('pop', function(KEYS, ARGV)
   end
   return reply(false)
 end)
+

@@ -210,7 +210,7 @@ fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
     let mut c = proxy.client();
     let pushed = Instant::now();
     assert_eq!(
-        c.cmd(&["QUEUE", "PUSH", "d1", "later", "DELAY", "300"]),
+        c.cmd(&["QUEUE", "PUSH", "d1", "later", "DELAY", "1000"]),
         Value::Int(1)
     );
     assert_eq!(c.cmd(&["RPOP", "d1"]), Value::Nil, "popped before its time");
@@ -218,9 +218,10 @@ fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
     assert_eq!(info_int(&proxy, "d1", "ready"), 0);
     assert_eq!(pop_eventually(&mut c, "d1"), "later");
     let waited = pushed.elapsed();
-    // Due 300 ms after Redis received the push, which was after `pushed`.
+    // Due 1 s after Redis received the push, which was after `pushed`
+    // (long enough that a loaded machine still checks it before).
     assert!(
-        waited >= Duration::from_millis(290),
+        waited >= Duration::from_millis(990),
         "delivered after {waited:?}"
     );
     let i = info(&proxy, "d1");
@@ -350,12 +351,13 @@ fn many_delayed_messages_come_out_whole_and_in_order() {
     let payloads: Vec<String> = (0..450).map(|i| format!("m{i:03}")).collect();
     let mut args = vec!["QUEUE", "PUSH", "d6"];
     args.extend(payloads.iter().map(String::as_str));
-    args.extend(["DELAY", "200"]);
+    // Due late enough that a loaded machine counts them before.
+    args.extend(["DELAY", "2000"]);
     assert_eq!(c.cmd(&args), Value::Int(450));
     // The same payload many times: every copy waits on its own.
     let mut dups = vec!["QUEUE", "PUSH", "d6"];
     dups.extend(std::iter::repeat_n("dup", 5));
-    dups.extend(["DELAY", "200"]);
+    dups.extend(["DELAY", "2000"]);
     assert_eq!(c.cmd(&dups), Value::Int(5));
     assert_eq!(info_int(&proxy, "d6", "delayed"), 455);
     eventually("all of them due", || {
@@ -717,6 +719,7 @@ fn a_dead_letter_keeps_its_history() {
     assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
     assert_eq!(pop_eventually(&mut c, "hist1"), msg);
     assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
+    let before = redis_ms(&mut direct);
     assert_eq!(c.cmd(&["RPOP", "hist1"]), Value::bulk(msg));
     let last = redis_ms(&mut direct);
     assert_eq!(c.cmd(&["NACK", "hist1", "j1"]), Value::Int(1));
@@ -740,7 +743,10 @@ fn a_dead_letter_keeps_its_history() {
         as_int(&h["dead-lettered-ms"]),
     );
     assert!(t0 <= first && first <= last_d, "{h:?}");
-    assert!((last - 5..=t1).contains(&last_d), "{h:?} ({last}..{t1})");
+    assert!(
+        (before..=last).contains(&last_d),
+        "{h:?} ({before}..{last})"
+    );
     assert!(last_d <= died && died <= t1, "{h:?}");
     let i = info(&proxy, "hist1");
     assert_eq!((as_int(&i["dead"]), as_int(&i["dead-lettered"])), (1, 1));

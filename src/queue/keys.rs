@@ -13,9 +13,9 @@
 //! | `Q` | list | ready messages, raw payloads (the client's own list) |
 //! | `…:leases` | zset | lease token → deadline (ms, Redis time), plain pops |
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
-//! | `…:msgs` | hash | token (`i`+sha1(ack id), longer for duplicates) → msgpack record |
+//! | `…:msgs` | hash | token: the id key (`j`+ack id for an id of at most 40 bytes without `:`, else `i`+sha1(ack id)), longer for duplicates → msgpack record |
 //! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token, `o`+connection+`|`+token on rules that track connections |
-//! | `…:retry` | hash | `i`+sha1(ack id) → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
+//! | `…:retry` | hash | id key → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
 //! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |
 //! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
 //! | dead letter | list | raw payloads past max deliveries |

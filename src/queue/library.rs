@@ -52,6 +52,7 @@ macro_rules! functions {
 
 functions! {
     POP = "pop",
+    POP1 = "pop1",
     ACK = "ack",
     NACK = "nack",
     EXTEND = "extend",
@@ -84,6 +85,9 @@ pub const LATE_SCAN_PER_CALL: u64 = 2000;
 /// Decoded rules the library keeps (one per rule version in use); past it
 /// the cache starts again empty.
 const RULE_CACHE: usize = 256;
+/// Queues' key groups the library keeps between calls (a few hundred bytes
+/// each).
+const GROUP_CACHE: usize = 1024;
 
 /// The library as Redis gets it.
 pub struct Library {
@@ -206,9 +210,13 @@ fn prelude() -> String {
     );
     let _ = writeln!(s, "local GROUP_SIZE = {CALL_KEYS}");
     let _ = writeln!(s, "local RULE_SIZE = {RULE_ARGS}");
-    let _ = writeln!(s, "local STATS_TTL_MS = {STATS_TTL_MS}");
+    // Numbers given to redis.call are formatted with %.17g on every call:
+    // constants the scripts only pass on are strings.
+    let _ = writeln!(s, "local STATS_TTL_MS = '{STATS_TTL_MS}'");
     let _ = writeln!(s, "local DEAD_HISTORY = {DEAD_HISTORY}");
     let _ = writeln!(s, "local REQUEUE_PER_CALL = {REQUEUE_PER_CALL}");
+    // What a look at the leases asks for: the expired ones and both marks.
+    let _ = writeln!(s, "local REQUEUE_LIMIT = '{}'", REQUEUE_PER_CALL + 2);
     let _ = writeln!(s, "local SKIP_PER_CALL = {SKIP_PER_CALL}");
     let _ = writeln!(s, "local PROMOTE_PER_CALL = {PROMOTE_PER_CALL}");
     let _ = writeln!(s, "local LATE_SCAN_PER_CALL = {LATE_SCAN_PER_CALL}");
@@ -217,6 +225,13 @@ fn prelude() -> String {
         let _ = write!(s, " '{name}',");
     }
     s.push_str(" }\nlocal function event_names() return EVENT_NAMES end\n");
+    // Replies carry an event as its 1-based place in EVENTS: an integer
+    // costs Redis less to send than the name.
+    s.push_str("local EVENT = {");
+    for (i, (name, _)) in EVENTS.iter().enumerate() {
+        let _ = write!(s, " {name} = {},", i + 1);
+    }
+    s.push_str(" }\n");
     // A queue's group: the queue, the aux prefix and the dead-letter list
     // (keys::CALL_KEYS); an aux key's name is made from the prefix when
     // first read, so a call pays only for the keys it uses.
@@ -230,7 +245,13 @@ fn prelude() -> String {
     s.push_str(
         "local GROUP_MT = { __index = function(t, name)\n  local suffix = AUX[name]\n  if not suffix then return nil end\n  local key = t.prefix .. suffix\n  t[name] = key\n  return key\nend }\n",
     );
-    s.push_str("local function group(keys, base)\n  return setmetatable({ base = base, q = keys[base], prefix = keys[base + 1], dead = keys[base + 2] }, GROUP_MT)\nend\n");
+    // A queue's group is kept between calls (its names are made once, not
+    // at every call), at most GROUP_CACHE of them.
+    let _ = writeln!(s, "local GROUPS, GROUPS_KEPT = {{}}, 0");
+    let _ = write!(
+        s,
+        "local function group(keys, base)\n  local q, prefix, dead = keys[base], keys[base + 1], keys[base + 2]\n  local g = GROUPS[prefix]\n  if g and g.q == q and g.dead == dead then\n    g.base = base\n    return g\n  end\n  g = setmetatable({{ base = base, q = q, prefix = prefix, dead = dead }}, GROUP_MT)\n  if GROUPS_KEPT >= {GROUP_CACHE} then GROUPS, GROUPS_KEPT = {{}}, 0 end\n  GROUPS[prefix], GROUPS_KEPT = g, GROUPS_KEPT + 1\n  return g\nend\n"
+    );
     // A rule arrives as the same MessagePack string on every call until the
     // rule changes: decoded once per version.
     let _ = writeln!(s, "local RULES, RULES_KEPT = {{}}, 0");
@@ -265,8 +286,9 @@ mod tests {
                 f.op
             );
         }
-        assert!(lib.text.contains("q = keys[base]"));
-        assert!(lib.text.contains("dead = keys[base + 2]"));
+        assert!(lib
+            .text
+            .contains("q, prefix, dead = keys[base], keys[base + 1], keys[base + 2]"));
         assert!(lib.text.contains("leases = 'leases',"));
         assert!(lib.text.contains("lease = f1,"));
         assert!(lib.text.contains("'acks',"));

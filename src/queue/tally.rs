@@ -5,8 +5,12 @@
 //! The table below is the one list of both; a new count is one line here
 //! (and its help text in `telemetry.rs`).
 //!
-//! A script's reply is `{events, result}`: `events` is a flat array of
-//! (KEYS index where the queue's group starts, event name, amount).
+//! A function's reply is one flat array, `[m, events…, result…]` (nested
+//! arrays cost Redis about as much to send as a small command): the `|m|`
+//! or `-m - 1` values after `m` are the events, flat (KEYS index where the
+//! queue's group starts, 1-based place in [`EVENTS`], amount) triples; with
+//! `m >= 0` the result is an array made of the rest, with `m < 0` it is the
+//! one value left. `reply` in `lua/common.lua` writes it.
 
 use super::value::Value;
 
@@ -31,23 +35,27 @@ pub const EVENTS: &[(&str, &str)] = &[
 /// KEYS (1-based, as the Lua side counts) and the pattern of its rule.
 pub type Groups = Vec<(usize, String)>;
 
-/// Splits a script's `{events, result}` reply, incrementing the counters
-/// the events name; returns the result, or `None` for a reply of another
-/// shape.
+/// Splits a function's reply, incrementing the counters its events name;
+/// returns the result, or `None` for a reply of another shape.
 pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
-    if parts.len() != 2 {
+    let m = parts.first()?.int();
+    let (events, spread) = if m >= 0 {
+        (m as usize, true)
+    } else {
+        ((-m - 1) as usize, false)
+    };
+    if parts.len() < 1 + events + usize::from(!spread) {
         return None;
     }
-    let result = parts.pop()?;
-    for ev in parts[0].array().chunks(3) {
+    for ev in parts[1..1 + events].chunks(3) {
         let [base, event, n] = ev else { break };
         let rule = groups.iter().find(|(b, _)| *b as i64 == base.int());
-        let metric = EVENTS
-            .iter()
-            .find(|(name, _)| name.as_bytes() == event.bytes());
+        let metric = usize::try_from(event.int() - 1)
+            .ok()
+            .and_then(|i| EVENTS.get(i));
         if let (Some((_, rule)), Some((_, metric)), Ok(n)) = (rule, metric, u64::try_from(n.int()))
         {
             if let Some(c) = crate::telemetry::rule(rule).counter(metric) {
@@ -55,7 +63,14 @@ pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
             }
         }
     }
-    Some(result)
+    let rest = parts.split_off(1 + events);
+    if spread {
+        Some(Value::Array(rest))
+    } else if rest.len() == 1 {
+        rest.into_iter().next()
+    } else {
+        None
+    }
 }
 
 /// Reads a `stats` field list (as `info.lua` returns it, in [`EVENTS`]
@@ -65,4 +80,59 @@ pub fn totals(values: &[Value]) -> impl Iterator<Item = (&'static str, i64)> + '
         .iter()
         .enumerate()
         .map(|(i, (name, _))| (*name, values.get(i).map(Value::int).unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn s(x: &str) -> Value {
+        Value::Str(Bytes::copy_from_slice(x.as_bytes()))
+    }
+
+    #[test]
+    fn a_flat_reply_gives_back_its_result() {
+        let groups = vec![(1, "settle-test".to_string())];
+        // A table result, spread after one event.
+        let v = Value::Array(vec![
+            Value::Int(3),
+            Value::Int(1),
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(1),
+            s("payload"),
+        ]);
+        assert_eq!(
+            settle(v, &groups),
+            Some(Value::Array(vec![
+                Value::Int(0),
+                Value::Int(1),
+                s("payload")
+            ]))
+        );
+        // An empty table and no events.
+        assert_eq!(
+            settle(Value::Array(vec![Value::Int(0)]), &groups),
+            Some(Value::Array(vec![]))
+        );
+        // A single value (nil) after no events, and after one.
+        assert_eq!(
+            settle(Value::Array(vec![Value::Int(-1), Value::Nil]), &groups),
+            Some(Value::Nil)
+        );
+        let v = Value::Array(vec![
+            Value::Int(-4),
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(5),
+            Value::Int(7),
+        ]);
+        assert_eq!(settle(v, &groups), Some(Value::Int(7)));
+        // Shapes the library never sends.
+        assert_eq!(settle(Value::Array(vec![Value::Int(-1)]), &groups), None);
+        assert_eq!(settle(Value::Array(vec![Value::Int(3)]), &groups), None);
+        assert_eq!(settle(Value::Int(1), &groups), None);
+    }
 }
