@@ -287,6 +287,42 @@ fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
 }
 
 #[test]
+fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    const N: usize = 100_000;
+    push_many(&mut c, "short:long", (0..N).map(|i| format!("m{i}")));
+    // 2,000 bounded calls: far longer than the rule's 300 ms lease.
+    let Value::Array(got) = c.cmd(&["RPOP", "short:long", &N.to_string()]) else {
+        panic!("RPOP with a count answers an array")
+    };
+    let names: Vec<String> = got
+        .iter()
+        .map(|v| match v {
+            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for n in &names {
+        assert!(seen.insert(n), "{n} twice in one reply of {}", names.len());
+    }
+    assert!(!names.is_empty());
+    // What the reply holds is acknowledged; everything else is still
+    // there, in the list or coming back to it.
+    for chunk in names.chunks(1000) {
+        let mut args = vec!["ACK", "short:long"];
+        args.extend(chunk.iter().map(String::as_str));
+        c.cmd(&args);
+    }
+    wait_until("the rest back in the list", Duration::from_secs(60), || {
+        let info = c.cmd(&["QUEUE", "INFO", "short:long"]);
+        int(&field(&info, "ready")) as usize == N - got.len() && int(&field(&info, "leased")) == 0
+    });
+}
+
+#[test]
 fn late_acks_of_buried_copies_are_skipped_however_many() {
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);

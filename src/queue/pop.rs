@@ -340,10 +340,12 @@ impl Pop {
     /// Once a source gave elements, the following calls pop from it alone,
     /// so the reply is the one Redis would send; what the client gives up
     /// for counts above the bound is that other clients may pop between two
-    /// calls. Returns `None` when nothing was popped (a blocking form then
-    /// waits).
+    /// calls, and that a pop still going after half the rule's lease stops
+    /// with what it has (fewer than COUNT while the list holds more).
+    /// Returns `None` when nothing was popped (a blocking form then waits).
     pub async fn run(&self, caller: &Caller) -> Result<Popped, CallError> {
         let want = self.count.unwrap_or(1);
+        let started = std::time::Instant::now();
         let n = self.sources.len();
         let mut from = 0;
         let mut source: Option<usize> = None;
@@ -376,6 +378,16 @@ impl Pop {
                     got.extend(values);
                     if want == 0 || got.len() as u64 >= want {
                         break;
+                    }
+                    // The leases of what this pop took run from when each
+                    // call took it, not from the reply: a pop still going
+                    // after half a lease stops with what it has, before its
+                    // first leases can run out and their copies come back
+                    // into its own reply.
+                    if let Some(Source::Queue(q)) = self.sources.get(g) {
+                        if started.elapsed().as_millis() as u64 >= q.rule.lease_ms / 2 {
+                            break;
+                        }
                     }
                     if more {
                         // Stopped at the skip bound: look at source g again
