@@ -697,6 +697,9 @@ local function popped(k, payload, rk, now, retried)
   if not retried then return true end
   local e = retry_entry(k, rk)
   if e.pending == 0 then return true end
+  -- A new message that reuses the id is none of the copies counted here
+  -- (a skip mark cancels only the copy it was made for).
+  if e.last and payload ~= e.last then return true end
   local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now }
   if e.cancelled > 0 then
     e.cancelled = e.cancelled - 1
@@ -714,24 +717,29 @@ local function popped(k, payload, rk, now, retried)
 end
 
 -- Takes one copy of payload out of the list, looking at no more than maxlen
--- elements from the end redelivered copies enter at. Returns whether it did.
+-- elements from the end redelivered copies enter at. Returns whether it
+-- did, then, if it did not, whether the copy is known to be gone: the list
+-- was looked at whole (someone popped the copy straight from Redis) or is
+-- no list any more (deleted).
 local function remove_copy(k, r, payload, maxlen)
-  if maxlen < 1 or redis.call('TYPE', k.q)['ok'] ~= 'list' then return false end
+  if redis.call('TYPE', k.q)['ok'] ~= 'list' then return false, true end
+  if maxlen < 1 then return false, false end
   local right = requeue_right(r)
   local pos = redis.call('LPOS', k.q, payload, 'RANK', right and -1 or 1, 'MAXLEN', maxlen)
-  if not pos then return false end
+  if not pos then return false, redis.call('LLEN', k.q) <= maxlen end
   -- LSET by a negative index walks from the tail, where the copy is.
   if right then pos = pos - redis.call('LLEN', k.q) end
   local mark = '\0ackproxy:removed:' .. redis.sha1hex(payload)
   redis.call('LSET', k.q, pos, mark)
   redis.call('LREM', k.q, right and -1 or 1, mark)
-  return true
+  return true, false
 end
 
 -- A late ACK for id key rk: the copy waiting for its backoff is taken out
 -- of the delayed set; one back in the list is removed when it is found
--- within maxlen elements, else marked so that the next pop skips it.
--- Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
+-- within maxlen elements; one that is not is forgotten if the list was
+-- looked at whole (the copy is gone), else marked so that the next pop of
+-- that payload skips it. Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
 -- have looked at.
 local function late_ack(k, r, rk, maxlen)
   local e = retry_entry(k, rk)
@@ -745,7 +753,11 @@ local function late_ack(k, r, rk, maxlen)
     set_retry(k, rk, e)
     return 1, 0
   end
-  if e.last and remove_copy(k, r, e.last, maxlen) then
+  local removed, gone = false, false
+  if e.last then removed, gone = remove_copy(k, r, e.last, maxlen) end
+  if removed or gone then
+    -- A copy that is gone needs no skipping: a mark would cancel the next
+    -- message pushed with this id instead.
     e.pending = e.pending - 1
   else
     e.cancelled = e.cancelled + 1

@@ -29,6 +29,12 @@ ack_id = "payload"
 redeliver = "last"
 
 [[queue]]
+pattern = "jshort:*"
+lease_ms = 300
+max_deliveries = 50
+ack_id = "json:id"
+
+[[queue]]
 pattern = "json:*"
 lease_ms = 600000
 max_deliveries = 5
@@ -196,9 +202,15 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     for (sha, args) in &calls {
         let numkeys: usize = args[0].parse().unwrap();
         let argv = &args[1 + numkeys..];
-        if sha == library::POP.name() {
+        if sha == library::POP.name() || sha == library::POP1.name() {
             pops += 1;
-            let count: u64 = argv[2].parse().unwrap();
+            // pop1 takes the rule first and the count last (lua/pop1.lua).
+            let at = if sha == library::POP.name() {
+                2
+            } else {
+                RULE_ARGS + 1
+            };
+            let count: u64 = argv[at].parse().unwrap();
             assert!(count <= POP_BATCH, "a pop call for {count} elements");
             assert_eq!(numkeys, CALL_KEYS);
         } else if sha == library::ACK.name() {
@@ -320,6 +332,47 @@ fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
         let info = c.cmd(&["QUEUE", "INFO", "short:long"]);
         int(&field(&info, "ready")) as usize == N - got.len() && int(&field(&info, "leased")) == 0
     });
+}
+
+/// A copy of `payload` whose lease ran out is back in `q`; `take` makes it
+/// disappear behind the proxy's back; the first worker's ACK comes late;
+/// then a producer pushes `next`, with the same id.
+fn late_ack_of_a_vanished_copy(q: &str, payload: &str, id: &str, next: &str, take: &[&str]) {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", q, payload]);
+    assert_eq!(c.cmd(&["RPOP", q]), Value::bulk(payload));
+    wait_until("the lease to run out", Duration::from_secs(10), || {
+        int(&direct.cmd(&["LLEN", q])) == 1
+    });
+    direct.cmd(take);
+    assert_eq!(int(&direct.cmd(&["LLEN", q])), 0);
+    c.cmd(&["ACK", q, id]);
+    c.cmd(&["LPUSH", q, next]);
+    assert_eq!(
+        c.cmd(&["RPOP", q]),
+        Value::bulk(next),
+        "the new message with id {id} was taken for the vanished copy"
+    );
+    assert_eq!(c.cmd(&["ACK", q, id]), Value::Int(1));
+}
+
+#[test]
+fn a_late_ack_cancels_only_the_copy_it_was_made_for() {
+    // Popped straight from Redis by a worker not yet behind the proxy.
+    late_ack_of_a_vanished_copy("short:v1", "m1", "m1", "m1", &["RPOP", "short:v1"]);
+    // The queue deleted.
+    late_ack_of_a_vanished_copy("short:v2", "m1", "m1", "m1", &["DEL", "short:v2"]);
+    // A new message that reuses the id, with another body.
+    late_ack_of_a_vanished_copy(
+        "jshort:v3",
+        r#"{"id":"7","v":1}"#,
+        "7",
+        r#"{"id":"7","v":2}"#,
+        &["RPOP", "jshort:v3"],
+    );
 }
 
 #[test]

@@ -345,7 +345,9 @@ impl Pop {
     /// Returns `None` when nothing was popped (a blocking form then waits).
     pub async fn run(&self, caller: &Caller) -> Result<Popped, CallError> {
         let want = self.count.unwrap_or(1);
-        let started = std::time::Instant::now();
+        // When the first call that took something answered (its leases
+        // started a little before).
+        let mut first_taken: Option<std::time::Instant> = None;
         let n = self.sources.len();
         let mut from = 0;
         let mut source: Option<usize> = None;
@@ -384,8 +386,9 @@ impl Pop {
                     // after half a lease stops with what it has, before its
                     // first leases can run out and their copies come back
                     // into its own reply.
+                    let first = *first_taken.get_or_insert_with(std::time::Instant::now);
                     if let Some(Source::Queue(q)) = self.sources.get(g) {
-                        if started.elapsed().as_millis() as u64 >= q.rule.lease_ms / 2 {
+                        if first.elapsed().as_millis() as u64 >= q.rule.lease_ms / 2 {
                             break;
                         }
                     }
