@@ -1070,6 +1070,39 @@ fn next_pop_through_a_parked_blocking_pop() {
 }
 
 #[test]
+fn a_pipelined_or_transacted_pop_is_not_a_next_pop() {
+    let (_redis, proxy) = start();
+    let mut w = proxy.client();
+    w.cmd(&["LPUSH", "np8", "a", "b", "c", "d", "e", "f"]);
+    // Two pops in one write: the second was sent before the worker had
+    // the first message, so it has not finished it.
+    let mut both = Client::encode(&[b"RPOP", b"np8"]);
+    both.extend(Client::encode(&[b"RPOP", b"np8"]));
+    w.send_raw(&both);
+    assert_eq!(w.read_value(), Value::bulk("a"));
+    assert_eq!(w.read_value(), Value::bulk("b"));
+    assert_eq!(
+        info_int(&proxy, "np8", "acks"),
+        0,
+        "a pipelined pop acked a"
+    );
+    // Two pops in one transaction: neither finishes the other.
+    assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    w.cmd(&["RPOP", "np8"]);
+    w.cmd(&["RPOP", "np8"]);
+    assert_eq!(
+        w.cmd(&["EXEC"]),
+        Value::Array(vec![Value::bulk("c"), Value::bulk("d")])
+    );
+    // Its first pop finished what the worker had before (a and b), the
+    // second left c alone.
+    assert_eq!(info_int(&proxy, "np8", "acks"), 2, "a pop in MULTI acked c");
+    // A pop sent after the replies: the worker is done with c and d.
+    assert_eq!(w.cmd(&["RPOP", "np8"]), Value::bulk("e"));
+    assert_eq!(info_int(&proxy, "np8", "acks"), 4);
+}
+
+#[test]
 fn next_pop_acknowledges_when_it_parks_behind_other_waiting_workers() {
     let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
     let mut busy = proxy.client();

@@ -52,6 +52,11 @@ pub struct How {
     /// The client connection, from [`owners::next_conn`]: leases on rules
     /// that track connections record it.
     pub conn: u64,
+    /// A pop the client sent after it had the reply to its previous pop,
+    /// and the first of its transaction: on `ack = "next-pop"` rules it
+    /// acknowledges what the connection popped before. A pipelined pop, or
+    /// a second one in one MULTI, leaves those leases alone.
+    pub next: bool,
 }
 
 /// What the session does with a request that may concern a queue.
@@ -193,6 +198,7 @@ impl Queues {
             in_multi,
             split,
             conn,
+            next,
         } = how;
         // Where a request cannot be split, it is one call, as in MULTI.
         let one_call = in_multi || !split;
@@ -201,7 +207,7 @@ impl Queues {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
-                self.pop(form, args, protocol, (in_multi, one_call), conn)
+                self.pop(form, args, protocol, (in_multi, one_call), (conn, next))
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
@@ -229,7 +235,7 @@ impl Queues {
         args: Args<'_>,
         protocol: u8,
         (in_multi, one_call): (bool, bool),
-        conn: u64,
+        (conn, next): (u64, bool),
     ) -> Intercept {
         let mut pop = match pop::parse(form, args, &self.rules, protocol) {
             Parsed::Pop(p) => p,
@@ -250,6 +256,7 @@ impl Queues {
                 );
             }
         }
+        pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
             pop.owner = self.owners.owner(conn);
             for q in pop.queues().filter(|q| q.rule.requeue_on_disconnect) {
@@ -331,6 +338,7 @@ impl Queues {
             split: true,
             // No client connection: nothing to acknowledge by next pop.
             conn: 0,
+            next: false,
         };
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
             Intercept::Reply(b) => b,
@@ -400,8 +408,10 @@ impl Queues {
         // Asking for the next message finished the last one: acknowledged
         // now, not when the dispatcher first gets to this pop (which, with
         // others parked before it on an empty queue, may be a long time).
-        for q in &next_pop {
-            owners::release(&self.own, q, &pop.owner).await;
+        if pop.next {
+            for q in &next_pop {
+                owners::release(&self.own, q, &pop.owner).await;
+            }
         }
         let mut rx = self.waiters.park(pop);
         if let crate::timeout::Timeout::Millis(ms) = timeout {

@@ -53,6 +53,9 @@ pub struct Pop {
     /// The client connection's name, when a source's rule tracks
     /// connections (see `owners.rs`); empty otherwise.
     pub owner: Bytes,
+    /// Whether it acknowledges the connection's earlier leases on next-pop
+    /// rules (see `How::next`).
+    pub next: bool,
 }
 
 /// Positions of the source keys, for deciding whether a rule applies.
@@ -116,6 +119,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
         timeout: Timeout::Forever,
         protocol,
         owner: Bytes::new(),
+        next: false,
     };
     let ok = match form {
         PopForm::Pop { left } => {
@@ -323,7 +327,8 @@ impl Pop {
     /// split: its work is bounded by what the queues hold, as Redis's own
     /// pop with that COUNT would be.
     pub fn single_call(&self) -> Call {
-        self.call_for(0, self.sources.len(), self.count.unwrap_or(1), -1)
+        let release = if self.next { -1 } else { 0 };
+        self.call_for(0, self.sources.len(), self.count.unwrap_or(1), release)
     }
 
     /// The client's reply for a [`Pop::single_call`]'s answer; `None` when
@@ -362,7 +367,11 @@ impl Pop {
             }
             let ask = (want - got.len() as u64).min(POP_BATCH);
             // Only before this pop took anything: what it takes is not done.
-            let release = if got.is_empty() { RELEASE_PER_CALL } else { 0 };
+            let release = if got.is_empty() && self.next {
+                RELEASE_PER_CALL
+            } else {
+                0
+            };
             let v = caller.run(&self.call_for(lo, hi, ask, release)).await?;
             match found(&v)? {
                 Found::Again => continue,

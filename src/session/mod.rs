@@ -208,6 +208,9 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         auth: crate::auth::State::Open,
         member: None,
         started: Instant::now(),
+        pending_at_read: false,
+        pops_this_read: 0,
+        popped_in_multi: false,
         ctx,
     };
     session.set_auth(crate::auth::State::at_connect(session.proxy_password()));
@@ -251,6 +254,13 @@ struct Session {
     member: Option<Member>,
     /// When the client connected.
     started: Instant,
+    /// A reply was still unwritten when the last bytes were read: the
+    /// requests in them were sent without waiting for it.
+    pending_at_read: bool,
+    /// Pops handled since the last read (pipelined with one another).
+    pops_this_read: u32,
+    /// The open transaction has a pop queued.
+    popped_in_multi: bool,
 }
 
 impl Session {
@@ -289,7 +299,11 @@ impl Session {
             crate::resp::grow(&mut self.buf, buffers::READ_SIZE);
             match self.rd.try_read_buf(&mut self.buf) {
                 Ok(0) => return Stop::Gone,
-                Ok(_) => self.out.received(),
+                Ok(_) => {
+                    self.out.received();
+                    self.pending_at_read = self.out.unwritten() > 0;
+                    self.pops_this_read = 0;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(_) => return Stop::Gone,
             }
@@ -409,6 +423,9 @@ impl Session {
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
         let args = Args::new(&frame, ranges);
+        if kind == Kind::Multi {
+            self.popped_in_multi = false;
+        }
         // A RESET logs out a client that needed no login when it connected
         // if a login is wanted now; a login may change the connection the
         // client's commands go on.
@@ -455,6 +472,7 @@ impl Session {
                     in_multi,
                     split: !paused,
                     conn: self.conn,
+                    next: self.next_pop(kind, in_multi),
                 };
                 let intercept = queues.intercept(kind, args, how);
                 match intercept {
@@ -496,6 +514,23 @@ impl Session {
             self.send_shared(frame, 1);
         }
         None
+    }
+
+    /// Whether a pop is the connection's next one (see `How::next`): the
+    /// client read every reply before sending it, no other pop came in
+    /// the same read, and no other pop is queued in its transaction.
+    fn next_pop(&mut self, kind: Kind, in_multi: bool) -> bool {
+        if !matches!(kind, Kind::Pop(_)) {
+            return false;
+        }
+        let first = self.pops_this_read == 0 && !self.pending_at_read;
+        self.pops_this_read += 1;
+        if in_multi {
+            let first_in_multi = !self.popped_in_multi;
+            self.popped_in_multi = true;
+            return first && first_in_multi;
+        }
+        first
     }
 
     /// Queues a reply of the proxy's own. Replies from the dedicated
@@ -691,9 +726,13 @@ impl Session {
                     crate::resp::grow(&mut self.buf, buffers::READ_SIZE);
                     match self.rd.try_read_buf(&mut self.buf) {
                         Ok(0) => return Some(Stop::Gone),
-                        Ok(_) => if self.buf.len() > QUERY_BUFFER_LIMIT {
-                            return Some(Stop::Gone);
-                        },
+                        Ok(_) => {
+                            // Sent before this pop's reply: not after it.
+                            self.pending_at_read = true;
+                            if self.buf.len() > QUERY_BUFFER_LIMIT {
+                                return Some(Stop::Gone);
+                            }
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(_) => return Some(Stop::Gone),
                     }
