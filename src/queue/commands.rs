@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, Caller, ScriptReply};
-use super::job::Job;
+use super::job::{above_one_call, Job};
 use super::library;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
@@ -133,7 +133,10 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let ids = ids_of(args, 2);
-    if ids.len() <= IDS_PER_CALL || one_call {
+    if one_call && ids.len() > IDS_PER_CALL {
+        return too_many_ids(ids.len());
+    }
+    if ids.len() <= IDS_PER_CALL {
         let call = ack_call(&q, &ids);
         return rewrite(call, move |v| int_reply(count_acks(&q, &v)));
     }
@@ -147,6 +150,14 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
         }
         int_reply(total)
     }))
+}
+
+fn too_many_ids(n: usize) -> Intercept {
+    Intercept::Refuse(above_one_call(
+        "number of ids",
+        &n.to_string(),
+        IDS_PER_CALL,
+    ))
 }
 
 /// Where a command's values end, and the trailing option found after them:
@@ -210,6 +221,9 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
         .skip(2)
         .map(Bytes::copy_from_slice)
         .collect();
+    if one_call && ids.len() > IDS_PER_CALL {
+        return too_many_ids(ids.len());
+    }
     if one_call {
         // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
@@ -519,8 +533,15 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
         Ok(p) => p,
         Err(e) => return Intercept::Reply(e),
     };
+    if how.one_call && payloads.len() > PUSH_PER_CALL {
+        return Intercept::Refuse(above_one_call(
+            "number of messages",
+            &payloads.len().to_string(),
+            PUSH_PER_CALL,
+        ));
+    }
     let registry = registry.clone();
-    if payloads.len() <= PUSH_PER_CALL || how.one_call {
+    if payloads.len() <= PUSH_PER_CALL {
         let call = push_call(&q, due, &payloads);
         return rewrite(call, move |v| {
             note_delayed(&registry, &q, &v);
@@ -643,9 +664,17 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
-    if how.one_call || count <= REDRIVE_PER_CALL {
-        // One call, bounded by what the dead-letter list holds, as an LPOP
-        // with that COUNT would be.
+    if how.one_call && count > REDRIVE_PER_CALL {
+        return Intercept::Refuse(if args.len() == 3 {
+            reply::error(&format!(
+                "ackproxy: QUEUE REDRIVE without COUNT moves every dead letter; inside \
+                 MULTI or during a client pause give a COUNT of at most {REDRIVE_PER_CALL}"
+            ))
+        } else {
+            above_one_call("COUNT", &count.to_string(), REDRIVE_PER_CALL)
+        });
+    }
+    if count <= REDRIVE_PER_CALL {
         let call = redrive_call(&q, count);
         return rewrite(call, move |v| int_reply(moved(&v)));
     }

@@ -60,6 +60,10 @@ pub enum Intercept {
     Pass,
     /// Answer at once (argument errors, QUEUE HELP).
     Reply(Bytes),
+    /// Refuse with this error: more than one call may do where the request
+    /// must be one ([`job::above_one_call`]). Inside MULTI it is refused as
+    /// Redis refuses a command while queuing: EXEC then fails.
+    Refuse(Bytes),
     /// Send `request` instead and rewrite its reply.
     Rewrite {
         request: Bytes,
@@ -201,6 +205,11 @@ impl Queues {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
+                if in_multi || (one_call && !form.is_blocking()) {
+                    if let Some(refusal) = job::pop_above_one_call(form, args, &self.rules) {
+                        return Intercept::Refuse(refusal);
+                    }
+                }
                 self.pop(form, args, protocol, (in_multi, one_call), conn)
             }
             Kind::Lrem => {
@@ -333,7 +342,7 @@ impl Queues {
             conn: 0,
         };
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
-            Intercept::Reply(b) => b,
+            Intercept::Reply(b) | Intercept::Refuse(b) => b,
             Intercept::Rewrite {
                 request,
                 mut transform,
