@@ -216,11 +216,11 @@ impl Queues {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve(&n)) {
-                    Some(q) => commands::lrem(args, &q),
+                    Some(q) => commands::lrem(args, &q, &self.registry),
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, one_call),
+            Kind::Ack => commands::ack(args, &self.rules, &self.registry, one_call),
             Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call),
             Kind::Queue => commands::queue(
                 args,
@@ -311,11 +311,13 @@ impl Queues {
             client: ClientState::new(0, usize::MAX),
         };
         let (owner, waiters) = (self.owners.owner(conn), self.waiters.clone());
+        let registry = self.registry.clone();
         tokio::spawn(async move {
             // A parked pop of this connection still running leases first.
             waiters.sync().await;
             for q in &queues {
                 if owners::requeue(&caller, q, &owner).await > 0 {
+                    registry.changed(&q.name);
                     waiters.wake(q.name.clone());
                 }
             }
