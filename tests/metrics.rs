@@ -411,3 +411,113 @@ fn sigterm_closes_parked_pops_at_once_after_their_earlier_replies() {
     // The parked pop took nothing.
     assert_eq!(redis.client().cmd(&["EXISTS", "wait:never"]), Value::Int(0));
 }
+
+/// FCALL calls Redis has run so far.
+fn fcalls(direct: &mut Client) -> i64 {
+    let Value::Bulk(info) = direct.cmd(&["INFO", "commandstats"]) else {
+        panic!("INFO")
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (long: thousands of queues are sampled a bounded number a round)
+/// until the series has the value `want`.
+fn await_slow_metric(port: u16, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let got = metric(port, name);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: expected {want}, still {got}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
+    const QUEUES: usize = 2000;
+    /// FCALLs Redis may see in 5 idle seconds (two and a half rounds of
+    /// the gauges' sampling): the slow refresh of queues this proxy did not
+    /// change takes 2 a round. (Sampling every queue would be thousands.)
+    const IDLE_WINDOW: Duration = Duration::from_secs(5);
+    const IDLE_BOUND: i64 = 15;
+    let config = "[[queue]]\npattern = \"many:*\"\nack_id = \"payload\"\nlease_ms = 600000\n";
+    let redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        config,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    for i in 0..QUEUES {
+        direct.send(&[
+            "LPUSH",
+            &format!("many:{i}"),
+            &format!("a{i}"),
+            &format!("b{i}"),
+        ]);
+    }
+    for _ in 0..QUEUES {
+        assert_eq!(direct.read_value(), Value::Int(2));
+    }
+    // Each queue popped once and acknowledged: one message left in each.
+    for i in 0..QUEUES {
+        c.send(&["RPOP", &format!("many:{i}")]);
+    }
+    for i in 0..QUEUES {
+        assert_eq!(c.read_value(), Value::bulk(&format!("a{i}")));
+    }
+    for i in 0..QUEUES {
+        c.send(&["ACK", &format!("many:{i}"), &format!("a{i}")]);
+    }
+    for _ in 0..QUEUES {
+        assert_eq!(c.read_value(), Value::Int(1));
+    }
+    let ready = rule("ackproxy_queue_ready", "many:*");
+    let leased = rule("ackproxy_queue_leased", "many:*");
+    await_slow_metric(m, &ready, QUEUES as f64);
+    await_slow_metric(m, &leased, 0.0);
+
+    // Once every queue is sampled after its last change, nothing happens
+    // and Redis is (nearly) not asked anything.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let before = fcalls(&mut direct);
+        std::thread::sleep(IDLE_WINDOW);
+        let calls = fcalls(&mut direct) - before;
+        if calls <= IDLE_BOUND {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{calls} FCALL in {IDLE_WINDOW:?} of an idle proxy with {QUEUES} queues"
+        );
+    }
+
+    // A queue that changes still shows in the gauges at once.
+    assert_eq!(c.cmd(&["RPOP", "many:7"]), Value::bulk("b7"));
+    await_metric(m, &leased, 1.0);
+    await_metric(m, &ready, QUEUES as f64 - 1.0);
+    // Its lease ages although the queue is not sampled again.
+    let age = rule("ackproxy_queue_oldest_lease_age_seconds", "many:*");
+    wait_until("the lease to age", || metric(m, &age) >= 3.0);
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "many:8", "c8", "d8"]),
+        Value::Int(2)
+    );
+    await_metric(m, &ready, QUEUES as f64 + 1.0);
+    assert_eq!(c.cmd(&["ACK", "many:7", "b7"]), Value::Int(1));
+    await_metric(m, &leased, 0.0);
+    await_metric(m, &age, 0.0);
+}

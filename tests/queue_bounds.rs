@@ -699,3 +699,218 @@ fn dead_letter_histories_stay_within_their_bound() {
     let shown = c.cmd(&["QUEUE", "DEAD", "once:h", "COUNT", "1000"]);
     assert_eq!(len_of(&shown), 1000);
 }
+
+/// The refusal of a request that must be one script call but asks for more
+/// than one call takes.
+fn above_one_call(reply: &Value, bound: u64) {
+    let Value::Error(e) = reply else {
+        panic!("expected the refusal, got {reply:?}")
+    };
+    assert!(
+        e.starts_with("ERR ackproxy: ") && e.contains(&format!("above {bound}")),
+        "{e}"
+    );
+}
+
+#[test]
+fn inside_multi_a_queue_operation_above_the_bound_of_one_call_is_refused() {
+    use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
+    use ackproxy::queue::pop::{POP_BATCH, SOURCES_PER_CALL};
+
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    const N: usize = 400_000;
+    push_many(
+        &mut direct,
+        "tasks:multi",
+        (0..N).map(|i| format!("{i:08}")),
+    );
+
+    // Another client of Redis, directly, keeps being served meanwhile.
+    let port = redis.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut other = Client::connect(port);
+            let mut slowest = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                assert_eq!(other.cmd(&["PING"]), Value::Simple("PONG".into()));
+                slowest = slowest.max(t.elapsed());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            slowest
+        })
+    };
+    assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    let queued = c.cmd(&["RPOP", "tasks:multi", &N.to_string()]);
+    let exec = c.cmd(&["EXEC"]);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let slowest = pinger.join().unwrap();
+    assert!(slowest < Duration::from_secs(1), "a PING took {slowest:?}");
+    above_one_call(&queued, POP_BATCH);
+    assert_eq!(
+        exec,
+        Value::Error("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    assert_eq!(int(&direct.cmd(&["LLEN", "tasks:multi"])), N as i64);
+
+    // At the bound, inside MULTI, a pop is one call as before.
+    let at = POP_BATCH.to_string();
+    assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["RPOP", "tasks:multi", &at]),
+        Value::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        c.cmd(&["LMPOP", "1", "tasks:multi", "LEFT", "COUNT", &at]),
+        Value::Simple("QUEUED".into())
+    );
+    let Value::Array(replies) = c.cmd(&["EXEC"]) else {
+        panic!("EXEC")
+    };
+    assert_eq!(
+        replies[0],
+        Value::Array(
+            (N - POP_BATCH as usize..N)
+                .rev()
+                .map(|i| Value::bulk(&format!("{i:08}")))
+                .collect()
+        )
+    );
+    assert_eq!(
+        replies[1],
+        Value::Array(vec![
+            Value::bulk("tasks:multi"),
+            Value::Array(
+                (0..POP_BATCH)
+                    .map(|i| Value::bulk(&format!("{i:08}")))
+                    .collect()
+            ),
+        ])
+    );
+
+    // Every operation that is split outside MULTI, one past its bound.
+    let ids: Vec<String> = (0..=IDS_PER_CALL).map(|i| format!("{i:08}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let messages: Vec<String> = (0..=PUSH_PER_CALL).map(|i| format!("p{i}")).collect();
+    let messages: Vec<&str> = messages.iter().map(String::as_str).collect();
+    let keys: Vec<String> = (0..=SOURCES_PER_CALL)
+        .map(|i| format!("tasks:k{i}"))
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let over = (POP_BATCH + 1).to_string();
+    let redrive_over = (REDRIVE_PER_CALL + 1).to_string();
+    let nkeys = keys.len().to_string();
+    let cases: Vec<(Vec<&str>, u64)> = vec![
+        (vec!["LPOP", "tasks:multi", &over], POP_BATCH),
+        (
+            [
+                &["LMPOP", "1", "tasks:multi", "LEFT", "COUNT"][..],
+                &[&over],
+            ]
+            .concat(),
+            POP_BATCH,
+        ),
+        (
+            [
+                &["BLMPOP", "0", "1", "tasks:multi", "RIGHT", "COUNT"][..],
+                &[&over],
+            ]
+            .concat(),
+            POP_BATCH,
+        ),
+        (
+            [&["BRPOP"][..], &keys, &["0"]].concat(),
+            SOURCES_PER_CALL as u64,
+        ),
+        (
+            [&["LMPOP", &nkeys][..], &keys, &["LEFT"]].concat(),
+            SOURCES_PER_CALL as u64,
+        ),
+        (
+            [&["ACK", "tasks:multi"][..], &ids].concat(),
+            IDS_PER_CALL as u64,
+        ),
+        (
+            [&["NACK", "tasks:multi"][..], &ids].concat(),
+            IDS_PER_CALL as u64,
+        ),
+        (
+            [&["QUEUE", "PUSH", "tasks:multi"][..], &messages].concat(),
+            PUSH_PER_CALL as u64,
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "tasks:multi", "COUNT", &redrive_over],
+            REDRIVE_PER_CALL as u64,
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "tasks:multi"],
+            REDRIVE_PER_CALL as u64,
+        ),
+    ];
+    for (cmd, bound) in &cases {
+        assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
+        assert_eq!(c.cmd(&["SET", "tx", "1"]), Value::Simple("QUEUED".into()));
+        let reply = c.cmd(cmd);
+        if cmd == &["QUEUE", "REDRIVE", "tasks:multi"] {
+            let Value::Error(e) = &reply else {
+                panic!("{reply:?}")
+            };
+            assert!(e.contains(&format!("at most {bound}")), "{e}");
+        } else {
+            above_one_call(&reply, *bound);
+        }
+        assert_eq!(
+            c.cmd(&["EXEC"]),
+            Value::Error("EXECABORT Transaction discarded because of previous errors.".into()),
+            "{}",
+            cmd[0]
+        );
+        assert_eq!(direct.cmd(&["EXISTS", "tx"]), Value::Int(0), "{}", cmd[0]);
+    }
+    // At their bounds they are queued and run.
+    let at_ids = &ids[..IDS_PER_CALL];
+    let at_messages = &messages[..PUSH_PER_CALL];
+    assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    for cmd in [
+        [&["ACK", "tasks:multi"][..], at_ids].concat(),
+        [&["QUEUE", "PUSH", "tasks:multi"][..], at_messages].concat(),
+        [&["BRPOP"][..], &keys[..SOURCES_PER_CALL], &["0"]].concat(),
+    ] {
+        assert_eq!(c.cmd(&cmd), Value::Simple("QUEUED".into()), "{}", cmd[0]);
+    }
+    assert_eq!(
+        c.cmd(&["EXEC"]),
+        Value::Array(vec![
+            Value::Int(IDS_PER_CALL as i64),
+            Value::Int(PUSH_PER_CALL as i64),
+            Value::Nil,
+        ])
+    );
+
+    // During a client pause made through the proxy a request is one call
+    // too: the same bound, refused at once.
+    let mut admin = proxy.client();
+    assert_eq!(
+        admin.cmd(&["CLIENT", "PAUSE", "10000", "WRITE"]),
+        Value::Simple("OK".into())
+    );
+    above_one_call(&c.cmd(&["RPOP", "tasks:multi", &over]), POP_BATCH);
+    above_one_call(
+        &c.cmd(&[&["ACK", "tasks:multi"][..], &ids].concat()),
+        IDS_PER_CALL as u64,
+    );
+    assert_eq!(
+        admin.cmd(&["CLIENT", "UNPAUSE"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(
+        int(&direct.cmd(&["LLEN", "tasks:multi"])),
+        (N - 100 + PUSH_PER_CALL) as i64
+    );
+}

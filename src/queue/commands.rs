@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, Caller, ScriptReply};
-use super::job::Job;
+use super::job::{above_one_call, Job};
 use super::library;
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
@@ -124,7 +124,7 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 }
 
 /// ACK queue id [id ...]
-pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
+pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
     if args.len() < 3 {
         return wrong_arity("ack");
     }
@@ -133,20 +133,48 @@ pub fn ack(args: Args<'_>, rules: &Rules, one_call: bool) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let ids = ids_of(args, 2);
-    if ids.len() <= IDS_PER_CALL || one_call {
+    if one_call && ids.len() > IDS_PER_CALL {
+        return too_many_ids(ids.len());
+    }
+    let registry = registry.clone();
+    if ids.len() <= IDS_PER_CALL {
         let call = ack_call(&q, &ids);
-        return rewrite(call, move |v| int_reply(count_acks(&q, &v)));
+        return rewrite(call, move |v| {
+            let n = count_acks(&q, &v);
+            changed(&registry, &q, n);
+            int_reply(n)
+        });
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
             match caller.run(&ack_call(&q, chunk)).await {
                 Ok(v) => total += count_acks(&q, &v),
-                Err(e) => return e.to_reply(),
+                Err(e) => {
+                    changed(&registry, &q, total);
+                    return e.to_reply();
+                }
             }
         }
+        changed(&registry, &q, total);
         int_reply(total)
     }))
+}
+
+/// After an operation that did `n` things to `q` (released, pushed,
+/// moved...): the gauges sample it again.
+fn changed(registry: &Registry, q: &Queue, n: i64) {
+    if n != 0 {
+        registry.changed(&q.name);
+    }
+}
+
+fn too_many_ids(n: usize) -> Intercept {
+    Intercept::Refuse(above_one_call(
+        "number of ids",
+        &n.to_string(),
+        IDS_PER_CALL,
+    ))
 }
 
 /// Where a command's values end, and the trailing option found after them:
@@ -210,12 +238,18 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
         .skip(2)
         .map(Bytes::copy_from_slice)
         .collect();
+    if one_call && ids.len() > IDS_PER_CALL {
+        return too_many_ids(ids.len());
+    }
     if one_call {
         // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
         let call = nack_call(&q, delay, &ids);
+        let registry = registry.clone();
         return rewrite(call, move |v| {
-            int_reply(v.array().first().map(Value::int).unwrap_or(0))
+            let n = v.array().first().map(Value::int).unwrap_or(0);
+            changed(&registry, &q, n);
+            int_reply(n)
         });
     }
     let registry = registry.clone();
@@ -290,8 +324,8 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         "INFO" => info(q, how),
         "LEASES" => leases(args, q, how),
         "DEAD" => dead(args, q, how),
-        "REDRIVE" => redrive(args, q, how),
-        "PURGE" => purge(args, q),
+        "REDRIVE" => redrive(args, q, registry, how),
+        "PURGE" => purge(args, q, registry),
         _ => push(args, q, registry, how),
     }
 }
@@ -519,12 +553,21 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
         Ok(p) => p,
         Err(e) => return Intercept::Reply(e),
     };
+    if how.one_call && payloads.len() > PUSH_PER_CALL {
+        return Intercept::Refuse(above_one_call(
+            "number of messages",
+            &payloads.len().to_string(),
+            PUSH_PER_CALL,
+        ));
+    }
     let registry = registry.clone();
-    if payloads.len() <= PUSH_PER_CALL || how.one_call {
+    if payloads.len() <= PUSH_PER_CALL {
         let call = push_call(&q, due, &payloads);
         return rewrite(call, move |v| {
             note_delayed(&registry, &q, &v);
-            int_reply(v.array().first().map(Value::int).unwrap_or(0))
+            let n = v.array().first().map(Value::int).unwrap_or(0);
+            changed(&registry, &q, n);
+            int_reply(n)
         });
     }
     Intercept::Job(Job::new(move |caller| async move {
@@ -535,9 +578,13 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
                     note_delayed(&registry, &q, &v);
                     total += v.array().first().map(Value::int).unwrap_or(0);
                 }
-                Err(e) => return e.to_reply(),
+                Err(e) => {
+                    changed(&registry, &q, total);
+                    return e.to_reply();
+                }
             }
         }
+        changed(&registry, &q, total);
         int_reply(total)
     }))
 }
@@ -566,7 +613,7 @@ const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 
 /// LREM destination count payload, where the destination received messages
 /// from a queue's move pops: removing a copy releases its lease.
-pub fn lrem(args: Args<'_>, q: &Queue) -> Intercept {
+pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
     let (Some(dest), Some(count), Some(payload)) = (args.get(1), args.get(2), args.get(3)) else {
         return Intercept::Pass;
     };
@@ -578,8 +625,11 @@ pub fn lrem(args: Args<'_>, q: &Queue) -> Intercept {
         .queue(q)
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
+    let (q, registry) = (q.clone(), registry.clone());
     rewrite(call, move |v| {
-        int_reply(v.array().first().map(Value::int).unwrap_or(0))
+        let n = v.array().first().map(Value::int).unwrap_or(0);
+        changed(&registry, &q, n);
+        int_reply(n)
     })
 }
 
@@ -637,17 +687,30 @@ fn redrive_call(q: &Queue, n: i64) -> Call {
 }
 
 /// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
-fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
+fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
     let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
-    if how.one_call || count <= REDRIVE_PER_CALL {
-        // One call, bounded by what the dead-letter list holds, as an LPOP
-        // with that COUNT would be.
+    if how.one_call && count > REDRIVE_PER_CALL {
+        return Intercept::Refuse(if args.len() == 3 {
+            reply::error(&format!(
+                "ackproxy: QUEUE REDRIVE without COUNT moves every dead letter; inside \
+                 MULTI or during a client pause give a COUNT of at most {REDRIVE_PER_CALL}"
+            ))
+        } else {
+            above_one_call("COUNT", &count.to_string(), REDRIVE_PER_CALL)
+        });
+    }
+    let registry = registry.clone();
+    if count <= REDRIVE_PER_CALL {
         let call = redrive_call(&q, count);
-        return rewrite(call, move |v| int_reply(moved(&v)));
+        return rewrite(call, move |v| {
+            let n = moved(&v);
+            changed(&registry, &q, n);
+            int_reply(n)
+        });
     }
     Intercept::Job(Job::new(move |caller| async move {
         // At most what was dead when the command started (the first call's
@@ -671,20 +734,28 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
                         break;
                     }
                 }
-                Err(e) => return e.to_reply(),
+                Err(e) => {
+                    changed(&registry, &q, total);
+                    return e.to_reply();
+                }
             }
         }
+        changed(&registry, &q, total);
         int_reply(total)
     }))
 }
 
 /// QUEUE PURGE queue DEAD
-fn purge(args: Args<'_>, q: Arc<Queue>) -> Intercept {
+fn purge(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
     if !args.is(3, "DEAD") {
         return Intercept::Reply(reply::error("syntax error"));
     }
     let call = Call::new(&library::PURGE).queue(&q);
-    rewrite(call, |v| int_reply(v.int()))
+    let registry = registry.clone();
+    rewrite(call, move |v| {
+        changed(&registry, &q, v.int());
+        int_reply(v.int())
+    })
 }
 
 /// Ends one expired (or nacked) move lease, removing its stale copy from

@@ -65,6 +65,10 @@ pub enum Intercept {
     Pass,
     /// Answer at once (argument errors, QUEUE HELP).
     Reply(Bytes),
+    /// Refuse with this error: more than one call may do where the request
+    /// must be one ([`job::above_one_call`]). Inside MULTI it is refused as
+    /// Redis refuses a command while queuing: EXEC then fails.
+    Refuse(Bytes),
     /// Send `request` instead and rewrite its reply.
     Rewrite {
         request: Bytes,
@@ -207,17 +211,22 @@ impl Queues {
                 if !self.concerns(kind, args) {
                     return Intercept::Pass;
                 }
+                if in_multi || (one_call && !form.is_blocking()) {
+                    if let Some(refusal) = job::pop_above_one_call(form, args, &self.rules) {
+                        return Intercept::Refuse(refusal);
+                    }
+                }
                 self.pop(form, args, protocol, (in_multi, one_call), (conn, next))
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve(&n)) {
-                    Some(q) => commands::lrem(args, &q),
+                    Some(q) => commands::lrem(args, &q, &self.registry),
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, one_call),
+            Kind::Ack => commands::ack(args, &self.rules, &self.registry, one_call),
             Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call),
             Kind::Queue => commands::queue(
                 args,
@@ -309,11 +318,13 @@ impl Queues {
             client: ClientState::new(0, usize::MAX),
         };
         let (owner, waiters) = (self.owners.owner(conn), self.waiters.clone());
+        let registry = self.registry.clone();
         tokio::spawn(async move {
             // A parked pop of this connection still running leases first.
             waiters.sync().await;
             for q in &queues {
                 if owners::requeue(&caller, q, &owner).await > 0 {
+                    registry.changed(&q.name);
                     waiters.wake(q.name.clone());
                 }
             }
@@ -341,7 +352,7 @@ impl Queues {
             next: false,
         };
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
-            Intercept::Reply(b) => b,
+            Intercept::Reply(b) | Intercept::Refuse(b) => b,
             Intercept::Rewrite {
                 request,
                 mut transform,

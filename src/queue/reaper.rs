@@ -13,14 +13,18 @@
 //! full is followed by the next one at once, so a backlog (a million
 //! delayed messages due together) drains as fast as the bounded calls go.
 //!
-//! It also samples the queue gauges (ready, leased, delayed, dead, oldest lease
-//! age per rule), every [`SAMPLE_EVERY`] while metrics are exported: one bounded
-//! `info.lua` call per queue the registry knows, never on a client's
-//! request. A queue this proxy has not popped from and whose leases the scan
-//! has not found (ready messages nobody took yet, say) is not in the sums
-//! until it is.
+//! It also samples the queue gauges (ready, leased, delayed, dead, oldest
+//! lease age per rule), every [`SAMPLE_EVERY`] while metrics are exported,
+//! never on a client's request: one bounded `info.lua` call per queue that
+//! this proxy changed since its last sample, at most [`SAMPLES_PER_ROUND`]
+//! a round, plus a slow refresh of the others ([`REFRESHES_PER_ROUND`] a
+//! round, each queue at most every [`REFRESH_AFTER`]) for changes made
+//! elsewhere. So the cost per round is bounded whatever the number of
+//! queues, and an idle proxy asks almost nothing; a queue not sampled keeps
+//! its last values in the sums. A queue this proxy has not popped from and
+//! whose leases the scan has not found (ready messages nobody took yet,
+//! say) is not in the sums until it is.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +36,7 @@ use super::call::{Call, Caller};
 use super::clock;
 use super::keys;
 use super::library;
-use super::registry::{Registry, MAX_WAIT};
+use super::registry::{Registry, Sample, MAX_WAIT};
 use super::rules::{Queue, Rules};
 use super::value::Value;
 use super::waiters::Waiters;
@@ -43,19 +47,16 @@ const DISCOVER_EVERY: Duration = Duration::from_secs(10);
 const SCAN_ROUNDS: usize = 20;
 /// How often the queue gauges are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(2);
-
-/// One rule's queue sizes, summed over its known queues.
-#[derive(Default)]
-struct Sizes {
-    ready: i64,
-    leased: i64,
-    delayed: i64,
-    dead: i64,
-    oldest_ms: i64,
-    /// Dead-letter lists already counted (a rule may send all its queues'
-    /// dead letters to one list).
-    dead_lists: HashSet<Bytes>,
-}
+/// Queues sampled at most per round: `info.lua` calls of some tens of µs
+/// of Redis each, so about 1% of a Redis core at most, however many
+/// queues change; past it the gauges lag (the queues changed longest ago
+/// are sampled first).
+pub const SAMPLES_PER_ROUND: usize = 250;
+/// Of those, queues sampled for changes this proxy did not make.
+pub const REFRESHES_PER_ROUND: usize = 2;
+/// A queue this proxy did not change is sampled again after this long at
+/// the earliest.
+const REFRESH_AFTER: Duration = Duration::from_secs(60);
 
 pub struct Reaper {
     pub rules: Arc<Rules>,
@@ -71,6 +72,7 @@ impl Reaper {
         let mut next_discovery = Instant::now();
         let mut next_sample = Instant::now();
         let sampled = crate::telemetry::latency().is_some();
+        let mut reloaded = self.rules.subscribe();
         let mut cursor = Bytes::from_static(b"0");
         let mut backlog = false;
         loop {
@@ -101,6 +103,11 @@ impl Reaper {
                     None => self.registry.forget(&name),
                 }
             }
+            if reloaded.has_changed().unwrap_or(false) {
+                reloaded.mark_unchanged();
+                // A queue's rule, and so the gauges it adds to, may differ.
+                self.registry.all_changed();
+            }
             if sampled && Instant::now() >= next_sample {
                 self.sample().await;
                 next_sample = Instant::now() + SAMPLE_EVERY;
@@ -108,34 +115,39 @@ impl Reaper {
         }
     }
 
-    /// Sets the queue gauges from one `info.lua` call per known queue. If
-    /// Redis cannot be asked, the gauges keep their last values.
+    /// Samples the queues [`Registry::to_sample`] picks, one `info.lua`
+    /// call each, and sets the gauges from every known queue's last
+    /// sample. If Redis cannot be asked, the rest wait for the next round.
     async fn sample(&self) {
-        let mut sizes: HashMap<String, Sizes> = HashMap::new();
-        for name in self.registry.known() {
+        let picked = self.registry.to_sample(
+            Instant::now(),
+            SAMPLES_PER_ROUND,
+            REFRESHES_PER_ROUND,
+            REFRESH_AFTER,
+        );
+        for name in picked {
             let Some(q) = self.rules.resolve(&name) else {
                 self.registry.forget_known(&name);
                 continue;
             };
+            let asked = Instant::now();
             let Ok(v) = self.caller.run(&Call::new(&library::INFO).queue(&q)).await else {
-                return;
+                break;
             };
             let a = v.array();
             let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
-            let (ready, leased, dead, oldest) = (field(0), field(1), field(2), field(3));
-            let delayed = field(5);
-            let s = sizes.entry(q.rule.pattern.clone()).or_default();
-            s.ready += ready.max(0);
-            s.leased += leased;
-            s.delayed += delayed;
-            if s.dead_lists.insert(Bytes::copy_from_slice(q.keys.dead())) {
-                s.dead += dead;
-            }
-            s.oldest_ms = s.oldest_ms.max(oldest);
-            if ready <= 0 && leased == 0 && dead == 0 && delayed == 0 {
-                self.registry.forget_known(&name);
-            }
+            let sample = Sample {
+                pattern: q.rule.pattern.clone(),
+                dead_list: Bytes::copy_from_slice(q.keys.dead()),
+                ready: field(0),
+                leased: field(1),
+                dead: field(2),
+                oldest_ms: field(3),
+                delayed: field(5),
+            };
+            self.registry.sampled(&name, asked, sample);
         }
+        let mut sizes = self.registry.sizes(Instant::now());
         for (pattern, rule) in crate::telemetry::rules() {
             let s = sizes.remove(&pattern).unwrap_or_default();
             rule.ready.set(s.ready as f64);
@@ -206,6 +218,9 @@ impl Reaper {
             };
             self.registry.reschedule(&q.name, Instant::now() + wait);
         }
+        if requeued > 0 || dead > 0 || promoted > 0 {
+            self.registry.changed(&q.name);
+        }
         if requeued > 0 || promoted > 0 {
             // Parked pops on this queue have something to take (the list
             // push also notifies them; this covers a lost notification).
@@ -243,7 +258,7 @@ impl Reaper {
                 if let Some(name) = keys::queue_of_reaped_key(key.bytes()) {
                     if self.rules.is_queue(name) {
                         self.registry
-                            .note(&Bytes::copy_from_slice(name), Instant::now());
+                            .found(&Bytes::copy_from_slice(name), Instant::now());
                     }
                 }
             }

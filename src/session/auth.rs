@@ -250,11 +250,8 @@ impl Session {
         let in_multi = self.pinned && self.mode.multi;
         self.answer(reply).await;
         if in_multi {
-            // Redis would refuse it at queueing time, which makes EXEC
-            // fail: a request Redis refuses (wrong arity) does the same.
-            if let Some(d) = &mut self.dedicated {
-                d.send_dropped(b"*1\r\n$3\r\nGET\r\n", 1).await;
-            }
+            // Redis would refuse it at queueing time, which makes EXEC fail.
+            self.fail_transaction().await;
         }
         false
     }

@@ -481,6 +481,13 @@ impl Session {
                         self.answer_as(bytes, Served::Queue).await;
                         return None;
                     }
+                    Intercept::Refuse(bytes) => {
+                        self.answer_as(bytes, Served::Queue).await;
+                        if in_multi {
+                            self.fail_transaction().await;
+                        }
+                        return None;
+                    }
                     Intercept::Rewrite { request, transform } => {
                         self.rewritten(kind, request, transform).await;
                         return None;
@@ -531,6 +538,17 @@ impl Session {
             return first && first_in_multi;
         }
         first
+    }
+
+    /// Has Redis discard the client's open transaction at EXEC
+    /// (`EXECABORT`), as it does after a command it refused while queuing:
+    /// for a request the proxy refused in its place.
+    pub(super) async fn fail_transaction(&mut self) {
+        // A request Redis refuses at queuing time (wrong arity) flags the
+        // transaction; its reply is the proxy's to drop.
+        if let Some(d) = &mut self.dedicated {
+            d.send_dropped(b"*1\r\n$3\r\nGET\r\n", 1).await;
+        }
     }
 
     /// Queues a reply of the proxy's own. Replies from the dedicated
