@@ -37,7 +37,15 @@ pub enum Transformed {
         before: Bytes,
         request: Bytes,
     },
+    /// The operation goes on: send `request` on the shared upstream and
+    /// transform its reply too (a pop's next bounded call).
+    Continue(Bytes),
 }
+
+/// Calls one transformed reply may continue into: a pop that fits one
+/// call needs more only to skip cancelled copies or to finish a next-pop
+/// release, each a bounded amount per call.
+const MAX_CONTINUATIONS: usize = 10_000;
 
 /// When the requests a slot answers were received ([`telemetry::now_us`]),
 /// for their latency.
@@ -518,8 +526,9 @@ const COALESCE: usize = 16 * 1024;
 
 /// Runs until the client is closed: writes replies in order.
 /// How the writer re-sends a request whose transform asks for it (see
-/// [`Transformed::Retry`]): through the client's shared upstream, which the
-/// reply stream knows only as this. The first request's reply is dropped.
+/// [`Transformed::Retry`], [`Transformed::Continue`]): through the client's
+/// shared upstream, which the reply stream knows only as this. The first
+/// request (none if empty) goes before, its reply dropped.
 pub type Resend = Box<
     dyn Fn(Bytes, Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>>
         + Send
@@ -629,7 +638,8 @@ pub async fn resolve(
     state: &Arc<ClientState>,
 ) -> Bytes {
     // At most one retry: a library loaded right before is not missing again.
-    for attempt in 0..2 {
+    let mut retried = false;
+    for _ in 0..MAX_CONTINUATIONS {
         let bytes = match reply {
             Ok(b) => b,
             Err(e) => {
@@ -646,10 +656,14 @@ pub async fn resolve(
         };
         match t.apply(bytes) {
             Transformed::Done(b) => return b,
-            Transformed::Retry { before, request } if attempt == 0 => {
+            Transformed::Retry { before, request } if !retried => {
+                retried = true;
                 reply = resend(before, request, state.clone()).await;
             }
             Transformed::Retry { .. } => break,
+            Transformed::Continue(request) => {
+                reply = resend(Bytes::new(), request, state.clone()).await;
+            }
         }
     }
     Bytes::from_static(b"-ERR ackproxy: the queue function library could not be loaded\r\n")

@@ -166,6 +166,8 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
     let mut direct = redis.client();
     let mut c = proxy.client();
+    // Thousands of calls, each copied to MONITOR: slow on a loaded machine.
+    c.set_read_timeout(Some(Duration::from_secs(300)));
     let payload = |i: usize| format!("{i:08}:{}", "x".repeat(1014));
     push_many(&mut direct, "tasks:big", (0..30_000).map(payload));
     let mut mon = redis.client();

@@ -81,7 +81,8 @@ dead_max = 2
 
 [[queue]]
 pattern = "np*"
-lease_ms = 300
+# Long enough that a loaded machine runs a test's steps within one lease.
+lease_ms = 1500
 max_deliveries = 100
 ack_id = "payload"
 ack = "next-pop"
@@ -1154,7 +1155,7 @@ fn a_late_next_pop_calls_back_the_redelivery_as_a_late_ack_would() {
     let mut w = proxy.client();
     w.cmd(&["LPUSH", "np5", "slow"]);
     assert_eq!(w.cmd(&["RPOP", "np5"]), Value::bulk("slow"));
-    // The worker is slower than its lease (300 ms): the message is back.
+    // The worker is slower than its lease (1.5 s): the message is back.
     eventually("the expiry", || {
         let i = info(&proxy, "np5");
         (as_int(&i["expiries"]) == 1 && as_int(&i["ready"]) == 1).then_some(())
@@ -1198,7 +1199,7 @@ fn next_pop_with_a_pooled_connection_acknowledges_too_early() {
     // job1 counts as done, although worker 1 is still on it.
     let i = info(&proxy, "np4");
     assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (1, 1));
-    // Worker 1 crashes, worker 2 too: only job2 comes back (lease 300 ms).
+    // Worker 1 crashes, worker 2 too: only job2 comes back (lease 1.5 s).
     let mut rescue = proxy.client();
     assert_eq!(pop_eventually(&mut rescue, "np4"), "job2");
     assert_eq!(rescue.cmd(&["RPOP", "np4"]), Value::Nil, "job1 is lost");

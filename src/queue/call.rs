@@ -113,6 +113,13 @@ fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> 
         .ok_or(CallError::Unexpected)
 }
 
+impl Call {
+    /// Decodes this call's reply, counting the events it reports.
+    pub fn decode(&self, reply: Bytes) -> Result<Value, CallError> {
+        decode(reply, &self.groups)
+    }
+}
+
 /// Turns a function's reply into the client's reply; errors the function
 /// returns (WRONGTYPE, ...) reach the client as they are.
 pub struct ScriptReply<F> {

@@ -288,6 +288,25 @@ impl Queues {
         if form.is_blocking() {
             return Intercept::Block(pop);
         }
+        if pop.fits_one_call() {
+            // Sent like any other command, so that a client's pipelined pops
+            // do not wait for one another; the rare further calls follow
+            // from the reply stream.
+            let mut progress = pop::Progress::default();
+            if let Some(call) = pop.next_call(&mut progress) {
+                let request = call.request();
+                return Intercept::Rewrite {
+                    request: request.clone(),
+                    transform: Box::new(PopCalls {
+                        pop,
+                        progress,
+                        call,
+                        request: Some(request),
+                        registry,
+                    }),
+                };
+            }
+        }
         Intercept::Job(Job::new(move |caller| async move {
             match pop.run(&caller).await {
                 Ok(done) => {
@@ -457,6 +476,49 @@ impl Queues {
 /// (The script's reply counted them.)
 fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
     registry.record(done);
+}
+
+/// A pop carried out from the client's reply stream: each reply is taken
+/// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
+/// steps awaited).
+struct PopCalls {
+    pop: Pop,
+    progress: pop::Progress,
+    /// The call in flight.
+    call: call::Call,
+    /// Its request, until it was sent again behind a library load.
+    request: Option<Bytes>,
+    registry: Arc<registry::Registry>,
+}
+
+impl ReplyTransform for PopCalls {
+    fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
+        use crate::output::Transformed;
+        if library::is_missing(&reply) {
+            if let Some(request) = self.request.take() {
+                return Transformed::Retry {
+                    before: library::library().load.clone(),
+                    request,
+                };
+            }
+        }
+        let taken = self
+            .call
+            .decode(reply)
+            .and_then(|v| self.pop.absorb(&mut self.progress, &v));
+        if let Err(e) = taken {
+            return Transformed::Done(e.to_reply());
+        }
+        if let Some(call) = self.pop.next_call(&mut self.progress) {
+            let request = call.request();
+            self.call = call;
+            self.request = Some(request.clone());
+            return Transformed::Continue(request);
+        }
+        let done = self.pop.finish(std::mem::take(&mut self.progress));
+        after_pop(&self.registry, &done);
+        Transformed::Done(done.reply.unwrap_or_else(|| self.pop.multi_empty_reply()))
+    }
 }
 
 /// The upstream's reply, unchanged.

@@ -277,6 +277,24 @@ fn found(v: &Value) -> Result<Found, CallError> {
     })
 }
 
+/// How far a pop carried out as bounded calls has got (see [`Pop::run`]).
+#[derive(Default)]
+pub struct Progress {
+    /// The first source the next call looks at, until one gave elements.
+    from: usize,
+    /// The source that gave elements.
+    source: Option<usize>,
+    got: Vec<Bytes>,
+    /// When the first call that took something answered (its leases
+    /// started a little before).
+    first_taken: Option<std::time::Instant>,
+    done: bool,
+    /// The sources and the count of the call in flight.
+    lo: usize,
+    hi: usize,
+    ask: u64,
+}
+
 impl Pop {
     /// The pop-and-lease script call over `sources[from..to]`, popping up
     /// to `count` (never blocks), acknowledging first up to `release`
@@ -349,78 +367,103 @@ impl Pop {
     /// with what it has (fewer than COUNT while the list holds more).
     /// Returns `None` when nothing was popped (a blocking form then waits).
     pub async fn run(&self, caller: &Caller) -> Result<Popped, CallError> {
+        let mut p = Progress::default();
+        while let Some(call) = self.next_call(&mut p) {
+            let v = caller.run(&call).await?;
+            self.absorb(&mut p, &v)?;
+        }
+        Ok(self.finish(p))
+    }
+
+    /// Whether [`Pop::run`] would need one call at most, all going well:
+    /// a COUNT and sources one call takes. (Skipped cancelled copies and
+    /// next-pop releases past their bounds may still ask for more.)
+    pub fn fits_one_call(&self) -> bool {
+        self.count.unwrap_or(1) <= POP_BATCH && self.sources.len() <= SOURCES_PER_CALL
+    }
+
+    /// The next bounded call of the pop, `None` once it is complete.
+    pub fn next_call(&self, p: &mut Progress) -> Option<Call> {
+        if p.done {
+            return None;
+        }
         let want = self.count.unwrap_or(1);
-        // When the first call that took something answered (its leases
-        // started a little before).
-        let mut first_taken: Option<std::time::Instant> = None;
         let n = self.sources.len();
-        let mut from = 0;
-        let mut source: Option<usize> = None;
-        let mut got: Vec<Bytes> = Vec::new();
-        loop {
-            let (lo, hi) = match source {
-                Some(g) if !got.is_empty() => (g, g + 1),
-                _ => (from, (from + SOURCES_PER_CALL).min(n)),
-            };
-            if lo >= hi {
-                break;
-            }
-            let ask = (want - got.len() as u64).min(POP_BATCH);
-            // Only before this pop took anything: what it takes is not done.
-            let release = if got.is_empty() && self.next {
-                RELEASE_PER_CALL
-            } else {
-                0
-            };
-            let v = caller.run(&self.call_for(lo, hi, ask, release)).await?;
-            match found(&v)? {
-                Found::Again => continue,
-                Found::Nothing => {
-                    if !got.is_empty() {
-                        break;
-                    }
-                    source = None;
-                    from = hi;
+        let (lo, hi) = match p.source {
+            Some(g) if !p.got.is_empty() => (g, g + 1),
+            _ => (p.from, (p.from + SOURCES_PER_CALL).min(n)),
+        };
+        if lo >= hi {
+            p.done = true;
+            return None;
+        }
+        let ask = (want - p.got.len() as u64).min(POP_BATCH);
+        // Only before this pop took anything: what it takes is not done.
+        let release = if p.got.is_empty() && self.next {
+            RELEASE_PER_CALL
+        } else {
+            0
+        };
+        (p.lo, p.hi, p.ask) = (lo, hi, ask);
+        Some(self.call_for(lo, hi, ask, release))
+    }
+
+    /// Takes in the answer to the call [`Pop::next_call`] gave last.
+    pub fn absorb(&self, p: &mut Progress, v: &Value) -> Result<(), CallError> {
+        let want = self.count.unwrap_or(1);
+        match found(v)? {
+            Found::Again => {}
+            Found::Nothing => {
+                if p.got.is_empty() {
+                    p.source = None;
+                    p.from = p.hi;
+                } else {
+                    p.done = true;
                 }
-                Found::Popped { g, values, more } => {
-                    let g = lo + g;
-                    let k = values.len() as u64;
-                    source = Some(g);
-                    got.extend(values);
-                    if want == 0 || got.len() as u64 >= want {
-                        break;
+            }
+            Found::Popped { g, values, more } => {
+                let g = p.lo + g;
+                let k = values.len() as u64;
+                p.source = Some(g);
+                p.got.extend(values);
+                if want == 0 || p.got.len() as u64 >= want {
+                    p.done = true;
+                    return Ok(());
+                }
+                // The leases of what this pop took run from when each
+                // call took it, not from the reply: a pop still going
+                // after half a lease stops with what it has, before its
+                // first leases can run out and their copies come back
+                // into its own reply.
+                let first = *p.first_taken.get_or_insert_with(std::time::Instant::now);
+                if let Some(Source::Queue(q)) = self.sources.get(g) {
+                    if first.elapsed().as_millis() as u64 >= q.rule.lease_ms / 2 {
+                        p.done = true;
+                        return Ok(());
                     }
-                    // The leases of what this pop took run from when each
-                    // call took it, not from the reply: a pop still going
-                    // after half a lease stops with what it has, before its
-                    // first leases can run out and their copies come back
-                    // into its own reply.
-                    let first = *first_taken.get_or_insert_with(std::time::Instant::now);
-                    if let Some(Source::Queue(q)) = self.sources.get(g) {
-                        if first.elapsed().as_millis() as u64 >= q.rule.lease_ms / 2 {
-                            break;
-                        }
-                    }
-                    if more {
-                        // Stopped at the skip bound: look at source g again
-                        // (and, if it has nothing real, at the ones after).
-                        from = g;
-                        continue;
-                    }
-                    if k < ask {
-                        break;
-                    }
+                }
+                if more {
+                    // Stopped at the skip bound: look at source g again
+                    // (and, if it has nothing real, at the ones after).
+                    p.from = g;
+                } else if k < p.ask {
+                    p.done = true;
                 }
             }
         }
-        Ok(Popped {
-            reply: self.build(source, &got),
-            queue: match source.and_then(|g| self.sources.get(g)) {
-                Some(Source::Queue(q)) if !got.is_empty() => Some(q.clone()),
+        Ok(())
+    }
+
+    /// What the pop did, once [`Pop::next_call`] has no more calls.
+    pub fn finish(&self, p: Progress) -> Popped {
+        Popped {
+            reply: self.build(p.source, &p.got),
+            queue: match p.source.and_then(|g| self.sources.get(g)) {
+                Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
                 _ => None,
             },
-            count: got.len(),
-        })
+            count: p.got.len(),
+        }
     }
 
     /// What a [`Pop::single_call`] popped, for bookkeeping.

@@ -328,6 +328,11 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
 const LIBRARY_MISSING: &[u8] =
     b"-ERR ackproxy: the queue function library is not loaded in Redis; nothing was done, try again\r\n";
 
+/// A queue operation on this connection needed a further call, which
+/// cannot be sent from here (only operations of one call are).
+const CUT_SHORT: &[u8] =
+    b"-ERR ackproxy: the queue operation needed more than one call here; try again\r\n";
+
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
         Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
@@ -336,6 +341,8 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
         Expect::Transformed(mut t) => match t.apply(reply) {
             Transformed::Done(b) => b,
             Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
+            // Only operations that fit one call are sent here.
+            Transformed::Continue(_) => Bytes::from_static(CUT_SHORT),
         },
     }
 }
@@ -393,6 +400,7 @@ fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) ->
             Some(mut t) => match t.apply(element) {
                 Transformed::Done(b) => out.extend_from_slice(&b),
                 Transformed::Retry { .. } => out.extend_from_slice(LIBRARY_MISSING),
+                Transformed::Continue(_) => out.extend_from_slice(CUT_SHORT),
             },
             None => out.extend_from_slice(&element),
         }

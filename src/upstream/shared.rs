@@ -141,6 +141,9 @@ impl SharedUpstream {
     /// Requests of the proxy's own, right behind what the client sent
     /// last; their replies are dropped.
     pub fn send_discarded(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>) {
+        if bytes.is_empty() {
+            return;
+        }
         self.enqueue(bytes, count, Target::Discard, client.clone());
     }
 
