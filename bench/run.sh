@@ -376,3 +376,9 @@ wait "$idle_pid" || { cat "$out/idle.log" >&2; echo "idle_conns failed" >&2; exi
 alive "$proxy_pid" ackproxy
 echo "ackproxy VmRSS: ${before} kB before, ${during} kB with ${idle} idle clients connected" \
   | tee -a "$report"
+
+if [ "$smoke" = 1 ]; then
+  # The queue pairs benchmark (its own load generator process, seed 000's
+  # scripts and Streams beside ackproxy): every mode must move messages.
+  PAIRS_SMOKE=1 ACKPROXY_BIN="$proxy_bin" cargo bench --quiet --bench pairs
+fi
