@@ -1429,9 +1429,17 @@ fn new_queue_commands_need_the_users_rights() {
     let redis = Redis::start_with(&["--requirepass", "secret"]);
     let mut admin = redis.client();
     assert_eq!(admin.cmd(&["AUTH", "secret"]), Value::Simple("OK".into()));
-    // May read the queue, not write it.
+    // May read the queue and its dead letters, not write them.
     let setuser = [
-        "ACL", "SETUSER", "reader", "on", ">rpass", "~dacl", "+lrange", "+rpop",
+        "ACL",
+        "SETUSER",
+        "reader",
+        "on",
+        ">rpass",
+        "~dacl",
+        "%R~{dacl}:dead",
+        "+lrange",
+        "+rpop",
     ];
     assert_eq!(admin.cmd(&setuser), Value::Simple("OK".into()));
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &["--upstream-password", "secret"]);
