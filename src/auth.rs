@@ -350,38 +350,63 @@ pub fn set_credentials(endpoint: &Endpoint, credentials: Credentials) {
     }
 }
 
-/// The list command a queue operation stands for, which the client's user
-/// must be allowed to run on the queue key, and the operation's name for
-/// Redis's NOPERM text. `None`: nothing to check (arguments the
-/// interceptor refuses anyway, QUEUE HELP).
-pub fn equivalent(kind: Kind, args: Args<'_>) -> Option<(Vec<Bytes>, String)> {
+/// The list commands a queue operation stands for, one per key it reads
+/// or moves messages between on the client's behalf, which the client's
+/// user must be allowed to run directly, and the operation's name for
+/// Redis's NOPERM text. `dead_of` gives a queue's dead-letter list (`None`:
+/// not a queue, which the interceptor refuses anyway). `None`: nothing to
+/// check (arguments the interceptor refuses anyway, QUEUE HELP).
+///
+/// What the end of a lease does anyway (a message past its deliveries
+/// going to the dead-letter list, a move lease's stale copy leaving its
+/// destination) is the proxy's own bookkeeping, as when the reaper does it:
+/// a pop or NACK that only brings it forward is not checked for those
+/// keys, or a worker would need rights on lists it never reads.
+pub fn equivalent(
+    kind: Kind,
+    args: Args<'_>,
+    dead_of: impl FnOnce(&[u8]) -> Option<Bytes>,
+) -> Option<(Vec<Vec<Bytes>>, String)> {
     let owned = |a: &[u8]| Bytes::copy_from_slice(a);
-    let lpop = |q: &[u8]| vec![Bytes::from_static(b"LPOP"), owned(q)];
+    let cmd = |parts: &[&[u8]]| -> Vec<Bytes> { parts.iter().map(|p| owned(p)).collect() };
     let name = |i: usize| String::from_utf8_lossy(args.get(i).unwrap_or_default()).to_lowercase();
     match kind {
-        Kind::Pop(_) | Kind::Lrem => Some((args.iter().map(owned).collect(), name(0))),
-        Kind::Ack | Kind::Nack => Some((lpop(args.get(1)?), name(0))),
+        Kind::Pop(_) | Kind::Lrem => Some((vec![args.iter().map(owned).collect()], name(0))),
+        Kind::Ack | Kind::Nack => Some((vec![cmd(&[b"LPOP", args.get(1)?])], name(0))),
         Kind::Queue => {
-            let queue = args.get(2)?;
+            let q = args.get(2)?;
             let full = format!("{}|{}", name(0), name(1));
-            if args.is(1, "EXTEND") {
-                Some((lpop(queue), full))
-            } else if args.is(1, "PUSH") || args.is(1, "REDRIVE") {
-                let push = vec![Bytes::from_static(b"LPUSH"), owned(queue), owned(b"x")];
-                Some((push, full))
-            } else if args.is(1, "PURGE") {
-                Some((lpop(queue), full))
-            } else if args.is(1, "INFO") || args.is(1, "LEASES") || args.is(1, "DEAD") {
-                let range = vec![
-                    Bytes::from_static(b"LRANGE"),
-                    owned(queue),
-                    Bytes::from_static(b"0"),
-                    Bytes::from_static(b"0"),
-                ];
-                Some((range, full))
+            let sub = |s: &str| args.is(1, s);
+            let mut checks = if sub("EXTEND") || sub("PURGE") {
+                vec![cmd(&[b"LPOP", q])]
+            } else if sub("PUSH") || sub("REDRIVE") {
+                vec![cmd(&[b"LPUSH", q, b"x"])]
+            } else if sub("INFO") || sub("LEASES") || sub("DEAD") {
+                vec![cmd(&[b"LRANGE", q, b"0", b"0"])]
+            } else {
+                return None;
+            };
+            // The dead-letter list, with what the operation does to it.
+            let on_dead: Option<&[&[u8]]> = if sub("INFO") {
+                Some(&[b"LLEN"])
+            } else if sub("DEAD") {
+                Some(&[b"LRANGE", b"0", b"0"])
+            } else if sub("REDRIVE") {
+                Some(&[b"LPOP"])
+            } else if sub("PURGE") {
+                // Emptying a list: a write, as DEL or LTRIM.
+                Some(&[b"LTRIM", b"1", b"0"])
             } else {
                 None
+            };
+            if let Some((command, rest)) = on_dead.and_then(|p| p.split_first()) {
+                if let Some(dead) = dead_of(q) {
+                    let mut c = vec![owned(command), dead];
+                    c.extend(rest.iter().map(|p| owned(p)));
+                    checks.push(c);
+                }
             }
+            Some((checks, full))
         }
         _ => None,
     }
@@ -617,6 +642,58 @@ mod tests {
                 b"-NOPERM this user has no permissions to run the 'ack' command\r\n"
             ))
         );
+    }
+
+    /// Each check as words, for comparing.
+    fn checks(words: &[&str], dead: Option<&str>) -> Vec<String> {
+        let found = with_args(words, |a| {
+            equivalent(classify(a), a, |_| {
+                dead.map(|d| Bytes::copy_from_slice(d.as_bytes()))
+            })
+        });
+        let Some((commands, _)) = found else {
+            return vec![];
+        };
+        commands
+            .iter()
+            .map(|c| {
+                let words: Vec<String> = c
+                    .iter()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect();
+                words.join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queue_operations_are_checked_on_every_list_they_read_or_move() {
+        let d = Some("dl");
+        assert_eq!(
+            checks(&["QUEUE", "DEAD", "q"], d),
+            ["LRANGE q 0 0", "LRANGE dl 0 0"]
+        );
+        assert_eq!(
+            checks(&["queue", "redrive", "q", "COUNT", "5"], d),
+            ["LPUSH q x", "LPOP dl"]
+        );
+        assert_eq!(
+            checks(&["QUEUE", "PURGE", "q", "DEAD"], d),
+            ["LPOP q", "LTRIM dl 1 0"]
+        );
+        assert_eq!(
+            checks(&["QUEUE", "INFO", "q"], d),
+            ["LRANGE q 0 0", "LLEN dl"]
+        );
+        assert_eq!(checks(&["QUEUE", "LEASES", "q"], d), ["LRANGE q 0 0"]);
+        assert_eq!(checks(&["QUEUE", "PUSH", "q", "m"], d), ["LPUSH q x"]);
+        assert_eq!(checks(&["QUEUE", "EXTEND", "q", "1", "5"], d), ["LPOP q"]);
+        assert_eq!(checks(&["ACK", "q", "1"], d), ["LPOP q"]);
+        assert_eq!(checks(&["NACK", "q", "1"], d), ["LPOP q"]);
+        assert_eq!(checks(&["RPOPLPUSH", "q", "w"], d), ["RPOPLPUSH q w"]);
+        // Not a queue: the interceptor refuses it after the queue's check.
+        assert_eq!(checks(&["QUEUE", "DEAD", "q"], None), ["LRANGE q 0 0"]);
+        assert!(checks(&["QUEUE", "HELP"], d).is_empty());
     }
 
     #[test]

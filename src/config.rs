@@ -505,6 +505,21 @@ impl QueueRule {
     pub fn tracks_connections(&self) -> bool {
         self.ack == AckPolicy::NextPop || self.requeue_on_disconnect
     }
+
+    /// The dead-letter list named without `$queue`: the same list, whatever
+    /// the queue.
+    pub fn fixed_dead_letter(&self) -> Option<&str> {
+        self.dead_letter
+            .as_deref()
+            .filter(|d| !d.contains("$queue"))
+    }
+
+    /// Whether every queue the rule matches sends its dead letters to one
+    /// list: a glob with a fixed `dead_letter`. (A glob that happens to
+    /// match a single key counts too: telling is not worth it.)
+    pub fn shares_dead_letter(&self) -> bool {
+        is_glob(&self.pattern) && self.fixed_dead_letter().is_some()
+    }
 }
 
 fn default_lease_ms() -> u64 {
@@ -832,6 +847,37 @@ impl Config {
             }
         }
         let mut warnings = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            if let Some(dead) = rule
+                .fixed_dead_letter()
+                .filter(|_| rule.shares_dead_letter())
+            {
+                warnings.push(format!(
+                    "{}queue {:?}: dead_letter {dead:?}: one list for every queue the glob \
+                     matches, so QUEUE REDRIVE and QUEUE PURGE … DEAD refuse it (they cannot \
+                     tell one queue's dead letters from another's); put $queue in the name to \
+                     give each queue its own",
+                    at.rule(i, "dead_letter"),
+                    rule.pattern,
+                ));
+            }
+            let fixed = rule.fixed_dead_letter();
+            if let Some(first) = fixed.and_then(|d| {
+                rules[..i]
+                    .iter()
+                    .position(|r| r.fixed_dead_letter() == Some(d))
+            }) {
+                warnings.push(format!(
+                    "{}queue {:?}: dead_letter {:?}: also the dead-letter list of the rule {}, \
+                     so QUEUE REDRIVE and QUEUE PURGE … DEAD refuse it for both; name a list \
+                     of its own",
+                    at.rule(i, "dead_letter"),
+                    rule.pattern,
+                    fixed.unwrap_or_default(),
+                    at.rule_place(first),
+                ));
+            }
+        }
         for (i, exact) in rules.iter().enumerate() {
             if is_glob(&exact.pattern) {
                 continue;
@@ -1658,6 +1704,27 @@ mod tests {
         assert_eq!(rule_of(b"jobs:a"), "jobs*");
         let (_, none) = Config::from_toml_with_warnings("[[queue]]\npattern = \"jobs\"\n").unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_shared_dead_letter_list_is_warned_about() {
+        let text = "[[queue]]\npattern = \"t:*\"\ndead_letter = \"t-dead\"\n\
+                    [[queue]]\npattern = \"a\"\ndead_letter = \"ab-dead\"\n\
+                    [[queue]]\npattern = \"b\"\ndead_letter = \"ab-dead\"\n\
+                    [[queue]]\npattern = \"u:*\"\ndead_letter = \"dead:$queue\"\n";
+        let (_, warnings) = Config::from_toml_with_warnings(text).unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("line 3: queue \"t:*\": dead_letter \"t-dead\": one list"),
+            "{}",
+            warnings[0]
+        );
+        assert!(
+            warnings[1].starts_with("line 9: queue \"b\": dead_letter \"ab-dead\": also")
+                && warnings[1].contains("of the rule at line 5"),
+            "{}",
+            warnings[1]
+        );
     }
 
     #[test]

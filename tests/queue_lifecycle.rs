@@ -875,6 +875,122 @@ fn purge_dead_empties_the_dead_letters_and_their_history() {
     assert_eq!(left, vec![Value::bulk("ackq:{one3}:one3:stats")]);
 }
 
+/// Rules whose queues share a dead-letter list (one glob with a fixed
+/// name; two exact rules naming one list), and a glob with `$queue`.
+const SHARED_DEAD: &str = r#"
+[[queue]]
+pattern = "mix:*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_letter = "mixed-dead"
+
+[[queue]]
+pattern = "pair1"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_letter = "pairs-dead"
+
+[[queue]]
+pattern = "pair2"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_letter = "pairs-dead"
+
+[[queue]]
+pattern = "own:*"
+lease_ms = 600000
+max_deliveries = 1
+ack_id = "payload"
+dead_letter = "gone:$queue"
+"#;
+
+/// QUEUE REDRIVE and QUEUE PURGE … DEAD on a list other queues' dead
+/// letters reach would take or delete theirs (a dead letter is its raw
+/// payload, with nothing saying which queue it came from): refused, the
+/// list left as it is. With `$queue` each queue has its own list.
+#[test]
+fn a_shared_dead_letter_list_is_neither_redriven_nor_purged_for_one_queue() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, SHARED_DEAD, &[]);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    for q in ["mix:a", "mix:b", "pair1", "pair2", "own:a", "own:b"] {
+        let payload = format!("{q}-m");
+        c.cmd(&["LPUSH", q, &payload]);
+        assert_eq!(kill_all(&mut c, q), 1, "{q}");
+    }
+    assert_eq!(lrange(&mut direct, "mixed-dead"), ["mix:a-m", "mix:b-m"]);
+    assert_eq!(lrange(&mut direct, "pairs-dead"), ["pair1-m", "pair2-m"]);
+
+    let refused = |sub: &str, list: &str, q: &str, why: &str| {
+        format!(
+            "ERR ackproxy: QUEUE {sub} refused: the dead-letter list '{list}' of '{q}' is \
+             shared ({why}), and its dead letters do not say which queue they come from; give \
+             each queue a list of its own: $queue in the rule's dead_letter stands for the \
+             queue's name"
+        )
+    };
+    let glob = "the rule 'mix:*' names it for every queue it matches";
+    for (args, want) in [
+        (
+            vec!["QUEUE", "REDRIVE", "mix:a"],
+            refused("REDRIVE", "mixed-dead", "mix:a", glob),
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "mix:a", "COUNT", "1"],
+            refused("REDRIVE", "mixed-dead", "mix:a", glob),
+        ),
+        (
+            vec!["QUEUE", "PURGE", "mix:b", "DEAD"],
+            refused("PURGE", "mixed-dead", "mix:b", glob),
+        ),
+        (
+            vec!["QUEUE", "REDRIVE", "pair1"],
+            refused(
+                "REDRIVE",
+                "pairs-dead",
+                "pair1",
+                "the queue 'pair2' has it too",
+            ),
+        ),
+        (
+            vec!["QUEUE", "PURGE", "pair2", "DEAD"],
+            refused(
+                "PURGE",
+                "pairs-dead",
+                "pair2",
+                "the queue 'pair1' has it too",
+            ),
+        ),
+        // Arguments are checked first, as for any queue.
+        (
+            vec!["QUEUE", "PURGE", "mix:a", "READY"],
+            "ERR syntax error".into(),
+        ),
+    ] {
+        assert_eq!(c.cmd(&args), Value::Error(want), "{args:?}");
+    }
+    // Nothing moved nor went.
+    assert_eq!(lrange(&mut direct, "mixed-dead"), ["mix:a-m", "mix:b-m"]);
+    assert_eq!(lrange(&mut direct, "pairs-dead"), ["pair1-m", "pair2-m"]);
+    for q in ["mix:a", "mix:b", "pair1", "pair2"] {
+        assert_eq!(direct.cmd(&["LLEN", q]), Value::Int(0), "{q}");
+    }
+    // Reading the list whole is still allowed.
+    assert_eq!(dead(&proxy, "mix:a", None).len(), 2);
+
+    // Each queue its own list: only its own dead letters move or go.
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "own:a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "own:a"]), Value::bulk("own:a-m"));
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "own:a", "DEAD"]), Value::Int(0));
+    assert_eq!(lrange(&mut direct, "gone:own:b"), ["own:b-m"]);
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "own:b", "DEAD"]), Value::Int(1));
+    assert!(lrange(&mut direct, "gone:own:b").is_empty());
+}
+
 #[test]
 fn the_dead_letter_cap_drops_the_oldest_and_counts_them() {
     let (redis, proxy) = start();
@@ -1353,9 +1469,17 @@ fn new_queue_commands_need_the_users_rights() {
     let redis = Redis::start_with(&["--requirepass", "secret"]);
     let mut admin = redis.client();
     assert_eq!(admin.cmd(&["AUTH", "secret"]), Value::Simple("OK".into()));
-    // May read the queue, not write it.
+    // May read the queue and its dead letters, not write them.
     let setuser = [
-        "ACL", "SETUSER", "reader", "on", ">rpass", "~dacl", "+lrange", "+rpop",
+        "ACL",
+        "SETUSER",
+        "reader",
+        "on",
+        ">rpass",
+        "~dacl",
+        "%R~{dacl}:dead",
+        "+lrange",
+        "+rpop",
     ];
     assert_eq!(admin.cmd(&setuser), Value::Simple("OK".into()));
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &["--upstream-password", "secret"]);

@@ -468,6 +468,168 @@ fn queue_operations_follow_the_users_rights() {
     }
 }
 
+/// Queues `dl:*` share one dead-letter list; each `dt:*` queue has its own.
+const DEAD_LETTER_CONFIG: &str = r#"
+[[queue]]
+pattern = "dl:*"
+lease_ms = 600000
+max_deliveries = 1
+dead_letter = "dead-dl"
+
+[[queue]]
+pattern = "dt:*"
+lease_ms = 600000
+max_deliveries = 1
+dead_letter = "dead:$queue"
+"#;
+
+/// A queue operation touches the dead-letter list on the user's behalf
+/// only if the user could touch it directly: reading, redriving or purging
+/// dead letters takes Redis's rights on that list, not only on the queue
+/// (a user of `dl:a` read and took `dl:b`'s payloads through a shared
+/// list). What the end of a lease does anyway (a NACK past the last
+/// delivery) needs no rights on it.
+#[test]
+fn dead_letters_follow_the_users_rights() {
+    let r = secured_redis();
+    let mut adm = admin(&r);
+    let setuser = [
+        "ACL", "SETUSER", "dlw", "on", ">dpass", "~dl:a", "~dt:a", "+@list",
+    ];
+    assert_eq!(adm.cmd(&setuser), ok());
+    let p = Proxy::start_with_config(
+        r.port,
+        DEAD_LETTER_CONFIG,
+        &["--upstream-password", "secret"],
+    );
+    // Dead letters of every queue, made by a client with every right.
+    let mut full = p.client();
+    assert_eq!(full.cmd(&["AUTH", "secret"]), ok());
+    for q in ["dl:a", "dl:b", "dt:a", "dt:b"] {
+        let payload = format!("{q} secret");
+        full.cmd(&["LPUSH", q, &payload]);
+        assert_eq!(full.cmd(&["RPOP", q]), Value::bulk(&payload));
+        assert_eq!(full.cmd(&["NACK", q, &payload]), Value::Int(1));
+    }
+    let lists = |adm: &mut Client| {
+        ["dead-dl", "dead:dt:a", "dead:dt:b", "dl:a", "dt:a"].map(|k| adm.cmd(&["LLEN", k]))
+    };
+    let before = lists(&mut adm);
+    assert_eq!(before[..3], [Value::Int(2), Value::Int(1), Value::Int(1)]);
+
+    // What Redis says to this user for the dead-letter lists.
+    let mut direct = r.client();
+    assert_eq!(direct.cmd(&["AUTH", "dlw", "dpass"]), ok());
+    let noperm =
+        b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n";
+    for key in ["dead-dl", "dead:dt:a"] {
+        assert_eq!(direct.raw(&["LRANGE", key, "0", "0"]), noperm);
+        assert_eq!(direct.raw(&["LMOVE", key, "dl:a", "LEFT", "RIGHT"]), noperm);
+    }
+
+    let mut c = p.client();
+    assert_eq!(c.raw(&["AUTH", "dlw", "dpass"]), b"+OK\r\n");
+    for q in ["dl:a", "dt:a"] {
+        for cmd in [
+            &["QUEUE", "DEAD", q][..],
+            &["QUEUE", "DEAD", q, "COUNT", "5"],
+            &["QUEUE", "REDRIVE", q],
+            &["QUEUE", "REDRIVE", q, "COUNT", "1"],
+            &["QUEUE", "PURGE", q, "DEAD"],
+            &["QUEUE", "INFO", q],
+        ] {
+            assert_eq!(c.raw(cmd), noperm, "{cmd:?}");
+        }
+    }
+    // Nothing was read, moved or deleted: the queue has nothing to pop.
+    assert_eq!(lists(&mut adm), before);
+    assert_eq!(c.cmd(&["RPOP", "dl:a"]), Value::Nil);
+    assert_eq!(c.cmd(&["RPOP", "dt:a"]), Value::Nil);
+    // The queue's own operations need the queue alone, a NACK that makes
+    // a dead letter included.
+    assert_eq!(c.cmd(&["LPUSH", "dt:a", "m"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "dt:a"]), Value::bulk("m"));
+    assert_eq!(c.cmd(&["NACK", "dt:a", "m"]), Value::Int(1));
+    assert_eq!(adm.cmd(&["LLEN", "dead:dt:a"]), Value::Int(2));
+    let Value::Array(leases) = c.cmd(&["QUEUE", "LEASES", "dt:a"]) else {
+        panic!("QUEUE LEASES");
+    };
+    assert!(leases.is_empty());
+
+    // Rights on its own list: the user's dead letters, and no others.
+    adm.cmd(&["ACL", "SETUSER", "dlw", "~dead:dt:a"]);
+    until(&mut c, &["QUEUE", "INFO", "dt:a"], |v| {
+        matches!(v, Value::Array(_))
+    });
+    let Value::Array(dead) = c.cmd(&["QUEUE", "DEAD", "dt:a"]) else {
+        panic!("QUEUE DEAD");
+    };
+    assert_eq!(dead.len(), 2);
+    assert_eq!(
+        c.cmd(&["QUEUE", "REDRIVE", "dt:a", "COUNT", "1"]),
+        Value::Int(1)
+    );
+    assert_eq!(c.cmd(&["RPOP", "dt:a"]), Value::bulk("dt:a secret"));
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "dt:a", "DEAD"]), Value::Int(1));
+    assert_eq!(c.raw(&["QUEUE", "DEAD", "dt:b"]), noperm);
+    assert_eq!(adm.cmd(&["LLEN", "dead:dt:b"]), Value::Int(1));
+    // Purging is a write: a write-only right on the list is enough, as for
+    // LTRIM or DEL directly; reading the letters is not allowed by it.
+    adm.cmd(&[
+        "ACL",
+        "SETUSER",
+        "dlw",
+        "resetkeys",
+        "~dl:a",
+        "~dt:a",
+        "%W~dead:dt:a",
+    ]);
+    full.cmd(&["RPUSH", "dead:dt:a", "again"]);
+    until(&mut c, &["QUEUE", "DEAD", "dt:a"], is_noperm);
+    assert_eq!(c.raw(&["QUEUE", "DEAD", "dt:a"]), noperm);
+    assert_eq!(c.cmd(&["QUEUE", "PURGE", "dt:a", "DEAD"]), Value::Int(1));
+
+    // Rights on the shared list: reading it whole is what Redis would
+    // allow, taking or deleting it for one queue is refused for everyone.
+    adm.cmd(&["ACL", "SETUSER", "dlw", "~dead-dl"]);
+    let Value::Array(dead) = until(&mut c, &["QUEUE", "DEAD", "dl:a"], |v| !is_noperm(v)) else {
+        panic!("QUEUE DEAD");
+    };
+    assert_eq!(dead.len(), 2);
+    for cmd in [
+        &["QUEUE", "REDRIVE", "dl:a"][..],
+        &["QUEUE", "PURGE", "dl:a", "DEAD"],
+    ] {
+        let reply = c.raw(cmd);
+        assert!(
+            reply.starts_with(b"-ERR ackproxy: QUEUE ")
+                && reply.windows(7).any(|w| w == b"shared "),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    assert_eq!(adm.cmd(&["LLEN", "dead-dl"]), Value::Int(2));
+    assert_eq!(adm.cmd(&["LLEN", "dl:a"]), Value::Int(0));
+}
+
+/// The first reply to `cmd` that `done` accepts, once an ACL change has
+/// reached the proxy (its answers are reused for up to a second).
+fn until(c: &mut Client, cmd: &[&str], done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = c.cmd(cmd);
+        if done(&reply) {
+            return reply;
+        }
+        assert!(Instant::now() < deadline, "{cmd:?}: still {reply:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_noperm(v: &Value) -> bool {
+    matches!(v, Value::Error(e) if e.starts_with("NOPERM"))
+}
+
 #[test]
 fn unauthenticated_request_limits() {
     request_limits(false);

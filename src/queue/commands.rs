@@ -686,12 +686,36 @@ fn redrive_call(q: &Queue, n: i64) -> Call {
         .arg(n.to_string())
 }
 
+/// The refusal of `QUEUE <sub>` on a queue whose dead-letter list other
+/// keys' messages may reach: a dead letter is its raw payload, so taking
+/// them all would take other queues' too, and nothing tells which are
+/// this queue's.
+fn shared_dead_letters(sub: &str, q: &Queue) -> Option<Intercept> {
+    let why = q.dead_shared.as_ref()?;
+    let show = |b: &[u8]| -> String {
+        String::from_utf8_lossy(b)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    };
+    Some(Intercept::Reply(reply::error(&format!(
+        "ackproxy: QUEUE {sub} refused: the dead-letter list '{}' of '{}' is shared ({why}), \
+         and its dead letters do not say which queue they come from; give each queue a list \
+         of its own: $queue in the rule's dead_letter stands for the queue's name",
+        show(q.keys.dead()),
+        show(&q.name),
+    ))))
+}
+
 /// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
 fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
+    if let Some(refused) = shared_dead_letters("REDRIVE", &q) {
+        return refused;
+    }
     let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
     if how.one_call && count > REDRIVE_PER_CALL {
         return Intercept::Refuse(if args.len() == 3 {
@@ -749,6 +773,9 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
 fn purge(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
     if !args.is(3, "DEAD") {
         return Intercept::Reply(reply::error("syntax error"));
+    }
+    if let Some(refused) = shared_dead_letters("PURGE", &q) {
+        return refused;
     }
     let call = Call::new(&library::PURGE).queue(&q);
     let registry = registry.clone();

@@ -411,6 +411,13 @@ impl Queues {
         self.own.shared.call(request, self.own.client.clone()).await
     }
 
+    /// The dead-letter list of queue `key`, if it is one.
+    pub fn dead_letter_of(&self, key: &[u8]) -> Option<Bytes> {
+        self.rules
+            .resolve(key)
+            .map(|q| Bytes::copy_from_slice(q.keys.dead()))
+    }
+
     /// The pattern of the rule that makes `key` a queue.
     pub fn rule_of(&self, key: &[u8]) -> Option<String> {
         self.rules.resolve(key).map(|q| q.rule.pattern.clone())

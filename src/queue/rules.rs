@@ -135,17 +135,23 @@ pub struct Queue {
     pub name: Bytes,
     pub keys: QueueKeys,
     pub rule: QueueRule,
+    /// Why the dead-letter list may hold other queues' messages, if it may
+    /// (see [`RuleSet::dead_letter_shared`]). A dead letter is its raw
+    /// payload and carries no queue, so such a list can only be read whole.
+    pub dead_shared: Option<String>,
     /// The rule as the script argument (see [`RULE`]).
     args: [Bytes; RULE_ARGS],
 }
 
 impl Queue {
-    fn new(name: &[u8], rule: &QueueRule) -> Queue {
+    fn new(name: &[u8], rule: &QueueRule, set: &RuleSet) -> Queue {
         let keys = QueueKeys::new(name, rule.dead_letter.as_deref());
+        let dead_shared = set.dead_letter_shared(name, keys.dead());
         Queue {
             name: Bytes::copy_from_slice(name),
             keys,
             rule: rule.clone(),
+            dead_shared,
             args: [encode_rule(rule)],
         }
     }
@@ -168,6 +174,7 @@ impl Queue {
         let args: usize = self.args.iter().map(Bytes::len).sum();
         let rule = self.rule.pattern.len()
             + self.rule.dead_letter.as_ref().map_or(0, String::len)
+            + self.dead_shared.as_ref().map_or(0, String::len)
             + match &self.rule.ack_id {
                 AckId::Payload => 0,
                 AckId::JsonField(f) => f.len(),
@@ -210,6 +217,89 @@ impl RuleSet {
             .map(|&i| &self.rules[i])
             .find(|r| glob_match(r.pattern.as_bytes(), key))
     }
+
+    /// Whether `rule` (one of this set's) is the one that applies to `key`.
+    fn governs(&self, rule: &QueueRule, key: &[u8]) -> bool {
+        self.rule_for(key).is_some_and(|r| std::ptr::eq(r, rule))
+    }
+
+    /// Why the dead-letter list `dead` of `queue` may receive another key's
+    /// messages; `None` if only `queue`'s dead letters can reach it under
+    /// these rules. Every rule is asked
+    /// which of its queues would have `dead` as their list: a fixed name
+    /// names it for all of them, and a name made from the queue's
+    /// (`$queue`, or the default) belongs to one queue at most, found by
+    /// reading the name back.
+    fn dead_letter_shared(&self, queue: &[u8], dead: &[u8]) -> Option<String> {
+        let show = |b: &[u8]| -> String {
+            String::from_utf8_lossy(b)
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect()
+        };
+        if let Some(owner) = self.rule_for(dead) {
+            return Some(format!(
+                "it is itself a queue, of the rule '{}'",
+                show(owner.pattern.as_bytes())
+            ));
+        }
+        for other in &self.rules {
+            let candidates: Vec<Vec<u8>> = match (&other.dead_letter, other.fixed_dead_letter()) {
+                (_, Some(fixed)) if fixed.as_bytes() != dead => continue,
+                (_, Some(_)) if other.shares_dead_letter() => {
+                    return Some(format!(
+                        "the rule '{}' names it for every queue it matches",
+                        show(other.pattern.as_bytes())
+                    ));
+                }
+                (_, Some(_)) => vec![other.pattern.as_bytes().to_vec()],
+                (Some(template), None) => templated_queue(template, dead).into_iter().collect(),
+                (None, None) => default_dead_queues(dead),
+            };
+            let same_list =
+                |c: &Vec<u8>| QueueKeys::new(c, other.dead_letter.as_deref()).dead() == dead;
+            if let Some(c) = candidates
+                .iter()
+                .find(|c| c[..] != *queue && same_list(c) && self.governs(other, c))
+            {
+                return Some(format!("the queue '{}' has it too", show(c)));
+            }
+        }
+        None
+    }
+}
+
+/// The queue whose name, put for `$queue` in `template`, gives `dead`, if
+/// one can: the substitution is one-to-one (the name's length follows from
+/// the result's, and its first occurrence starts where the template says).
+fn templated_queue(template: &str, dead: &[u8]) -> Option<Vec<u8>> {
+    let parts: Vec<&str> = template.split("$queue").collect();
+    let times = parts.len() - 1;
+    let fixed: usize = parts.iter().map(|p| p.len()).sum();
+    let rest = dead.len().checked_sub(fixed)?;
+    if times == 0 || rest % times != 0 {
+        return None;
+    }
+    let start = parts[0].len();
+    Some(dead[start..start + rest / times].to_vec())
+}
+
+/// The queues whose default dead-letter list could be `dead`, one per form
+/// of the default name (see `keys.rs`); the caller checks each.
+fn default_dead_queues(dead: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    if let Some(q) = dead.strip_suffix(b":dead") {
+        out.push(q.to_vec());
+        if let Some(rest) = q.strip_prefix(b"{") {
+            if let Some(inner) = rest.strip_suffix(b"}") {
+                out.push(inner.to_vec());
+            }
+            if let Some(close) = rest.windows(2).position(|w| w == b"}:") {
+                out.push(rest[close + 2..].to_vec());
+            }
+        }
+    }
+    out
 }
 
 /// The queue rules in force. SIGHUP replaces them here, in one place, so
@@ -287,7 +377,7 @@ impl Rules {
             return Some(q.clone());
         }
         let set = self.set.read().unwrap();
-        let q = Arc::new(Queue::new(key, set.rule_for(key)?));
+        let q = Arc::new(Queue::new(key, set.rule_for(key)?, &set));
         // The key shares its buffer with `q.name`, so the name is charged once.
         let size = q.footprint();
         self.resolved
@@ -710,10 +800,70 @@ mod tests {
         assert!(told.has_changed().unwrap());
     }
 
+    fn shared(rules: &Rules, queue: &str) -> Option<String> {
+        rules.resolve(queue.as_bytes()).unwrap().dead_shared.clone()
+    }
+
+    #[test]
+    fn dead_letter_lists_other_keys_reach_are_shared() {
+        let dead = |p: &str, d: &str| rule_with(p, &format!("dead_letter = {d:?}"));
+        // A glob with one name for all its queues.
+        let rules = Rules::new(&[dead("dl:*", "dl-dead")]);
+        let why = shared(&rules, "dl:a").unwrap();
+        assert!(why.contains("'dl:*' names it for every queue"), "{why}");
+        // A glob with the queue's name in it, or the default: its own.
+        let rules = Rules::new(&[dead("dl:*", "dead:$queue"), rule("t:*")]);
+        assert_eq!(shared(&rules, "dl:a"), None);
+        assert_eq!(shared(&rules, "t:a"), None);
+        // Two rules naming the same list, whichever way.
+        let rules = Rules::new(&[
+            dead("a", "common"),
+            dead("b", "common"),
+            dead("c", "x:$queue"),
+            dead("d", "x:c"),
+            rule("e"),
+        ]);
+        assert!(shared(&rules, "a").unwrap().contains("'b'"));
+        assert!(shared(&rules, "b").unwrap().contains("'a'"));
+        assert!(shared(&rules, "c").unwrap().contains("'d'"));
+        assert!(shared(&rules, "d").unwrap().contains("'c'"));
+        assert_eq!(shared(&rules, "e"), None);
+        // `$queue` names read back: q:y's list is also p:q:y's.
+        let rules = Rules::new(&[dead("p:*", "d:$queue"), dead("q:*", "d:p:$queue")]);
+        assert!(shared(&rules, "q:y").unwrap().contains("'p:q:y'"));
+        assert!(shared(&rules, "p:q:y").unwrap().contains("'q:y'"));
+        assert_eq!(shared(&rules, "p:x"), None);
+        // Default names: `jobs` and `{jobs}` both have `{jobs}:dead`, and
+        // a fixed name may be another queue's default.
+        let rules = Rules::new(&[
+            rule("jobs"),
+            rule("{jobs}"),
+            rule("t:*"),
+            dead("z", "{t:1}:dead"),
+        ]);
+        assert!(shared(&rules, "jobs").unwrap().contains("'{jobs}'"));
+        assert!(shared(&rules, "{jobs}").unwrap().contains("'jobs'"));
+        assert!(shared(&rules, "t:1").unwrap().contains("'z'"));
+        assert!(shared(&rules, "z").unwrap().contains("'t:1'"));
+        assert_eq!(shared(&rules, "t:2"), None);
+        // A rule that does not apply to the other key shares nothing: the
+        // exact rule wins for `t:9`, whose list is its own.
+        let rules = Rules::new(&[
+            dead("t:*", "d:$queue"),
+            dead("t:9", "other"),
+            dead("u", "d:t:9"),
+        ]);
+        assert_eq!(shared(&rules, "u"), None);
+        // A list that is itself a queue.
+        let rules = Rules::new(&[dead("a", "b"), rule("b")]);
+        assert!(shared(&rules, "a").unwrap().contains("itself a queue"));
+    }
+
     #[test]
     fn ordinary_queues_cost_about_a_kilobyte() {
         // Keeps RESOLVED_CACHE_BYTES's rationale honest: thousands fit.
-        let q = Queue::new(b"tasks:eu:mail", &rule("tasks:*"));
+        let set = RuleSet::new(&[rule("tasks:*")]);
+        let q = Queue::new(b"tasks:eu:mail", &set.rules[0], &set);
         let cost = ByteBoundedMap::<()>::cost(&q.name, q.footprint());
         assert!(cost < 2000, "{cost}");
     }

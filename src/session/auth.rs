@@ -219,31 +219,39 @@ impl Session {
     }
 
     /// Whether the client's user may run the queue operation; if not, the
-    /// client has Redis's refusal.
+    /// client has Redis's refusal, for the first of its keys refused.
     pub(super) async fn permitted(&mut self, kind: Kind, args: Args<'_>) -> bool {
         let State::User(user) = &self.auth else {
             return true;
         };
         let user = user.clone();
-        let Some((command, name)) = auth::equivalent(kind, args) else {
+        let queues = self.ctx.queues.clone();
+        let Some((commands, name)) = auth::equivalent(kind, args, |q| queues.dead_letter_of(q))
+        else {
             return true;
         };
-        let verdict = match self.ctx.permissions.cached(&user, &name, &command) {
-            Some(v) => v,
-            None => {
-                let request = auth::dryrun_request(&user, &command);
-                match self.shared.call(request, self.out.clone()).await {
-                    Ok(reply) => {
-                        let v = auth::verdict(&reply, &name);
-                        self.ctx
-                            .permissions
-                            .remember(&user, &name, &command, v.clone());
-                        v
+        let mut verdict = Verdict::Allowed;
+        for command in &commands {
+            verdict = match self.ctx.permissions.cached(&user, &name, command) {
+                Some(v) => v,
+                None => {
+                    let request = auth::dryrun_request(&user, command);
+                    match self.shared.call(request, self.out.clone()).await {
+                        Ok(reply) => {
+                            let v = auth::verdict(&reply, &name);
+                            self.ctx
+                                .permissions
+                                .remember(&user, &name, command, v.clone());
+                            v
+                        }
+                        Err(e) => Verdict::Refused(Bytes::from(e.to_reply())),
                     }
-                    Err(e) => Verdict::Refused(Bytes::from(e.to_reply())),
                 }
+            };
+            if verdict != Verdict::Allowed {
+                break;
             }
-        };
+        }
         let Verdict::Refused(reply) = verdict else {
             return true;
         };
