@@ -413,18 +413,18 @@ fn push_errors_follow_redis() {
 
 #[test]
 fn a_long_delay_does_not_meet_the_lease() {
-    // Lease 100 ms, delay 400 ms: the message is not leased while it waits,
+    // Lease 100 ms, delay 1.5 s: the message is not leased while it waits,
     // so it is neither redelivered early nor counted as a delivery.
     let (_redis, proxy) = start();
     let mut c = proxy.client();
     // Timed from before the push: Redis sets the due time after this, so
-    // however slow the reply, the pop cannot come sooner than 400 ms later.
+    // however slow the reply, the pop cannot come sooner than 1.5 s later.
     let pushed = Instant::now();
-    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "400"]);
+    c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "1500"]);
     assert_eq!(c.cmd(&["RPOP", "short1"]), Value::Nil);
     assert_eq!(info_int(&proxy, "short1", "leased"), 0);
     assert_eq!(pop_eventually(&mut c, "short1"), "slow");
-    assert!(pushed.elapsed() >= Duration::from_millis(390));
+    assert!(pushed.elapsed() >= Duration::from_millis(1490));
     let i = info(&proxy, "short1");
     assert_eq!(as_int(&i["deliveries"]), 1);
     assert_eq!(as_int(&i["expiries"]), 0);
