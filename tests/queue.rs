@@ -1384,3 +1384,39 @@ fn a_client_pinned_to_another_database_still_pops_leases_in_database_0() {
         Value::Array(vec![Value::bulk("k")])
     );
 }
+
+#[test]
+fn a_queue_operation_in_another_database_is_refused_never_answered_empty() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["SELECT", "1"]), Value::Simple("OK".into()));
+    assert_eq!(c.cmd(&["LPUSH", "qdb", "m"]), Value::Int(1));
+    // Queues live in database 0: the pop must not look there and say nil.
+    for words in [
+        vec!["RPOP", "qdb"],
+        vec!["BRPOP", "qdb", "0.1"],
+        vec!["ACK", "qdb", "m"],
+        vec!["QUEUE", "INFO", "qdb"],
+    ] {
+        match c.cmd(&words) {
+            Value::Error(e) => assert!(e.contains("database 0"), "{words:?}: {e}"),
+            other => panic!("{words:?} in database 1 answered {other:?}"),
+        }
+    }
+    // The message is still where the client put it.
+    assert_eq!(
+        redis.client().cmd(&["SELECT", "1"]),
+        Value::Simple("OK".into())
+    );
+    let mut direct = redis.client();
+    direct.cmd(&["SELECT", "1"]);
+    assert_eq!(direct.cmd(&["LLEN", "qdb"]), Value::Int(1));
+    // Back in database 0 queues work; RESET goes back there too.
+    assert_eq!(c.cmd(&["SELECT", "0"]), Value::Simple("OK".into()));
+    c.cmd(&["LPUSH", "qdb", "z"]);
+    assert_eq!(c.cmd(&["RPOP", "qdb"]), Value::bulk("z"));
+    c.cmd(&["SELECT", "2"]);
+    assert_eq!(c.cmd(&["RESET"]), Value::Simple("RESET".into()));
+    assert_eq!(c.cmd(&["RPOP", "qdb"]), Value::Nil);
+}

@@ -210,6 +210,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         started: Instant::now(),
         pending_at_read: false,
         pops_this_read: 0,
+        db: 0,
         popped_in_multi: false,
         ctx,
     };
@@ -261,6 +262,8 @@ struct Session {
     pops_this_read: u32,
     /// The open transaction has a pop queued.
     popped_in_multi: bool,
+    /// The database the client selected (as its SELECT asked).
+    db: i64,
 }
 
 impl Session {
@@ -426,6 +429,13 @@ impl Session {
         if kind == Kind::Multi {
             self.popped_in_multi = false;
         }
+        if kind == Kind::Reset {
+            self.db = 0;
+        } else if args.is(0, "SELECT") {
+            if let Some(n) = args.get(1).and_then(crate::command::parse_i64) {
+                self.db = n;
+            }
+        }
         // A RESET logs out a client that needed no login when it connected
         // if a login is wanted now; a login may change the connection the
         // client's commands go on.
@@ -453,6 +463,20 @@ impl Session {
                     return None;
                 }
                 let in_multi = self.pinned && self.mode.multi;
+                if self.db != 0 {
+                    // Queues, their leases and the reaper live in database 0:
+                    // a pop there would answer from another database's list
+                    // (an empty queue, forever). Refused, never wrong.
+                    let reply = format!(
+                        "-ERR ackproxy: queue operations run in database 0, and this connection selected database {} (SELECT 0 first)\r\n",
+                        self.db
+                    );
+                    self.answer_as(Bytes::from(reply), Served::Queue).await;
+                    if in_multi {
+                        self.fail_transaction().await;
+                    }
+                    return None;
+                }
                 if self.pinned && !in_multi {
                     // Redis would run this after everything the client
                     // sent before; that also settles the protocol and
