@@ -124,3 +124,32 @@ fn a_line_about_a_client_names_its_address() {
         .unwrap();
     assert!(line.contains(&format!("client={addr}")), "{line}");
 }
+
+#[test]
+fn keyspace_notifications_lost_and_back_are_logged_once_each() {
+    let mut redis = Redis::start();
+    let log = log_path();
+    let rules = config("[[queue]]\npattern = \"jobs\"\n");
+    let _proxy = Proxy::start_logged(redis.port, &rules, &log);
+    await_line(&log, "enabled keyspace notifications");
+    let (port, dir) = (redis.port, redis.dir.clone());
+    redis.kill();
+    await_line(&log, "keyspace notifications unavailable");
+    // Long enough for several attempts to subscribe again (the first
+    // ones come 50 ms, 100 ms, 200 ms … apart).
+    std::thread::sleep(Duration::from_secs(4));
+    let during = read(&log);
+    assert_eq!(
+        during.matches("keyspace notifications unavailable").count(),
+        1,
+        "{during}"
+    );
+    let _back = Redis::start_on(port, dir, &[]);
+    let text = await_line(&log, "keyspace notifications back");
+    assert_eq!(
+        text.matches("keyspace notifications unavailable").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("keyspace notifications back").count(), 1, "{text}");
+}
