@@ -41,7 +41,7 @@ EXPOSE 6380
 # (the image has bash but no curl: the check speaks HTTP over /dev/tcp).
 # Liveness, not readiness: an unhealthy container may be restarted, which
 # would not bring an unreachable Redis back (/readyz says that).
-ENV ACKPROXY_METRICS=127.0.0.1:9121
+ENV ACKPROXY_METRICS=127.0.0.1:7380
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["ackproxy-healthcheck"]
 ENTRYPOINT ["ackproxy"]

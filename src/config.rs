@@ -44,7 +44,7 @@ pub struct Cli {
     /// Worker threads (default 1: best batching, leaves cores to Redis).
     #[arg(long, env = "ACKPROXY_THREADS", value_parser = parse_threads)]
     pub threads: Option<usize>,
-    /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:9121.
+    /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:7380.
     #[arg(long, env = "ACKPROXY_METRICS")]
     pub metrics: Option<String>,
     /// Allow a non-loopback operations address.
@@ -1434,17 +1434,17 @@ mod tests {
     fn bad_addresses_are_rejected() {
         assert!(Config::from_toml("listen = \"not-an-addr\"").is_err());
         assert!(Config::from_toml("metrics = \"nope\"").is_err());
-        let public = Config::from_toml("metrics = \"0.0.0.0:9121\"").unwrap_err();
+        let public = Config::from_toml("metrics = \"0.0.0.0:7380\"").unwrap_err();
         assert!(public.contains("ops_public"), "{public}");
-        assert!(Config::from_toml("metrics = \"[::1]:9121\"").is_ok());
-        assert!(Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true").is_ok());
+        assert!(Config::from_toml("metrics = \"[::1]:7380\"").is_ok());
+        assert!(Config::from_toml("metrics = \"0.0.0.0:7380\"\nops_public = true").is_ok());
         assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
     }
 
     #[test]
     fn operations_limits_and_host_names_are_checked() {
         let cfg = Config::from_toml(
-            "metrics = \"0.0.0.0:9121\"\nops_public = true\n\
+            "metrics = \"0.0.0.0:7380\"\nops_public = true\n\
              ops_allowed_hosts = [\"ops.example.com\", \"ops-2.internal\"]\n\
              ops_max_connections = 8\n",
         )
@@ -1456,9 +1456,9 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("at most 8 connections"), "{s}");
-        let open = Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true\n").unwrap();
+        let open = Config::from_toml("metrics = \"0.0.0.0:7380\"\nops_public = true\n").unwrap();
         assert!(open.summary().contains("hosts any"), "{}", open.summary());
-        let local = Config::from_toml("metrics = \"127.0.0.1:9121\"\nops_public = true\n").unwrap();
+        let local = Config::from_toml("metrics = \"127.0.0.1:7380\"\nops_public = true\n").unwrap();
         assert!(
             local
                 .summary()
@@ -1527,7 +1527,7 @@ mod tests {
 
     #[test]
     fn summary_says_the_admin_token_is_set_never_its_value() {
-        let cfg = Config::from_toml("metrics = \"127.0.0.1:9121\"\nadmin_token = \"s3cret-t0ken\"")
+        let cfg = Config::from_toml("metrics = \"127.0.0.1:7380\"\nadmin_token = \"s3cret-t0ken\"")
             .unwrap();
         let s = cfg.summary();
         assert!(s.contains("admin token         set"), "{s}");

@@ -645,7 +645,7 @@ fn maxclients_counts_tls_clients() {
     let toml = pki.listener_toml(tls_port, "no") + "\n[limits]\nmaxclients = 1\n";
     let _proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &metrics_addr]);
     // The harness's PING connection counts until the proxy has seen it go.
-    wait_for_metric(metrics, "ackproxy_connections", 0);
+    wait_for_metric(metrics, "ackproxy_connections_open", 0);
     runtime().block_on(async {
         let config = client_config(&pki, None);
         let mut first = TlsClient::connect(tls_port, config.clone()).await.unwrap();
