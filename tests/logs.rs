@@ -151,15 +151,25 @@ fn keyspace_notifications_lost_and_back_are_logged_once_each() {
         1,
         "{text}"
     );
-    assert_eq!(text.matches("keyspace notifications back").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("keyspace notifications back").count(),
+        1,
+        "{text}"
+    );
 }
 
 /// The processes whose parent is `pid`.
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
         let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
     }
     out
 }
