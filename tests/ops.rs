@@ -896,7 +896,7 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect(
-                "chromedriver must be installed (tests/setup-deps.sh installs chromium-driver)",
+                "chromedriver must be installed (tests/setup-bench-deps.sh installs chromium-driver)",
             );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
