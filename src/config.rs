@@ -31,7 +31,7 @@ pub struct Cli {
     /// Address to accept Redis clients on.
     #[arg(long, env = "ACKPROXY_LISTEN")]
     pub listen: Option<String>,
-    /// Upstream Redis `host:port`. Without it a private redis-server is started.
+    /// Upstream Redis `host:port`.
     #[arg(long, env = "ACKPROXY_UPSTREAM")]
     pub upstream: Option<String>,
     /// Password the proxy's own upstream connections authenticate with.
@@ -185,7 +185,7 @@ impl Cli {
         };
         let defaults: [(&str, String); 9] = [
             ("listen", d.listen.clone()),
-            ("upstream", "none: a private redis-server".into()),
+            ("upstream", "none: a private redis-server is started".into()),
             ("shared_connections", d.shared_connections.to_string()),
             ("user_connections_max", d.user_connections_max.to_string()),
             ("threads", d.threads.unwrap_or(1).to_string()),

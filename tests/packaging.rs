@@ -79,7 +79,7 @@ fn help_shows_defaults_which_do_not_override_the_file() {
     let help = stdout(&ackproxy(&["--help"]));
     for default in [
         "[default: 127.0.0.1:6380]",
-        "[default: none: a private redis-server]",
+        "[default: none: a private redis-server is started]",
         "[default: 64]",
         "[default: human]",
     ] {
