@@ -303,11 +303,10 @@ impl Eval<'_> {
         m: &[(String, bool, String)],
     ) -> Vec<(Labels, f64)> {
         self.names.push(name.to_string());
-        let all = self
-            .after
-            .get(name)
-            .unwrap_or_else(|| panic!("the proxy exports no series {name}"));
-        let _ = all;
+        assert!(
+            self.after.get(name).is_some(),
+            "the proxy exports no series {name}"
+        );
         from.get(name)
             .into_iter()
             .flatten()
