@@ -5,18 +5,23 @@
 FROM rust:1-bookworm AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-# Cargo.toml names the benchmark files, so they must exist to build at all.
+# Cargo.toml names the benchmark files, so they must exist to build at all:
+# an empty main for each one it names.
 RUN mkdir -p src bench \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
-    && echo 'fn main() {}' > bench/idle_conns.rs \
-    && echo 'fn main() {}' > bench/queue_bench.rs \
+    && for f in $(grep -o 'bench/[a-z_]*\.rs' Cargo.toml); do echo 'fn main() {}' > "$f"; done \
     && cargo build --release --locked --bin ackproxy \
     && rm -rf src bench
+COPY build.rs ./
 COPY src ./src
 COPY lua ./lua
 COPY config ./config
 COPY bench ./bench
+# The build context has no .git: `ackproxy --version` names the commit
+# given here (docker build --build-arg ACKPROXY_GIT_COMMIT=$(git rev-parse
+# --short HEAD) .), or none.
+ARG ACKPROXY_GIT_COMMIT=
 # touch: the placeholders' build must not look newer than the real sources.
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin ackproxy \
@@ -29,20 +34,26 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends redis-server ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/ackproxy \
-       --create-home --shell /usr/sbin/nologin ackproxy
+       --create-home --shell /usr/sbin/nologin ackproxy \
+    && install -d -o ackproxy -g ackproxy -m 0750 /var/lib/ackproxy/data
 COPY --from=builder /src/target/release/ackproxy /usr/local/bin/ackproxy
-# An example: use it with --config /etc/ackproxy/ackproxy.toml.
-COPY config/ackproxy.toml /etc/ackproxy/ackproxy.toml
+# Listens on 0.0.0.0 (6380, and 7380 for the operations server), without
+# queue rules until ACKPROXY_QUEUES or a file mounted here gives them.
+COPY docker/ackproxy.toml /etc/ackproxy/ackproxy.toml
+# Every setting, commented: a starting point for a file of your own.
+COPY config/ackproxy.toml /usr/share/doc/ackproxy/ackproxy.toml.example
 COPY docker/healthcheck.sh /usr/local/bin/ackproxy-healthcheck
 USER ackproxy
 WORKDIR /var/lib/ackproxy
-EXPOSE 6380
-# The operations server, inside the container only, for the health check
-# (the image has bash but no curl: the check speaks HTTP over /dev/tcp).
+# Where the private redis-server keeps its append-only file when
+# ACKPROXY_EMBEDDED_PERSISTENCE=true: mount a volume here to keep it.
+ENV ACKPROXY_EMBEDDED_DIR=/var/lib/ackproxy/data
+EXPOSE 6380 7380
 # Liveness, not readiness: an unhealthy container may be restarted, which
-# would not bring an unreachable Redis back (/readyz says that).
-ENV ACKPROXY_METRICS=127.0.0.1:9121
+# would not bring an unreachable Redis back (/readyz says that). The check
+# asks /healthz at $ACKPROXY_METRICS, else at 127.0.0.1:7380 (the image has
+# bash but no curl: it speaks HTTP over /dev/tcp).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["ackproxy-healthcheck"]
 ENTRYPOINT ["ackproxy"]
-CMD ["--listen", "0.0.0.0:6380"]
+CMD ["--config", "/etc/ackproxy/ackproxy.toml"]

@@ -556,7 +556,7 @@ fn redis_benchmark(port: u16, test: &str, n: usize) -> f64 {
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "50"])
         .args(["-n", &n.to_string(), "-r", "100000", "-t", test, "--csv"])
         .output()
-        .expect("redis-benchmark (bash tests/setup-deps.sh installs it)");
+        .expect("redis-benchmark (bash tests/setup-bench-deps.sh installs it)");
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().unwrap_or_default().replace('"', "");
     last.split(',')

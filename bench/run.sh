@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
 done
 
 for tool in redis-server redis-cli redis-benchmark nutcracker openssl; do
-  command -v "$tool" >/dev/null || { echo "$tool not found: run bash tests/setup-deps.sh" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "$tool not found: run bash tests/setup-bench-deps.sh" >&2; exit 1; }
 done
 
 # The idle-connection measurement needs a descriptor per client in the

@@ -4,7 +4,7 @@
 # wget). Healthy means the process answers; whether Redis does is for
 # /readyz: restarting the proxy would not bring Redis back.
 set -u
-addr=${ACKPROXY_METRICS:-127.0.0.1:9121}
+addr=${ACKPROXY_METRICS:-127.0.0.1:7380}
 host=${addr%:*}
 port=${addr##*:}
 host=${host#[}

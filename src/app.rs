@@ -25,6 +25,7 @@ pub async fn run_with_reload(config: Config, cli: Option<Cli>) -> Result<(), Sta
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
+        crate::upstream::shared::stopping();
         tracing::info!("signal received, stopping");
         let _ = stop_tx.send(true);
     });
@@ -138,6 +139,7 @@ async fn start_inner(
     }
     Ok(async move {
         server::serve(listeners, ctx, stop).await;
+        crate::upstream::shared::stopping();
         if let Some(e) = embedded {
             e.stop().await;
         }

@@ -12,17 +12,26 @@ use crate::resp::Limits;
 #[derive(Parser, Debug, Default)]
 #[command(
     name = "ackproxy",
-    version,
-    about = "Redis proxy with at-least-once delivery for list queues"
+    version = env!("ACKPROXY_VERSION"),
+    about = "Redis proxy with at-least-once delivery for list queues",
+    long_about = "Redis proxy with at-least-once delivery for list queues.\n\n\
+        Settings come from the TOML file (--config), then from these flags, each of which \
+        can also come from its ACKPROXY_* environment variable. A default shown is the one \
+        in force when neither the flag nor the file sets the setting. SIGHUP reloads the \
+        file's queue rules, [limits] and upstream credentials."
 )]
 pub struct Cli {
     /// TOML configuration file.
     #[arg(short, long, env = "ACKPROXY_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Queue rules as TOML `[[queue]]` tables (or `queue = [{...}]`), in
+    /// place of the file's rules.
+    #[arg(long, env = "ACKPROXY_QUEUES", value_name = "TOML")]
+    pub queues: Option<String>,
     /// Address to accept Redis clients on.
     #[arg(long, env = "ACKPROXY_LISTEN")]
     pub listen: Option<String>,
-    /// Upstream Redis `host:port`. Without it a private redis-server is started.
+    /// Upstream Redis `host:port`.
     #[arg(long, env = "ACKPROXY_UPSTREAM")]
     pub upstream: Option<String>,
     /// Password the proxy's own upstream connections authenticate with.
@@ -41,12 +50,19 @@ pub struct Cli {
     /// Give every client its own upstream connection (no multiplexing).
     #[arg(long, env = "ACKPROXY_DEDICATED_PER_CLIENT")]
     pub dedicated_per_client: bool,
-    /// Worker threads (default 1: best batching, leaves cores to Redis).
+    /// Worker threads (one batches best and leaves the other cores to Redis).
     #[arg(long, env = "ACKPROXY_THREADS", value_parser = parse_threads)]
     pub threads: Option<usize>,
-    /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:9121.
+    /// Operations address (`/metrics`, web view, JSON API), e.g. 127.0.0.1:7380.
     #[arg(long, env = "ACKPROXY_METRICS")]
     pub metrics: Option<String>,
+    /// The private redis-server (no upstream) keeps an append-only file in
+    /// --embedded-dir, so its data outlives restarts.
+    #[arg(long, env = "ACKPROXY_EMBEDDED_PERSISTENCE")]
+    pub embedded_persistence: bool,
+    /// The private redis-server's directory.
+    #[arg(long, env = "ACKPROXY_EMBEDDED_DIR")]
+    pub embedded_dir: Option<PathBuf>,
     /// Allow a non-loopback operations address.
     #[arg(long, env = "ACKPROXY_OPS_PUBLIC")]
     pub ops_public: bool,
@@ -97,6 +113,31 @@ pub struct Cli {
     /// Validate the configuration, print a summary and exit.
     #[arg(long)]
     pub check_config: bool,
+    #[command(subcommand)]
+    pub generate: Option<Generate>,
+}
+
+/// Files made from the command-line definition, for packages.
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum Generate {
+    /// Writes the man page, ackproxy.1, and the shell completions into a
+    /// directory.
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: GenerateWhat,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum GenerateWhat {
+    /// The man page, DIR/ackproxy.1.
+    Man { dir: PathBuf },
+    /// The completion script of SHELL, into DIR.
+    Completions {
+        shell: clap_complete::Shell,
+        dir: PathBuf,
+    },
 }
 
 fn parse_threads(s: &str) -> Result<usize, String> {
@@ -113,14 +154,58 @@ impl Cli {
     /// environment variable is reported as that variable: clap names the
     /// flag whichever gave the value.
     pub fn parse_args() -> Cli {
+        use clap::FromArgMatches;
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        match Cli::try_parse_from(&args) {
+        let parsed = Cli::definition()
+            .try_get_matches_from(&args)
+            .and_then(|m| Cli::from_arg_matches(&m));
+        match parsed {
             Ok(cli) => cli,
             Err(mut e) => {
                 name_env_source(&mut e, &args, |var| std::env::var_os(var));
                 e.exit()
             }
         }
+    }
+
+    /// The command-line definition, each setting's help ending in its
+    /// default. Not as clap's `default_value`: a flag with one would always
+    /// be given, and override the configuration file.
+    pub fn definition() -> clap::Command {
+        use clap::CommandFactory;
+        let d = Config::default();
+        let log_format = match d.log_format {
+            LogFormat::Human => "human",
+            LogFormat::Json => "json",
+        };
+        let auth_clients = match d.tls_auth_clients {
+            AuthClients::Yes => "yes",
+            AuthClients::No => "no",
+            AuthClients::Optional => "optional",
+        };
+        let defaults: [(&str, String); 9] = [
+            ("listen", d.listen.clone()),
+            ("upstream", "none: a private redis-server is started".into()),
+            ("shared_connections", d.shared_connections.to_string()),
+            ("user_connections_max", d.user_connections_max.to_string()),
+            ("threads", d.threads.unwrap_or(1).to_string()),
+            ("metrics", "none: no operations server".into()),
+            ("ops_max_connections", d.ops_max_connections.to_string()),
+            ("log_format", log_format.into()),
+            ("tls_auth_clients", auth_clients.into()),
+        ];
+        let mut cmd = Cli::command();
+        for (id, default) in defaults {
+            cmd = cmd.mut_arg(id, |a| {
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                a.help(format!("{help} [default: {default}]"))
+            });
+        }
+        cmd.mut_arg("embedded_dir", |a| {
+            a.help(
+                "The private redis-server's directory [default: a temporary one, removed at exit]",
+            )
+        })
     }
 }
 
@@ -569,8 +654,19 @@ impl Config {
             }
             None => Config::default(),
         };
+        let mut rules_text = None;
+        if let Some(v) = &cli.queues {
+            cfg.queues = queue_rules(v).map_err(|e| format!("{}: {e}", given_by("queues", v)))?;
+            rules_text = Some(v.as_str());
+        }
         if let Some(v) = &cli.listen {
             cfg.listen = v.clone();
+        }
+        if cli.embedded_persistence {
+            cfg.embedded.persistence = true;
+        }
+        if let Some(v) = &cli.embedded_dir {
+            cfg.embedded.dir = Some(v.clone());
         }
         if let Some(v) = &cli.upstream {
             cfg.upstream = Some(v.clone());
@@ -638,10 +734,12 @@ impl Config {
             cfg.upstream_tls_server_name = Some(v.clone());
         }
         let path = cli.config.as_ref().map(|p| p.display().to_string());
+        let rules_from = cli.queues.as_ref().map(|v| given_by("queues", v));
         let mut origin = Origin {
             file: path.as_deref(),
             text: text.as_deref(),
             given: Vec::new(),
+            rules: rules_text.map(|t| (rules_from.as_deref().unwrap_or_default(), t)),
         };
         if let Some(v) = &cli.upstream {
             origin.given.push(("upstream", given_by("upstream", v)));
@@ -1235,9 +1333,28 @@ struct Origin<'a> {
     text: Option<&'a str>,
     /// Setting → the flag or variable that gave it.
     given: Vec<(&'static str, String)>,
+    /// Where the queue rules came from instead of the file, and their text.
+    rules: Option<(&'a str, &'a str)>,
 }
 
 impl Origin<'_> {
+    /// Where the rules were written: this, or the flag or variable that
+    /// gave them in place of the file's.
+    fn of_rules(&self) -> Origin<'_> {
+        match self.rules {
+            Some((from, text)) => Origin {
+                file: Some(from),
+                text: Some(text),
+                ..Origin::default()
+            },
+            None => Origin {
+                file: self.file,
+                text: self.text,
+                ..Origin::default()
+            },
+        }
+    }
+
     /// The line (from 1) setting `key`: at the top level, or in the
     /// `rule`-th `[[queue]]` table.
     fn line(&self, rule: Option<usize>, key: &str) -> Option<usize> {
@@ -1262,14 +1379,16 @@ impl Origin<'_> {
     /// `file:line: ` of a rule's `key` (its pattern's line without it), to
     /// start a message with; empty when unknown.
     fn rule(&self, i: usize, key: &str) -> String {
-        self.place(self.line(Some(i), key).or(self.line(Some(i), "pattern")))
+        let at = self.of_rules();
+        at.place(at.line(Some(i), key).or(at.line(Some(i), "pattern")))
             .map(|p| format!("{p}: "))
             .unwrap_or_default()
     }
 
     /// A rule by where it is: `at file:line`, or by number.
     fn rule_place(&self, i: usize) -> String {
-        self.place(self.line(Some(i), "pattern"))
+        let at = self.of_rules();
+        at.place(at.line(Some(i), "pattern"))
             .map(|p| format!("at {p}"))
             .unwrap_or_else(|| format!("number {}", i + 1))
     }
@@ -1300,6 +1419,19 @@ fn given_by(long: &str, value: &str) -> String {
     } else {
         flag
     }
+}
+
+/// Queue rules given as TOML text: `[[queue]]` tables, or `queue = [...]`.
+fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Rules {
+        #[serde(default)]
+        queue: Vec<QueueRule>,
+    }
+    toml::from_str::<Rules>(text)
+        .map(|r| r.queue)
+        .map_err(|e| e.to_string())
 }
 
 /// `host:port`, as the upstream is connected to (resolved only then).
@@ -1480,17 +1612,17 @@ mod tests {
     fn bad_addresses_are_rejected() {
         assert!(Config::from_toml("listen = \"not-an-addr\"").is_err());
         assert!(Config::from_toml("metrics = \"nope\"").is_err());
-        let public = Config::from_toml("metrics = \"0.0.0.0:9121\"").unwrap_err();
+        let public = Config::from_toml("metrics = \"0.0.0.0:7380\"").unwrap_err();
         assert!(public.contains("ops_public"), "{public}");
-        assert!(Config::from_toml("metrics = \"[::1]:9121\"").is_ok());
-        assert!(Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true").is_ok());
+        assert!(Config::from_toml("metrics = \"[::1]:7380\"").is_ok());
+        assert!(Config::from_toml("metrics = \"0.0.0.0:7380\"\nops_public = true").is_ok());
         assert!(Config::from_toml("listen = \"127.0.0.1:7000\"").is_ok());
     }
 
     #[test]
     fn operations_limits_and_host_names_are_checked() {
         let cfg = Config::from_toml(
-            "metrics = \"0.0.0.0:9121\"\nops_public = true\n\
+            "metrics = \"0.0.0.0:7380\"\nops_public = true\n\
              ops_allowed_hosts = [\"ops.example.com\", \"ops-2.internal\"]\n\
              ops_max_connections = 8\n",
         )
@@ -1502,9 +1634,9 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("at most 8 connections"), "{s}");
-        let open = Config::from_toml("metrics = \"0.0.0.0:9121\"\nops_public = true\n").unwrap();
+        let open = Config::from_toml("metrics = \"0.0.0.0:7380\"\nops_public = true\n").unwrap();
         assert!(open.summary().contains("hosts any"), "{}", open.summary());
-        let local = Config::from_toml("metrics = \"127.0.0.1:9121\"\nops_public = true\n").unwrap();
+        let local = Config::from_toml("metrics = \"127.0.0.1:7380\"\nops_public = true\n").unwrap();
         assert!(
             local
                 .summary()
@@ -1573,7 +1705,7 @@ mod tests {
 
     #[test]
     fn summary_says_the_admin_token_is_set_never_its_value() {
-        let cfg = Config::from_toml("metrics = \"127.0.0.1:9121\"\nadmin_token = \"s3cret-t0ken\"")
+        let cfg = Config::from_toml("metrics = \"127.0.0.1:7380\"\nadmin_token = \"s3cret-t0ken\"")
             .unwrap();
         let s = cfg.summary();
         assert!(s.contains("admin token         set"), "{s}");

@@ -32,6 +32,9 @@ pub fn find_binary(bin: &str) -> Option<PathBuf> {
         .find(|p| is_exe(p))
 }
 
+/// How long the private redis-server has to stop when asked to.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct EmbeddedRedis {
     pub addr: String,
     child: Child,
@@ -120,7 +123,22 @@ impl EmbeddedRedis {
         }
     }
 
+    /// SIGTERM first: with persistence on, Redis writes and syncs what its
+    /// append-only file still lacks before it exits (SIGKILL would lose the
+    /// last writes, acknowledged to clients); SIGKILL only if it takes
+    /// longer than [`STOP_TIMEOUT`].
     pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on the child's pid, which is ours until it is
+            // waited for below.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("redis-server did not stop within {STOP_TIMEOUT:?}; killed");
+            }
+        }
         let _ = self.child.kill().await;
         if let Some(d) = self.scratch.take() {
             let _ = std::fs::remove_dir_all(d);

@@ -1,10 +1,16 @@
 use std::io::Write;
 
-use ackproxy::config::{Cli, Config, LogFormat};
+use ackproxy::config::{Cli, Config, Generate, GenerateWhat, LogFormat};
 use tracing::Level;
 
 fn main() {
     let cli = Cli::parse_args();
+    if let Some(Generate::Generate { what }) = &cli.generate {
+        if let Err(e) = generate(what) {
+            fatal(LogFormat::Human, &e, 1);
+        }
+        return;
+    }
     let (config, warnings) = match Config::load_with_warnings(&cli) {
         Ok(c) => c,
         Err(e) => fatal(requested_log_format(&cli), &e, 2),
@@ -42,6 +48,45 @@ fn main() {
     if let Err(e) = rt.block_on(ackproxy::app::run_with_reload(config, Some(cli))) {
         fatal(format, &e.to_string(), 1);
     }
+}
+
+/// `ackproxy generate …`: the man page or a shell's completions, made from
+/// the command-line definition, for packages to install.
+fn generate(what: &GenerateWhat) -> Result<(), String> {
+    // The proxy as a user runs it: without the hidden subcommand, which
+    // the man page's synopsis and the completions would otherwise offer.
+    let full = Cli::definition();
+    let mut cmd = full
+        .get_arguments()
+        .fold(clap::Command::new("ackproxy"), |c, a| c.arg(a.clone()))
+        .version(env!("ACKPROXY_VERSION"))
+        .about(full.get_about().map(|a| a.to_string()).unwrap_or_default())
+        .long_about(
+            full.get_long_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        );
+    let dir = match what {
+        GenerateWhat::Man { dir } | GenerateWhat::Completions { dir, .. } => dir,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let written = match what {
+        GenerateWhat::Man { .. } => {
+            let path = dir.join("ackproxy.1");
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .map_err(|e| format!("man page: {e}"))?;
+            std::fs::write(&path, page).map_err(|e| format!("{}: {e}", path.display()))?;
+            path
+        }
+        GenerateWhat::Completions { shell, .. } => {
+            clap_complete::generate_to(*shell, &mut cmd, "ackproxy", dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?
+        }
+    };
+    print_out(LogFormat::Human, &format!("{}\n", written.display()));
+    Ok(())
 }
 
 /// `--check-config`: the summary on stdout, then whatever would stop the

@@ -144,17 +144,30 @@ async fn tls_handshake(
     acceptor: TlsAcceptor,
     mut shutdown: watch::Receiver<bool>,
 ) -> Option<Stream> {
-    let peer = tcp.peer_addr().ok();
-    let failed = |why: String| {
+    let client = tcp
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    let failed = |why: String, refused: bool| {
         crate::telemetry::clients().tls_failures.increment(1);
-        tracing::debug!(?peer, "TLS handshake failed: {why}");
+        // A client the proxy refused (its certificate, its TLS versions, or
+        // no TLS at all) only sees its connection closed: the reason is for
+        // the operator to read. One that went away or said nothing says
+        // nothing worth a warning.
+        if refused {
+            tracing::warn!(client = %client, "TLS handshake refused: {why}");
+        } else {
+            tracing::debug!(client = %client, "TLS handshake failed: {why}");
+        }
         None
     };
     tokio::select! {
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls::accept(&acceptor, tcp)) => match r {
             Ok(Ok(stream)) => Some(stream),
-            Ok(Err(e)) => failed(e.to_string()),
-            Err(_) => failed(format!("no handshake within {HANDSHAKE_TIMEOUT:?}")),
+            Ok(Err(e)) => match tls::refusal(&e) {
+                Some(why) => failed(why, true),
+                None => failed(e.to_string(), false),
+            },
+            Err(_) => failed(format!("no handshake within {HANDSHAKE_TIMEOUT:?}"), false),
         },
         _ = shutdown.changed() => None,
     }

@@ -133,9 +133,9 @@ fn a_client_that_never_reads_is_cut_off_and_memory_stays_bounded() {
     assert_eq!(setup.cmd(&["PING"]), Value::Simple("PONG".into()));
 }
 
-/// The proxy's `ackproxy_connections` gauge, from its metrics endpoint.
+/// The proxy's `ackproxy_connections_open` gauge, from its metrics endpoint.
 fn connections(metrics: u16) -> i64 {
-    metric(metrics, "ackproxy_connections") as i64
+    metric(metrics, "ackproxy_connections_open") as i64
 }
 
 #[test]

@@ -124,3 +124,110 @@ fn a_line_about_a_client_names_its_address() {
         .unwrap();
     assert!(line.contains(&format!("client={addr}")), "{line}");
 }
+
+#[test]
+fn keyspace_notifications_lost_and_back_are_logged_once_each() {
+    let mut redis = Redis::start();
+    let log = log_path();
+    let rules = config("[[queue]]\npattern = \"jobs\"\n");
+    let _proxy = Proxy::start_logged(redis.port, &rules, &log);
+    await_line(&log, "enabled keyspace notifications");
+    let (port, dir) = (redis.port, redis.dir.clone());
+    redis.kill();
+    await_line(&log, "keyspace notifications unavailable");
+    // Long enough for several attempts to subscribe again (the first
+    // ones come 50 ms, 100 ms, 200 ms … apart).
+    std::thread::sleep(Duration::from_secs(4));
+    let during = read(&log);
+    assert_eq!(
+        during.matches("keyspace notifications unavailable").count(),
+        1,
+        "{during}"
+    );
+    let _back = Redis::start_on(port, dir, &[]);
+    let text = await_line(&log, "keyspace notifications back");
+    assert_eq!(
+        text.matches("keyspace notifications unavailable").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("keyspace notifications back").count(),
+        1,
+        "{text}"
+    );
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+#[test]
+fn a_clean_stop_logs_no_warning() {
+    // With the private redis-server: stopped by the proxy after its clients
+    // (SIGTERM to the proxy alone), or at the same moment as the proxy (a
+    // service manager signals every process of the unit).
+    for whole_group in [false, true] {
+        let log = log_path();
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let rules = config("[[queue]]\npattern = \"jobs\"\n");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args(["--listen", &listen, "--config"])
+            .arg(&rules)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        wait_until("the proxy to answer", || {
+            Client::try_connect(port).is_ok_and(|mut c| {
+                c.send(&["PING"]);
+                c.try_read_raw().is_ok_and(|r| r == b"+PONG\r\n")
+            })
+        });
+        let mut c = Client::connect(port);
+        assert_eq!(c.cmd(&["LPUSH", "jobs", "a"]), Value::Int(1));
+        assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));
+        assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
+        let mut pids = vec![child.id()];
+        if whole_group {
+            pids.extend(children(child.id()));
+            assert_eq!(pids.len(), 2, "no private redis-server: {pids:?}");
+        }
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .args(&pids)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let exit = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "still running after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(exit.success(), "{exit}");
+        let text = read(&log);
+        assert!(text.contains("signal received, stopping"), "{text}");
+        assert!(
+            !text.contains("WARN"),
+            "a warning on a clean stop (whole group: {whole_group}):\n{text}"
+        );
+    }
+}

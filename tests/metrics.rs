@@ -84,7 +84,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
         &["--metrics", &format!("127.0.0.1:{m}")],
     );
     // The harness's PING connection is closed; its session ends on its own.
-    await_metric(m, "ackproxy_connections", 0.0);
+    await_metric(m, "ackproxy_connections_open", 0.0);
     let body = scrape(m).expect("metrics endpoint");
 
     // Every series exists from the start, at 0; the harness's PING (one
@@ -120,7 +120,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
         "ackproxy_upstream_errors_total",
         "ackproxy_upstream_reconnects_total",
         "ackproxy_parked_clients",
-        "ackproxy_connections",
+        "ackproxy_connections_open",
     ] {
         assert_eq!(series_value(&body, name), Some(0.0), "{name}");
     }
@@ -144,7 +144,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
     assert_eq!(connected_before, 1.0, "the harness's PING connection");
 
     let mut c = proxy.client();
-    await_metric(m, "ackproxy_connections", 1.0);
+    await_metric(m, "ackproxy_connections_open", 1.0);
 
     // 5 pops of 3 messages, 12 of them acknowledged, 1 nacked, 1 unknown id.
     let msgs: Vec<String> = (1..=16).map(|i| format!("m{i}")).collect();
@@ -322,7 +322,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
     // maxclients = 4: c and parked are open; two more fit, the next is refused.
     let mut third = proxy.client();
     let mut fourth = proxy.client();
-    await_metric(m, "ackproxy_connections", 4.0);
+    await_metric(m, "ackproxy_connections_open", 4.0);
     let mut fifth = proxy.client();
     assert_eq!(
         fifth.read_value(),
@@ -344,7 +344,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
         2.0,
     );
     drop((c, parked, third, fourth, fifth));
-    await_metric(m, "ackproxy_connections", 0.0);
+    await_metric(m, "ackproxy_connections_open", 0.0);
     await_metric(
         m,
         &series("ackproxy_upstream_connections", &[("kind", "dedicated")]),
@@ -520,4 +520,39 @@ fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
     assert_eq!(c.cmd(&["ACK", "many:7", "b7"]), Value::Int(1));
     await_metric(m, &leased, 0.0);
     await_metric(m, &age, 0.0);
+}
+
+/// Tools that follow OpenMetrics (Prometheus's own OpenMetrics parser, the
+/// OpenTelemetry collector) name a counter without its `_total`: no other
+/// series may have that name.
+#[test]
+fn no_series_is_named_as_a_counter_without_its_total() {
+    let redis = Redis::start();
+    let m = free_port();
+    let _proxy = Proxy::start_with_config(
+        redis.port,
+        CONFIG,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let body = scrape(m).expect("metrics endpoint");
+    let families: Vec<(&str, &str)> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    assert!(families.len() > 20, "{body}");
+    for (name, kind) in &families {
+        if *kind != "counter" {
+            continue;
+        }
+        let bare = name.strip_suffix("_total").unwrap_or_else(|| {
+            panic!("counter {name} does not end in _total");
+        });
+        for (other, other_kind) in &families {
+            assert_ne!(
+                *other, bare,
+                "the {other_kind} {other} is named as the counter {name} without _total"
+            );
+        }
+    }
 }

@@ -380,7 +380,7 @@ fn pages_are_served_for_addresses_and_localhost_only() {
         r.header("content-type"),
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
-    assert!(r.text().contains("ackproxy_connections "));
+    assert!(r.text().contains("ackproxy_connections_open "));
 }
 
 fn ackproxy(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -484,7 +484,7 @@ fn the_dashboard_uses_only_exported_metrics() {
     }
     // Each queue counter and the connection series have a panel.
     for name in [
-        "ackproxy_connections",
+        "ackproxy_connections_open",
         "ackproxy_commands_total",
         "ackproxy_upstream_errors_total",
         "ackproxy_pops_total",
@@ -560,7 +560,7 @@ fn a_public_address_answers_the_allowed_host_names() {
     let proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &public]);
     for (host, want) in [
         ("ops.example.com", 200),
-        ("OPS.Example.com:9121", 200),
+        ("OPS.Example.com:7380", 200),
         ("127.0.0.1", 200),
         (&format!("localhost:{ops}"), 200),
         ("attacker.example", 403),
@@ -677,7 +677,7 @@ fn half_sent_requests_cannot_take_the_proxys_descriptors() {
     );
     let r = get(ops, "/metrics");
     assert_eq!(r.status, 200);
-    assert!(r.text().contains("ackproxy_connections "));
+    assert!(r.text().contains("ackproxy_connections_open "));
     c.send(&["PING"]);
     assert_eq!(c.try_read_raw().unwrap(), b"+PONG\r\n");
 }
@@ -896,7 +896,7 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect(
-                "chromedriver must be installed (tests/setup-deps.sh installs chromium-driver)",
+                "chromedriver must be installed (tests/setup-bench-deps.sh installs chromium-driver)",
             );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

@@ -1343,7 +1343,7 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
     drop(off);
     drop(on);
     eventually("both connections closed", || {
-        (metric(metrics, "ackproxy_connections") <= 0.0).then_some(())
+        (metric(metrics, "ackproxy_connections_open") <= 0.0).then_some(())
     });
     // Lease 10 minutes, yet a is back now; so is m, without its copy.
     eventually("a back in rq1", || {

@@ -1,29 +1,20 @@
 #!/usr/bin/env bash
-# Installs what the proxy, its tests and its benchmarks run against:
-# redis-server (the upstream), redis-tools (redis-cli, redis-benchmark),
-# nutcracker (twemproxy, the comparison in bench/), openssl (the benchmark's TLS
-# certificates) and chromium with chromium-driver (tests/ops.rs drives the web
-# view), from Debian's packages.
-# Prints nothing and changes nothing when all of them are present.
+# Installs what the quick start needs: redis-server (the proxy's private
+# upstream when none is configured; Debian's package brings redis-cli,
+# which the README's examples use), from Debian's packages. The test
+# suite's and the benchmarks' further tools come from
+# tests/setup-bench-deps.sh, which tests/run.sh calls.
+# Prints nothing and changes nothing when redis-server is present.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/usr/local/sbin"
 
-missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-{ command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
-command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
-[ ${#missing[@]} -eq 0 ] && exit 0
+command -v redis-server >/dev/null 2>&1 && exit 0
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then sudo=(sudo env DEBIAN_FRONTEND=noninteractive); fi
-echo "setup-deps: installing ${missing[*]}" >&2
+echo "setup-deps: installing redis-server" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq </dev/null
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null
 
-for tool in redis-server redis-cli redis-benchmark nutcracker openssl chromium chromedriver; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "setup-deps: $tool still missing" >&2; exit 1; }
-done
+command -v redis-server >/dev/null 2>&1 || { echo "setup-deps: redis-server still missing" >&2; exit 1; }

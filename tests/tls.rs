@@ -645,7 +645,7 @@ fn maxclients_counts_tls_clients() {
     let toml = pki.listener_toml(tls_port, "no") + "\n[limits]\nmaxclients = 1\n";
     let _proxy = Proxy::start_with_config(redis.port, &toml, &["--metrics", &metrics_addr]);
     // The harness's PING connection counts until the proxy has seen it go.
-    wait_for_metric(metrics, "ackproxy_connections", 0);
+    wait_for_metric(metrics, "ackproxy_connections_open", 0);
     runtime().block_on(async {
         let config = client_config(&pki, None);
         let mut first = TlsClient::connect(tls_port, config.clone()).await.unwrap();
@@ -853,4 +853,48 @@ fn idle_clients_cost_little() {
     let tls_kb = per_client(&proxy, n, before);
     println!("{tls_kb:.1} kB per idle TLS client");
     assert!(tls_kb < 16.0, "{tls_kb:.1} kB per idle TLS client");
+}
+
+#[test]
+fn a_refused_client_certificate_is_logged_with_the_client_address() {
+    let pki = Pki::new();
+    let redis = Redis::start();
+    let tls_port = free_port();
+    let dir = std::env::temp_dir();
+    let config = dir.join(format!("ackproxy-tls-log-{tls_port}.toml"));
+    std::fs::write(&config, pki.listener_toml(tls_port, "yes")).unwrap();
+    let log = dir.join(format!("ackproxy-tls-log-{tls_port}.txt"));
+    let _proxy = Proxy::start_logged(redis.port, &config, &log);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    // A client that connects and goes away without a word is no refusal.
+    drop(std::net::TcpStream::connect(("127.0.0.1", tls_port)).unwrap());
+    for (cert, why) in [
+        (Some("rogue"), "UnknownIssuer"),
+        (None, "peer sent no certificate"),
+    ] {
+        let addr = runtime().block_on(async {
+            let mut c = TlsClient::connect(tls_port, client_config(&pki, cert))
+                .await
+                .unwrap();
+            let addr = c.stream.get_ref().0.local_addr().unwrap();
+            assert!(c.cmd(&["PING"]).await.is_err(), "{cert:?} was let in");
+            addr
+        });
+        wait_until("the refusal in the log", || {
+            read_log().contains(&format!("client={addr}"))
+        });
+        let text = read_log();
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("client={addr}")))
+            .unwrap();
+        assert!(
+            line.contains("WARN") && line.contains("TLS handshake refused") && line.contains(why),
+            "{cert:?}: {line}"
+        );
+    }
+    let text = read_log();
+    assert_eq!(text.matches("TLS handshake").count(), 2, "{text}");
+    let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_file(&log);
 }

@@ -269,6 +269,8 @@ pub async fn load(endpoint: &Endpoint) -> bool {
             install(table);
             true
         }
+        // A Redis stopped with the proxy is not worth a warning.
+        Ok(Err(_)) if crate::upstream::shared::is_stopping() => false,
         Ok(Err(e)) => {
             tracing::warn!("could not read the command table ({e}); using the built-in one");
             false

@@ -165,6 +165,15 @@ pub async fn accept(acceptor: &TlsAcceptor, tcp: TcpStream) -> std::io::Result<S
     Ok(Stream::Tls(Box::new(tls.into())))
 }
 
+/// Why the TLS listener refused a client, when it did: what rustls found
+/// wrong with the handshake (a certificate it does not accept, no common
+/// version or cipher, bytes that are not TLS). `None` for a client that
+/// went away (closed, reset) or any other error of the socket.
+pub fn refusal(e: &std::io::Error) -> Option<String> {
+    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(tls.to_string())
+}
+
 /// The host of `host:port` (`[v6]:port` too): the name a certificate is
 /// checked against by default.
 pub fn host(addr: &str) -> &str {

@@ -232,16 +232,16 @@ mod tests {
     fn on_loopback_hosts_named_by_address_or_localhost_pass() {
         let policy = HostPolicy::new(true, &[]);
         for ok in [
-            "127.0.0.1:9121",
+            "127.0.0.1:7380",
             "localhost",
             "LOCALHOST:80",
-            "[::1]:9121",
+            "[::1]:7380",
             "::1",
         ] {
             assert!(policy.allows(&HeaderValue::from_static(ok)), "{ok}");
         }
         for bad in [
-            "evil.example:9121",
+            "evil.example:7380",
             "evil.example",
             "127.0.0.1.nip.io:80",
             "",

@@ -343,6 +343,9 @@ enum Ended {
 impl Listener {
     async fn run(mut self) {
         let mut backoff = RESUBSCRIBE_MIN;
+        // An outage is logged once when it begins and once when it ends,
+        // however many attempts there are in between.
+        let mut down = false;
         loop {
             self.changed.borrow_and_update();
             if self.rules.is_empty() {
@@ -358,12 +361,16 @@ impl Listener {
                 }
                 continue;
             }
-            let e = match self.subscription().await {
+            let e = match self.subscription(down).await {
                 Ok(Ended::Stopped) => return,
-                Ok(Ended::RulesChanged) => continue,
+                Ok(Ended::RulesChanged) => {
+                    down = false;
+                    continue;
+                }
                 Ok(Ended::Lost) => {
                     // It worked until now: try again at once.
                     backoff = RESUBSCRIBE_MIN;
+                    down = false;
                     ControlError::new(
                         "PSUBSCRIBE",
                         ControlCause::Unreachable("subscription connection closed".into()),
@@ -372,9 +379,13 @@ impl Listener {
                 Err(e) => e,
             };
             let _ = self.dispatcher.send(Msg::Notifications(false));
-            tracing::warn!(
-                "keyspace notifications unavailable ({e}); parked pops poll until they are back"
-            );
+            // Redis going away as the proxy stops is no outage.
+            if !down && !*self.stop.borrow() {
+                tracing::warn!(
+                    "keyspace notifications unavailable ({e}); parked pops poll until they are back"
+                );
+            }
+            down = true;
             if !e.retryable() {
                 // The same request would be refused the same way (a renamed
                 // CONFIG, say): ask again only now and then.
@@ -410,7 +421,7 @@ impl Listener {
     /// One subscription: enable the events, subscribe, then forward events
     /// and subscription changes until the connection ends or the proxy
     /// stops.
-    async fn subscription(&mut self) -> Result<Ended, ControlError> {
+    async fn subscription(&mut self, was_down: bool) -> Result<Ended, ControlError> {
         let mut conn = control::subscriber(&self.endpoint).await?;
         enable_notifications(&self.endpoint).await?;
         let keys: Vec<Vec<u8>> = self.keys.iter().map(|k| channel(k)).collect();
@@ -418,6 +429,9 @@ impl Listener {
             control::request("SUBSCRIBE", conn.subscribe(&keys)).await?;
         }
         let _ = self.dispatcher.send(Msg::Notifications(true));
+        if was_down {
+            tracing::info!("keyspace notifications back; parked pops wait for events again");
+        }
         // Anything pushed while there was no subscription.
         let _ = self.dispatcher.send(Msg::WakeAll);
         let (mut sink, mut events) = conn.split();

@@ -195,7 +195,7 @@ const COUNTERS: &[(&str, &str)] = &[
 ];
 
 const GAUGES: &[(&str, &str)] = &[
-    ("ackproxy_connections", "Client connections open now."),
+    ("ackproxy_connections_open", "Client connections open now."),
     (
         "ackproxy_parked_clients",
         "Blocking pops on queues waiting in the proxy.",
@@ -370,7 +370,7 @@ pub fn register_rules(rules: &[QueueRule]) {
 
 pub fn clients() -> &'static Clients {
     CLIENTS.get_or_init(|| Clients {
-        connections: metrics::gauge!("ackproxy_connections"),
+        connections: metrics::gauge!("ackproxy_connections_open"),
         connections_total: metrics::counter!("ackproxy_connections_total"),
         rejected: metrics::counter!("ackproxy_rejected_connections_total"),
         tls_failures: metrics::counter!("ackproxy_tls_handshake_failures_total"),

@@ -248,17 +248,43 @@ async fn manage_once(
     }
 }
 
+/// From now on the loss of the upstream is not logged: the proxy is
+/// stopping (SIGTERM, SIGINT), and whatever Redis does then is no outage.
+pub fn stopping() {
+    outage::stopping();
+}
+
+/// Whether [`stopping`] was called.
+pub fn is_stopping() -> bool {
+    outage::is_stopping()
+}
+
 /// Whether the upstream is down, for the whole process: an outage is
 /// logged once when it begins (whichever shared connection sees it first,
 /// whatever the number of retries) and once when a shared connection is
 /// made again, with its length.
 mod outage {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
     use std::time::Instant;
 
     static SINCE: Mutex<Option<Instant>> = Mutex::new(None);
+    static STOPPING: AtomicBool = AtomicBool::new(false);
+
+    /// The proxy is stopping: a private redis-server stopped with it, or
+    /// one a service manager stops beside it, is going away on purpose.
+    pub fn stopping() {
+        STOPPING.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_stopping() -> bool {
+        STOPPING.load(Ordering::Relaxed)
+    }
 
     pub fn began(why: &str) {
+        if is_stopping() {
+            return;
+        }
         let mut since = SINCE.lock().unwrap();
         if since.is_none() {
             *since = Some(Instant::now());
