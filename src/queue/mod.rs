@@ -181,7 +181,11 @@ impl Queues {
     /// Whether the request needs interception (cheap; no I/O).
     pub fn concerns(&self, kind: Kind, args: Args<'_>) -> bool {
         if self.rules.is_empty() {
-            return false;
+            // Leases taken under rules a reload removed still end.
+            let ends = matches!(kind, Kind::Ack | Kind::Nack | Kind::Lrem);
+            if !ends || !self.rules.any_leased() {
+                return false;
+            }
         }
         match kind {
             Kind::Pop(form) => pop::source_keys(form, args)
@@ -221,7 +225,7 @@ impl Queues {
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
-                match name.and_then(|n| self.rules.resolve(&n)) {
+                match name.and_then(|n| self.rules.resolve_leased(&n)) {
                     Some(q) => commands::lrem(args, &q, &self.registry),
                     None => Intercept::Pass,
                 }
@@ -329,7 +333,7 @@ impl Queues {
         }
         let queues: Vec<Arc<rules::Queue>> = names
             .iter()
-            .filter_map(|n| self.rules.resolve(n))
+            .filter_map(|n| self.rules.resolve_leased(n))
             .filter(|q| q.rule.requeue_on_disconnect)
             .collect();
         let caller = Caller {

@@ -26,7 +26,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::Caller;
-use super::pop::Pop;
+use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
 use crate::error::{ControlCause, ControlError};
@@ -86,7 +86,7 @@ impl Waiters {
         let listener = Listener {
             endpoint,
             changed: rules.subscribe(),
-            rules,
+            rules: rules.clone(),
             keys: HashSet::new(),
             dispatcher: tx.clone(),
             subs: sub_rx,
@@ -99,6 +99,9 @@ impl Waiters {
                 client: ClientState::new(0, usize::MAX),
             },
             registry,
+            changed: rules.subscribe(),
+            rules,
+            epoch: 0,
             next_id: 0,
             parked: HashMap::new(),
             running: HashMap::new(),
@@ -182,6 +185,9 @@ struct Parked {
     pop: Pop,
     reply: oneshot::Sender<Bytes>,
     keys: Vec<Bytes>,
+    /// The reload (see [`Dispatcher::epoch`]) its sources were last checked
+    /// against; `None` before its first retry.
+    epoch: Option<u64>,
 }
 
 enum Sub {
@@ -196,6 +202,11 @@ type Done = (u64, Option<Parked>);
 struct Dispatcher {
     caller: Caller,
     registry: Arc<Registry>,
+    rules: Arc<Rules>,
+    changed: watch::Receiver<()>,
+    /// Reloads seen: a pop's sources whose rule a reload removed are popped
+    /// as the plain lists they now are.
+    epoch: u64,
     next_id: u64,
     /// The parked pops not running now.
     parked: HashMap<u64, Parked>,
@@ -322,6 +333,7 @@ impl Dispatcher {
                 pop,
                 reply,
                 keys: keys.clone(),
+                epoch: None,
             },
         );
         keys
@@ -394,9 +406,27 @@ impl Dispatcher {
 
     /// Runs parked pop `id` in a task of its own.
     fn start(&mut self, id: u64) {
-        let Some(p) = self.parked.remove(&id) else {
+        let Some(mut p) = self.parked.remove(&id) else {
             return;
         };
+        if self.changed.has_changed().unwrap_or(false) {
+            self.changed.borrow_and_update();
+            self.epoch += 1;
+        }
+        if p.epoch != Some(self.epoch) {
+            // A reload removed the rule of a key it waits on: that key is a
+            // plain list now, popped without a lease, as a pop made after
+            // the reload would pop it. (A lease taken under a rule no
+            // longer in force would be one nobody expects.)
+            for s in &mut p.pop.sources {
+                if let Source::Queue(q) = s {
+                    if !self.rules.is_queue(&q.name) {
+                        *s = Source::Plain(q.name.clone());
+                    }
+                }
+            }
+            p.epoch = Some(self.epoch);
+        }
         for key in &p.keys {
             self.busy.insert(key.clone());
             // Its run looks at every key it waits on, so it answers the
