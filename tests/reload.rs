@@ -155,22 +155,127 @@ fn an_added_rule_makes_its_keys_queues() {
     );
 }
 
+/// The keys in Redis, sorted.
+fn keys(c: &mut Client) -> Vec<String> {
+    let Value::Array(keys) = c.cmd(&["KEYS", "*"]) else {
+        panic!("KEYS");
+    };
+    let mut names: Vec<String> = keys
+        .into_iter()
+        .map(|k| match k {
+            Value::Bulk(b) => String::from_utf8(b).unwrap(),
+            other => panic!("KEYS: {other:?}"),
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn a_removed_rule_leaves_its_keys_plain_lists() {
     let s = Setup::start(&(rule("q", 600_000) + &rule("gone", 600_000)));
     let mut c = s.client();
     s.reload(&rule("q", 600_000), RELOADED);
     push_and_pop(&mut c, "gone", "m");
+    // Popped without a lease: nothing in Redis, nothing to acknowledge.
+    assert_eq!(keys(&mut s.redis.client()), Vec::<String>::new());
+    assert_eq!(c.cmd(&["ACK", "gone", "m"]), Value::Int(0));
     assert_eq!(
-        c.cmd(&["ACK", "gone", "m"]),
-        Value::Error("ERR no queue rule matches key 'gone'".into())
+        c.cmd(&["ACK", "never", "m"]),
+        Value::Error("ERR no queue rule matches key 'never'".into())
     );
-    // Popped without a lease: nothing comes back.
-    assert_eq!(s.redis.client().cmd(&["EXISTS", "gone"]), Value::Int(0));
     assert_eq!(
         s.log_lines("1 queue rules (0 added, 0 changed, 1 removed)"),
         1
     );
+}
+
+/// A pop parked on `gone` while a reload to `after` removes its rule, then
+/// woken by a push: answered as a pop of the plain list it now is, with no
+/// lease left in Redis.
+fn parked_across_removal(after: &str) {
+    let ops = free_port();
+    let metrics = format!("metrics = \"127.0.0.1:{ops}\"\n");
+    let s = Setup::start(&(metrics.clone() + &rule("q", 600_000) + &rule("gone", 600_000)));
+    let mut c = s.client();
+    c.send(&["BRPOP", "gone", "20"]);
+    wait_until("the pop to park", || {
+        metric(ops, "ackproxy_parked_clients") == 1.0
+    });
+    s.reload(&(metrics + after), RELOADED);
+    let mut direct = s.redis.client();
+    assert_eq!(direct.cmd(&["LPUSH", "gone", "m"]), Value::Int(1));
+    assert_eq!(
+        c.read_value(),
+        Value::Array(vec![Value::bulk("gone"), Value::bulk("m")])
+    );
+    assert_eq!(keys(&mut direct), Vec::<String>::new());
+    // Nothing leased: an ACK finds nothing, and nothing comes back.
+    assert_eq!(c.cmd(&["ACK", "gone", "m"]), Value::Int(0));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(keys(&mut direct), Vec::<String>::new());
+}
+
+#[test]
+fn a_pop_parked_on_a_removed_rule_takes_no_lease() {
+    parked_across_removal(&rule("q", 600_000));
+}
+
+#[test]
+fn a_pop_parked_when_the_last_rule_goes_takes_no_lease() {
+    parked_across_removal("# no queue rules\n");
+}
+
+/// Leases taken under a rule that a reload to `after` removes.
+fn leases_across_removal(after: &str) {
+    let s = Setup::start(&(rule("q", 600_000) + &rule("gone", 1_000)));
+    let mut c = s.client();
+    push_and_pop(&mut c, "gone", "m1");
+    push_and_pop(&mut c, "gone", "m2");
+    s.reload(after, RELOADED);
+    // Acknowledged under the rule they were taken under.
+    assert_eq!(c.cmd(&["ACK", "gone", "m1"]), Value::Int(1));
+    // The other one runs out and is handed back by the reaper.
+    let mut direct = s.redis.client();
+    wait_until("m2 back in the list", || {
+        direct.cmd(&["LRANGE", "gone", "0", "-1"]) == Value::Array(vec![Value::bulk("m2")])
+    });
+    assert_eq!(lease_tokens(&mut direct, "gone"), Vec::<String>::new());
+    // From the list it is now plain, popped without a lease.
+    assert_eq!(c.cmd(&["RPOP", "gone"]), Value::bulk("m2"));
+    assert_eq!(lease_tokens(&mut direct, "gone"), Vec::<String>::new());
+}
+
+/// The leases of `queue` in Redis: its lease records, and the tokens in its
+/// lease set (whose `~` members are marks, not leases).
+fn lease_tokens(direct: &mut Client, queue: &str) -> Vec<String> {
+    let aux = format!("ackq:{{{queue}}}:{queue}:");
+    let Value::Array(records) = direct.cmd(&["HKEYS", &format!("{aux}msgs")]) else {
+        panic!("HKEYS");
+    };
+    let Value::Array(members) = direct.cmd(&["ZRANGE", &format!("{aux}leases"), "0", "-1"]) else {
+        panic!("ZRANGE");
+    };
+    records
+        .into_iter()
+        .chain(members)
+        .filter_map(|v| match v {
+            Value::Bulk(b) if !b.starts_with(b"~") => {
+                Some(String::from_utf8_lossy(&b).into_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn leases_of_a_removed_rule_stay_ackable_and_are_reaped() {
+    leases_across_removal(&rule("q", 600_000));
+}
+
+#[test]
+fn leases_stay_ackable_and_are_reaped_when_the_last_rule_goes() {
+    leases_across_removal("# no queue rules\n");
 }
 
 #[test]

@@ -81,6 +81,13 @@ fn resolve(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
     rules.resolve(key).ok_or_else(|| not_a_queue(key))
 }
 
+/// The same, also under a rule a reload removed: what ends a lease works
+/// for the leases taken under it.
+fn resolve_leased(rules: &Rules, key: Option<&[u8]>) -> Result<Arc<Queue>, Bytes> {
+    let key = key.unwrap_or_default();
+    rules.resolve_leased(key).ok_or_else(|| not_a_queue(key))
+}
+
 /// Ids acknowledged or nacked per script call: about 10 µs each.
 pub const IDS_PER_CALL: usize = 50;
 /// The longest duration a client may give: 30 days, for the lease QUEUE
@@ -128,7 +135,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     if args.len() < 3 {
         return wrong_arity("ack");
     }
-    let q = match resolve(rules, args.get(1)) {
+    let q = match resolve_leased(rules, args.get(1)) {
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
     };
@@ -223,7 +230,7 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
     if args.len() < 3 {
         return wrong_arity("nack");
     }
-    let q = match resolve(rules, args.get(1)) {
+    let q = match resolve_leased(rules, args.get(1)) {
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
     };

@@ -181,7 +181,11 @@ impl Queues {
     /// Whether the request needs interception (cheap; no I/O).
     pub fn concerns(&self, kind: Kind, args: Args<'_>) -> bool {
         if self.rules.is_empty() {
-            return false;
+            // Leases taken under rules a reload removed still end.
+            let ends = matches!(kind, Kind::Ack | Kind::Nack | Kind::Lrem);
+            if !ends || !self.rules.any_leased() {
+                return false;
+            }
         }
         match kind {
             Kind::Pop(form) => pop::source_keys(form, args)
@@ -221,7 +225,7 @@ impl Queues {
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
-                match name.and_then(|n| self.rules.resolve(&n)) {
+                match name.and_then(|n| self.rules.resolve_leased(&n)) {
                     Some(q) => commands::lrem(args, &q, &self.registry),
                     None => Intercept::Pass,
                 }
@@ -329,7 +333,7 @@ impl Queues {
         }
         let queues: Vec<Arc<rules::Queue>> = names
             .iter()
-            .filter_map(|n| self.rules.resolve(n))
+            .filter_map(|n| self.rules.resolve_leased(n))
             .filter(|q| q.rule.requeue_on_disconnect)
             .collect();
         let caller = Caller {
@@ -433,48 +437,74 @@ impl Queues {
         self.registry.names(limit)
     }
 
-    /// Waits until the pop gets a message or its timeout passes.
-    pub async fn blocking_pop(&self, pop: Pop, _client: Arc<ClientState>) -> Bytes {
-        let timeout = pop.timeout;
+    /// A blocking pop: first the call a non-blocking pop of its form makes,
+    /// on the client's shared connection (`caller`; `None`: the proxy's
+    /// own, where parked pops run), as Redis serves a blocking pop on a list
+    /// that has elements at once; only if that finds nothing does it park
+    /// until it gets a message or its timeout passes.
+    pub async fn blocking_pop(&self, pop: Pop, caller: Option<Caller>) -> Bytes {
+        let started = tokio::time::Instant::now();
         let timeout_reply = pop.timeout_reply();
         let next_pop: Vec<Arc<rules::Queue>> = pop
             .queues()
             .filter(|q| q.rule.ack == config::AckPolicy::NextPop)
             .cloned()
             .collect();
-        // Asking for the next message finished the last one: acknowledged
-        // now, not when the dispatcher first gets to this pop (which, with
-        // others parked before it on an empty queue, may be a long time).
-        if pop.next {
-            for q in &next_pop {
-                owners::release(&self.own, q, &pop.owner).await;
-            }
-        }
-        let mut rx = self.waiters.park(pop);
-        if let crate::timeout::Timeout::Millis(ms) = timeout {
-            match tokio::time::timeout(Duration::from_millis(ms), &mut rx).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
-                Err(_) => {
-                    // A pop may be running for this client right now: its
-                    // reply, if already sent, is the answer (the message
-                    // was taken as the time ran out); otherwise it is
-                    // undone by the dispatcher, which on next-pop rules
-                    // must happen before this connection pops again.
-                    rx.close();
-                    if let Ok(reply) = rx.try_recv() {
-                        return reply;
-                    }
-                    if !next_pop.is_empty() {
-                        self.waiters.sync().await;
-                    }
-                    timeout_reply
+        if self.waiters.waiting_on(&pop) {
+            // What is pushed there is for the pops parked first: this one
+            // parks behind them. Asking for the next message finished the
+            // last one: acknowledged now, not when the dispatcher gets to
+            // this pop (which may be a long time).
+            if pop.next {
+                for q in &next_pop {
+                    owners::release(&self.own, q, &pop.owner).await;
                 }
             }
         } else {
-            rx.await.unwrap_or_else(|_| {
+            // The call acknowledges the connection's earlier leases on
+            // next-pop queues (if it is a next pop) before it pops, also
+            // when it finds nothing.
+            match pop.run(caller.as_ref().unwrap_or(&self.own)).await {
+                Ok(done) => {
+                    after_pop(&self.registry, &done);
+                    if let Some(reply) = done.reply {
+                        return reply;
+                    }
+                }
+                Err(e) => return e.to_reply(),
+            }
+        }
+        let deadline = match pop.timeout {
+            crate::timeout::Timeout::Millis(ms) => started.checked_add(Duration::from_millis(ms)),
+            crate::timeout::Timeout::Forever => None,
+        };
+        if deadline.is_some_and(|d| d <= tokio::time::Instant::now()) {
+            return timeout_reply;
+        }
+        let mut rx = self.waiters.park(pop);
+        let Some(deadline) = deadline else {
+            return rx.await.unwrap_or_else(|_| {
                 Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n")
-            })
+            });
+        };
+        match tokio::time::timeout_at(deadline, &mut rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n"),
+            Err(_) => {
+                // A pop may be running for this client right now: its
+                // reply, if already sent, is the answer (the message was
+                // taken as the time ran out); otherwise it is undone by
+                // the dispatcher, which on next-pop rules must happen
+                // before this connection pops again.
+                rx.close();
+                if let Ok(reply) = rx.try_recv() {
+                    return reply;
+                }
+                if !next_pop.is_empty() {
+                    self.waiters.sync().await;
+                }
+                timeout_reply
+            }
         }
     }
 }

@@ -88,8 +88,9 @@ impl Reaper {
                     _ = tokio::time::sleep(self.interval) => {}
                 }
             }
-            // Without rules no key is a queue: Redis is not scanned.
-            if !self.rules.is_empty() && Instant::now() >= next_discovery {
+            // Without rules (in force, or removed by a reload) no key is a
+            // queue: Redis is not scanned.
+            if self.rules.any_leased() && Instant::now() >= next_discovery {
                 cursor = self.discover(cursor).await;
                 next_discovery = Instant::now() + DISCOVER_EVERY;
             }
@@ -98,7 +99,8 @@ impl Reaper {
                 self.measure_clock().await;
             }
             for name in self.registry.due(Instant::now()) {
-                match self.rules.resolve(&name) {
+                // Also under a rule a reload removed: its leases end too.
+                match self.rules.resolve_leased(&name) {
                     Some(q) => backlog |= self.reap(&q).await,
                     None => self.registry.forget(&name),
                 }
@@ -256,7 +258,7 @@ impl Reaper {
             cursor = Bytes::copy_from_slice(items.first().map(Value::bytes).unwrap_or(b"0"));
             for key in items.get(1).map(Value::array).unwrap_or_default() {
                 if let Some(name) = keys::queue_of_reaped_key(key.bytes()) {
-                    if self.rules.is_queue(name) {
+                    if self.rules.is_leased_queue(name) {
                         self.registry
                             .found(&Bytes::copy_from_slice(name), Instant::now());
                     }

@@ -307,6 +307,11 @@ fn default_dead_queues(dead: &[u8]) -> Vec<Vec<u8>> {
 /// this, see the new rules from their next lookup on.
 pub struct Rules {
     set: RwLock<Arc<RuleSet>>,
+    /// Rules that reloads removed, latest first: leases taken under them
+    /// (before the reload, or by a pop in flight during it) are still
+    /// acknowledged, nacked and reaped under them ([`Rules::resolve_leased`]),
+    /// so no lease is left that nothing ends.
+    retired: RwLock<Arc<RuleSet>>,
     /// Whether `set` holds no rule: read on every pop, without the lock, so
     /// a proxy without rules pays next to nothing for queue handling.
     empty: AtomicBool,
@@ -327,10 +332,15 @@ pub struct Rules {
 /// of times.
 const RESOLVED_CACHE_BYTES: usize = 8 << 20;
 
+/// Removed rules remembered at most: far more than a configuration holds,
+/// while a file that keeps changing cannot grow the list without bound.
+const RETIRED_MAX: usize = 1024;
+
 impl Rules {
     pub fn new(rules: &[QueueRule]) -> Rules {
         Rules {
             set: RwLock::new(Arc::new(RuleSet::new(rules))),
+            retired: RwLock::new(Arc::new(RuleSet::new(&[]))),
             empty: AtomicBool::new(rules.is_empty()),
             resolved: RwLock::new(ByteBoundedMap::new(RESOLVED_CACHE_BYTES)),
             changed: watch::Sender::new(()),
@@ -343,6 +353,16 @@ impl Rules {
         let next = Arc::new(RuleSet::new(rules));
         {
             let mut set = self.set.write().unwrap();
+            let mut retired = self.retired.write().unwrap();
+            let mut kept: Vec<QueueRule> = Vec::new();
+            for r in set.rules.iter().chain(retired.rules.iter()) {
+                let back = rules.iter().any(|n| n.pattern == r.pattern);
+                if !back && !kept.iter().any(|k| k.pattern == r.pattern) {
+                    kept.push(r.clone());
+                }
+            }
+            kept.truncate(RETIRED_MAX);
+            *retired = Arc::new(RuleSet::new(&kept));
             *set = next;
             self.resolved.write().unwrap().clear();
             self.empty.store(rules.is_empty(), Ordering::Release);
@@ -386,6 +406,33 @@ impl Rules {
             .insert(q.name.clone(), q.clone(), size);
         drop(set);
         Some(q)
+    }
+
+    /// The queue `key` is under the rules in force or, failing that, under
+    /// the latest removed rule that matched it: for what ends leases (ACK,
+    /// NACK, LREM on a move destination, the reaper, a closed connection),
+    /// never for a pop.
+    pub fn resolve_leased(&self, key: &[u8]) -> Option<Arc<Queue>> {
+        if let Some(q) = self.resolve(key) {
+            return Some(q);
+        }
+        let retired = self.retired.read().unwrap().clone();
+        if retired.rules.is_empty() {
+            return None;
+        }
+        retired
+            .rule_for(key)
+            .map(|r| Arc::new(Queue::new(key, r, &retired)))
+    }
+
+    /// Whether `key` has a queue's leases to end (see [`Rules::resolve_leased`]).
+    pub fn is_leased_queue(&self, key: &[u8]) -> bool {
+        self.is_queue(key) || self.retired.read().unwrap().rule_for(key).is_some()
+    }
+
+    /// Whether some rule, in force or removed by a reload, may have leases.
+    pub fn any_leased(&self) -> bool {
+        !self.is_empty() || !self.retired.read().unwrap().rules.is_empty()
     }
 
     /// Whether `name` is a queue named exactly (not by a glob) in the rules.
@@ -857,6 +904,52 @@ mod tests {
         // A list that is itself a queue.
         let rules = Rules::new(&[dead("a", "b"), rule("b")]);
         assert!(shared(&rules, "a").unwrap().contains("itself a queue"));
+    }
+
+    #[test]
+    fn removed_rules_still_end_their_leases() {
+        let rules = Rules::new(&[rule_with("jobs", "lease_ms = 1000"), rule("old:*")]);
+        assert!(rules.any_leased());
+        rules.replace(&[rule("new:*")]);
+        assert!(rules.resolve(b"old:1").is_none());
+        assert_eq!(
+            rules.resolve_leased(b"old:1").unwrap().rule.pattern,
+            "old:*"
+        );
+        assert_eq!(rules.resolve_leased(b"jobs").unwrap().rule.lease_ms, 1000);
+        assert!(rules.is_leased_queue(b"jobs"));
+        assert!(rules.resolve_leased(b"other").is_none());
+        assert!(!rules.is_leased_queue(b"other"));
+        // A rule that comes back is in force, not removed; the latest
+        // removal of a pattern wins.
+        rules.replace(&[rule_with("jobs", "lease_ms = 3000")]);
+        assert_eq!(rules.resolve(b"jobs").unwrap().rule.lease_ms, 3000);
+        assert_eq!(
+            rules.resolve_leased(b"new:1").unwrap().rule.pattern,
+            "new:*"
+        );
+        assert!(rules.resolve_leased(b"old:1").is_some());
+        rules.replace(&[]);
+        assert!(rules.is_empty());
+        assert!(rules.any_leased());
+        assert_eq!(rules.resolve_leased(b"jobs").unwrap().rule.lease_ms, 3000);
+        // Never for a pop.
+        assert!(!rules.is_queue(b"jobs"));
+        assert!(rules.resolve(b"jobs").is_none());
+    }
+
+    #[test]
+    fn removed_rules_kept_are_bounded() {
+        let rules = Rules::new(&[]);
+        for i in 0..RETIRED_MAX + 10 {
+            rules.replace(&[rule(&format!("q{i}"))]);
+        }
+        rules.replace(&[]);
+        assert_eq!(rules.retired.read().unwrap().rules.len(), RETIRED_MAX);
+        assert!(rules
+            .resolve_leased(format!("q{}", RETIRED_MAX + 9).as_bytes())
+            .is_some());
+        assert!(rules.resolve_leased(b"q0").is_none());
     }
 
     #[test]

@@ -1,8 +1,14 @@
-//! Blocking pops on queue keys wait here, in the proxy: a Lua script cannot
-//! block, and polling Redis for every parked client would load it for
-//! nothing. Keyspace notifications say when a watched list changes (also for
-//! pushes made straight to Redis); one dispatcher then retries the pops of
-//! the clients parked on that key, first come first served. Where
+//! Blocking pops on queue keys wait here, in the proxy, once a first try
+//! (an ordinary pop, see `Queues::blocking_pop`) found nothing: a Lua
+//! script cannot block, and polling Redis for every parked client would load
+//! it for nothing. Keyspace notifications say when a watched list changes
+//! (also for pushes made straight to Redis); the dispatcher then retries the
+//! pops of the clients parked on that key, first come first served.
+//!
+//! Each retry runs as a task of its own. The pops waiting on one key run
+//! one at a time, oldest first, until one finds nothing; those of other keys
+//! run beside them, so one client's long pop (a `BLMPOP` with a large COUNT
+//! is many bounded calls) holds no client parked on another key. Where
 //! notifications cannot be enabled, the dispatcher polls with backoff.
 //!
 //! Only keys that pops wait on are subscribed to, from the first pop parked
@@ -12,7 +18,7 @@
 //! pair on a busy queue).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,7 +26,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::Caller;
-use super::pop::Pop;
+use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
 use crate::error::{ControlCause, ControlError};
@@ -41,20 +47,28 @@ const LINGER: Duration = Duration::from_secs(30);
 /// At most this many keys stay subscribed without a parked pop; past it
 /// the one idle longest is unsubscribed at once.
 const LINGER_MAX: usize = 1024;
+/// Parked pops retried at once at most (a safety recheck wakes every key):
+/// the others wait for one of them to end.
+const MAX_RUNNING: usize = 256;
 
 enum Msg {
     Park(Pop, oneshot::Sender<Bytes>),
     Wake(Bytes),
     WakeAll,
-    /// Answered once every pop started before it has finished.
+    /// Answered once every pop running when it came has finished.
     Sync(oneshot::Sender<()>),
     /// Notifications are (true) or are not (false) available.
     Notifications(bool),
 }
 
+/// Parked pops per key, from when a client hands one over until the
+/// dispatcher lets it go.
+type Waiting = Arc<Mutex<HashMap<Bytes, usize>>>;
+
 #[derive(Clone)]
 pub struct Waiters {
     tx: mpsc::UnboundedSender<Msg>,
+    waiting: Waiting,
 }
 
 impl Waiters {
@@ -67,10 +81,12 @@ impl Waiters {
     ) -> Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let waiting = Waiting::default();
         let listener = Listener {
             endpoint,
             changed: rules.subscribe(),
-            rules,
+            rules: rules.clone(),
             keys: HashSet::new(),
             dispatcher: tx.clone(),
             subs: sub_rx,
@@ -83,23 +99,47 @@ impl Waiters {
                 client: ClientState::new(0, usize::MAX),
             },
             registry,
+            changed: rules.subscribe(),
+            rules,
+            epoch: 0,
             next_id: 0,
             parked: HashMap::new(),
+            running: HashMap::new(),
             by_key: HashMap::new(),
+            busy: HashSet::new(),
+            wanted: HashSet::new(),
+            syncs: Vec::new(),
+            served: 0,
+            done: done_tx,
+            waiting: waiting.clone(),
             lingering: HashMap::new(),
             subs: sub_tx,
             notifications: false,
             poll: POLL_MIN,
         };
-        tokio::spawn(dispatcher.run(rx));
-        Waiters { tx }
+        tokio::spawn(dispatcher.run(rx, done_rx));
+        Waiters { tx, waiting }
     }
 
     /// Parks a blocking pop; the receiver gets its reply once it pops.
     pub fn park(&self, pop: Pop) -> oneshot::Receiver<Bytes> {
+        {
+            let mut waiting = self.waiting.lock().unwrap();
+            for key in keys_of(&pop) {
+                *waiting.entry(key).or_default() += 1;
+            }
+        }
         let (tx, rx) = oneshot::channel();
         let _ = self.tx.send(Msg::Park(pop, tx));
         rx
+    }
+
+    /// Whether a pop is parked on one of `pop`'s keys. A new pop there takes
+    /// its place behind it, as in Redis, where a list that clients wait on
+    /// is empty: what was pushed is theirs, first come first served.
+    pub fn waiting_on(&self, pop: &Pop) -> bool {
+        let waiting = self.waiting.lock().unwrap();
+        !waiting.is_empty() && pop.sources.iter().any(|s| waiting.contains_key(s.key()))
     }
 
     /// Something may have been pushed to `key`.
@@ -117,9 +157,37 @@ impl Waiters {
     }
 }
 
+/// A pop's keys, each once, in its order.
+fn keys_of(pop: &Pop) -> Vec<Bytes> {
+    let mut keys: Vec<Bytes> = Vec::with_capacity(pop.sources.len());
+    for s in &pop.sources {
+        if !keys.contains(s.key()) {
+            keys.push(s.key().clone());
+        }
+    }
+    keys
+}
+
+/// A parked pop on `keys` waits no longer.
+fn leave(waiting: &Waiting, keys: &[Bytes]) {
+    let mut waiting = waiting.lock().unwrap();
+    for key in keys {
+        if let Some(n) = waiting.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                waiting.remove(key);
+            }
+        }
+    }
+}
+
 struct Parked {
     pop: Pop,
     reply: oneshot::Sender<Bytes>,
+    keys: Vec<Bytes>,
+    /// The reload (see [`Dispatcher::epoch`]) its sources were last checked
+    /// against; `None` before its first retry.
+    epoch: Option<u64>,
 }
 
 enum Sub {
@@ -127,12 +195,36 @@ enum Sub {
     Unsubscribe(Bytes),
 }
 
+/// What a retry's task hands back: the pop, still parked, if it found
+/// nothing; `None` once it was answered.
+type Done = (u64, Option<Parked>);
+
 struct Dispatcher {
     caller: Caller,
     registry: Arc<Registry>,
+    rules: Arc<Rules>,
+    changed: watch::Receiver<()>,
+    /// Reloads seen: a pop's sources whose rule a reload removed are popped
+    /// as the plain lists they now are.
+    epoch: u64,
     next_id: u64,
+    /// The parked pops not running now.
     parked: HashMap<u64, Parked>,
+    /// The pops running now, with their keys.
+    running: HashMap<u64, Vec<Bytes>>,
+    /// Every parked pop of each key, running or not, oldest first.
     by_key: HashMap<Bytes, VecDeque<u64>>,
+    /// The keys of the running pops: no other pop on them starts meanwhile.
+    busy: HashSet<Bytes>,
+    /// Keys whose pops are to be tried: woken since the pop first in line
+    /// there last started.
+    wanted: HashSet<Bytes>,
+    /// Syncs, each waiting for the pops that were running when it came.
+    syncs: Vec<(HashSet<u64>, oneshot::Sender<()>)>,
+    /// Pops answered since the last poll.
+    served: usize,
+    done: mpsc::UnboundedSender<Done>,
+    waiting: Waiting,
     /// Keys subscribed with no parked pop, since when. The keys subscribed
     /// are these and those of `by_key`.
     lingering: HashMap<Bytes, Instant>,
@@ -142,10 +234,14 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Msg>,
+        mut done: mpsc::UnboundedReceiver<Done>,
+    ) {
         let mut last = Instant::now();
         loop {
-            let recheck = if self.parked.is_empty() {
+            let recheck = if self.parked.is_empty() && self.running.is_empty() {
                 Duration::from_secs(3600)
             } else if self.notifications {
                 SAFETY_RECHECK
@@ -159,6 +255,11 @@ impl Dispatcher {
                     Some(m) => m,
                     None => return,
                 },
+                Some((id, back)) = done.recv() => {
+                    self.finished(id, back);
+                    self.pump();
+                    continue;
+                }
                 _ = tokio::time::sleep_until(recheck_at.into()) => Msg::WakeAll,
                 _ = sleep_until_some(sweep_at) => {
                     self.sweep(Instant::now());
@@ -168,32 +269,33 @@ impl Dispatcher {
             last = Instant::now();
             match msg {
                 Msg::Park(pop, reply) => {
-                    let keys: Vec<Bytes> = pop.sources.iter().map(|s| s.key().clone()).collect();
-                    self.park(pop, reply);
+                    let keys = self.park(pop, reply);
                     self.poll = POLL_MIN;
-                    self.wake(&keys).await;
-                    crate::telemetry::clients()
-                        .parked
-                        .set(self.parked.len() as f64);
+                    // A push between the client's first try and now may
+                    // have brought no wake-up for it.
+                    self.want(&keys);
+                    self.gauge();
                 }
-                Msg::Wake(key) => {
-                    if self.by_key.contains_key(&key) {
-                        self.wake(&[key]).await;
+                Msg::Wake(key) => self.want(std::slice::from_ref(&key)),
+                Msg::Sync(done) => {
+                    if self.running.is_empty() {
+                        let _ = done.send(());
+                    } else {
+                        self.syncs
+                            .push((self.running.keys().copied().collect(), done));
                     }
                 }
-                Msg::Sync(done) => {
-                    let _ = done.send(());
-                }
                 Msg::WakeAll => {
-                    let keys: Vec<Bytes> = self.by_key.keys().cloned().collect();
-                    let served = self.wake(&keys).await;
                     if !self.notifications {
-                        self.poll = if served > 0 {
+                        self.poll = if self.served > 0 {
                             POLL_MIN
                         } else {
                             (self.poll * 2).min(POLL_MAX)
                         };
                     }
+                    self.served = 0;
+                    let keys: Vec<Bytes> = self.by_key.keys().cloned().collect();
+                    self.want(&keys);
                 }
                 Msg::Notifications(on) => {
                     // Set every time: the dispatcher starts out polling,
@@ -204,20 +306,203 @@ impl Dispatcher {
                     self.notifications = on;
                 }
             }
+            self.pump();
         }
     }
 
-    fn park(&mut self, pop: Pop, reply: oneshot::Sender<Bytes>) {
+    fn gauge(&self) {
+        crate::telemetry::clients()
+            .parked
+            .set((self.parked.len() + self.running.len()) as f64);
+    }
+
+    /// Returns the pop's keys.
+    fn park(&mut self, pop: Pop, reply: oneshot::Sender<Bytes>) -> Vec<Bytes> {
         let id = self.next_id;
         self.next_id += 1;
-        for s in &pop.sources {
-            let key = s.key().clone();
-            if self.lingering.remove(&key).is_none() && !self.by_key.contains_key(&key) {
+        let keys = keys_of(&pop);
+        for key in &keys {
+            if self.lingering.remove(key).is_none() && !self.by_key.contains_key(key) {
                 let _ = self.subs.send(Sub::Subscribe(key.clone()));
             }
-            self.by_key.entry(key).or_default().push_back(id);
+            self.by_key.entry(key.clone()).or_default().push_back(id);
         }
-        self.parked.insert(id, Parked { pop, reply });
+        self.parked.insert(
+            id,
+            Parked {
+                pop,
+                reply,
+                keys: keys.clone(),
+                epoch: None,
+            },
+        );
+        keys
+    }
+
+    /// Something may have been pushed to these keys.
+    fn want(&mut self, keys: &[Bytes]) {
+        for key in keys {
+            if self.by_key.contains_key(key) {
+                self.wanted.insert(key.clone());
+            }
+        }
+    }
+
+    /// Starts the pop first in line on each wanted key whose keys no
+    /// running pop reads.
+    fn pump(&mut self) {
+        if self.wanted.is_empty() {
+            return;
+        }
+        let keys: Vec<Bytes> = self
+            .wanted
+            .iter()
+            .filter(|k| !self.busy.contains(*k))
+            .cloned()
+            .collect();
+        for key in keys {
+            if self.running.len() >= MAX_RUNNING {
+                break;
+            }
+            // An earlier start in this round may have taken it.
+            if self.busy.contains(&key) || !self.wanted.contains(&key) {
+                continue;
+            }
+            match self.first(&key) {
+                None => {
+                    self.wanted.remove(&key);
+                }
+                Some(id) => {
+                    let free = self
+                        .parked
+                        .get(&id)
+                        .is_some_and(|p| p.keys.iter().all(|k| !self.busy.contains(k)));
+                    // Otherwise it stays wanted: tried when the pop
+                    // holding one of its keys ends.
+                    if free {
+                        self.start(id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pop first in line on `key`, dropping those whose client is gone.
+    fn first(&mut self, key: &Bytes) -> Option<u64> {
+        loop {
+            let id = *self.by_key.get(key)?.front()?;
+            match self.parked.get(&id) {
+                Some(p) if p.reply.is_closed() => {
+                    // Timed out or disconnected.
+                    self.remove(id);
+                }
+                None if !self.running.contains_key(&id) => {
+                    self.unlist(id, std::slice::from_ref(key));
+                }
+                _ => return Some(id),
+            }
+        }
+    }
+
+    /// Runs parked pop `id` in a task of its own.
+    fn start(&mut self, id: u64) {
+        let Some(mut p) = self.parked.remove(&id) else {
+            return;
+        };
+        if self.changed.has_changed().unwrap_or(false) {
+            self.changed.borrow_and_update();
+            self.epoch += 1;
+        }
+        if p.epoch != Some(self.epoch) {
+            // A reload removed the rule of a key it waits on: that key is a
+            // plain list now, popped without a lease, as a pop made after
+            // the reload would pop it. (A lease taken under a rule no
+            // longer in force would be one nobody expects.)
+            for s in &mut p.pop.sources {
+                if let Source::Queue(q) = s {
+                    if !self.rules.is_queue(&q.name) {
+                        *s = Source::Plain(q.name.clone());
+                    }
+                }
+            }
+            p.epoch = Some(self.epoch);
+        }
+        for key in &p.keys {
+            self.busy.insert(key.clone());
+            // Its run looks at every key it waits on, so it answers the
+            // wake-ups of the keys it is first on; those that come while it
+            // runs are tried after it.
+            if self.by_key.get(key).and_then(|q| q.front()) == Some(&id) {
+                self.wanted.remove(key);
+            }
+        }
+        self.running.insert(id, p.keys.clone());
+        let (caller, registry, done, waiting) = (
+            self.caller.clone(),
+            self.registry.clone(),
+            self.done.clone(),
+            self.waiting.clone(),
+        );
+        tokio::spawn(async move {
+            let reply = match p.pop.run(&caller).await {
+                Ok(popped) => {
+                    super::after_pop(&registry, &popped);
+                    popped.reply
+                }
+                // WRONGTYPE and the like end the wait, as in Redis; so
+                // does a Redis that cannot be reached, as for a plain
+                // blocking pop on a connection that is gone.
+                Err(e) => Some(e.to_reply()),
+            };
+            let back = match reply {
+                None => Some(p),
+                Some(reply) => {
+                    // Before the client hears back: its next pop is not
+                    // one behind this.
+                    leave(&waiting, &p.keys);
+                    // If the client just went away (or its timeout passed)
+                    // its message stays leased and comes back when the
+                    // lease expires; on next-pop rules, now, before this
+                    // task counts as finished (see `sync`).
+                    if p.reply.send(reply).is_err() {
+                        super::owners::undelivered(&caller, &p.pop).await;
+                    }
+                    None
+                }
+            };
+            let _ = done.send((id, back));
+        });
+    }
+
+    /// A running pop ended: parked again if it found nothing.
+    fn finished(&mut self, id: u64, back: Option<Parked>) {
+        let keys = self.running.remove(&id).unwrap_or_default();
+        for key in &keys {
+            self.busy.remove(key);
+        }
+        match back {
+            Some(p) => {
+                self.parked.insert(id, p);
+            }
+            None => {
+                self.served += 1;
+                // (Its task took it out of `waiting`.)
+                self.unlist(id, &keys);
+                // The next in line there may find something too.
+                self.want(&keys);
+                self.gauge();
+            }
+        }
+        let mut i = 0;
+        while i < self.syncs.len() {
+            self.syncs[i].0.remove(&id);
+            if self.syncs[i].0.is_empty() {
+                let (_, tx) = self.syncs.swap_remove(i);
+                let _ = tx.send(());
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// `key` has no parked pop left: its subscription lingers.
@@ -251,64 +536,27 @@ impl Dispatcher {
         }
     }
 
-    fn remove(&mut self, id: u64) -> Option<Parked> {
-        let p = self.parked.remove(&id)?;
-        crate::telemetry::clients()
-            .parked
-            .set(self.parked.len() as f64);
-        for s in &p.pop.sources {
-            let key = s.key();
+    /// Lets parked pop `id` go unanswered (its client is gone).
+    fn remove(&mut self, id: u64) {
+        if let Some(p) = self.parked.remove(&id) {
+            self.unlist(id, &p.keys);
+            leave(&self.waiting, &p.keys);
+            self.gauge();
+        }
+    }
+
+    /// Takes `id` out of the lines of `keys`.
+    fn unlist(&mut self, id: u64, keys: &[Bytes]) {
+        for key in keys {
             if let Some(q) = self.by_key.get_mut(key) {
                 q.retain(|&w| w != id);
                 if q.is_empty() {
                     self.by_key.remove(key);
+                    self.wanted.remove(key);
                     self.idle(key);
                 }
             }
         }
-        Some(p)
-    }
-
-    /// Serves the clients parked on `keys`, oldest first, until a pop finds
-    /// nothing. Returns how many were served.
-    async fn wake(&mut self, keys: &[Bytes]) -> usize {
-        let mut served = 0;
-        for key in keys {
-            while let Some(&id) = self.by_key.get(key).and_then(|q| q.front()) {
-                let Some(p) = self.parked.get(&id) else {
-                    self.by_key.get_mut(key).map(VecDeque::pop_front);
-                    continue;
-                };
-                if p.reply.is_closed() {
-                    // Timed out or disconnected.
-                    self.remove(id);
-                    continue;
-                }
-                let reply = match p.pop.run(&self.caller).await {
-                    Ok(done) => {
-                        super::after_pop(&self.registry, &done);
-                        match done.reply {
-                            Some(bytes) => bytes,
-                            None => break,
-                        }
-                    }
-                    // WRONGTYPE and the like end the wait, as in Redis; so
-                    // does a Redis that cannot be reached, as for a plain
-                    // blocking pop on a connection that is gone.
-                    Err(e) => e.to_reply(),
-                };
-                if let Some(p) = self.remove(id) {
-                    served += 1;
-                    // If the client just went away (or its timeout passed)
-                    // its message stays leased and comes back when the
-                    // lease expires; on next-pop rules, now.
-                    if p.reply.send(reply).is_err() {
-                        super::owners::undelivered(&self.caller, &p.pop).await;
-                    }
-                }
-            }
-        }
-        served
     }
 }
 
@@ -363,6 +611,8 @@ impl Listener {
             }
             let e = match self.subscription(down).await {
                 Ok(Ended::Stopped) => return,
+                // Pops parked before the last rule went, on what are plain
+                // lists now, are retried by the safety recheck.
                 Ok(Ended::RulesChanged) => {
                     down = false;
                     continue;

@@ -743,7 +743,14 @@ impl Session {
         }
         self.out.shared_drained().await;
         let state = self.out.clone();
-        let fut = queues.blocking_pop(pop, state.clone());
+        // A pause would hold the pop's call on the shared connection, and
+        // every other client's request behind it there.
+        let paused = self.ctx.pause().is_some();
+        let caller = (!paused).then(|| crate::queue::call::Caller {
+            shared: self.shared.clone(),
+            client: state.clone(),
+        });
+        let fut = queues.blocking_pop(pop, caller);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
