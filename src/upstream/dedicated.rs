@@ -37,6 +37,14 @@ pub enum Expect {
     Transformed(Box<dyn ReplyTransform>),
     /// A request of the proxy's own: its reply is dropped.
     Drop,
+    /// Requests written together that answer one of the client's: the
+    /// transform gets their `left` replies, one after the other, and makes
+    /// the client's one reply of them.
+    Joined {
+        left: u32,
+        got: BytesMut,
+        transform: Box<dyn ReplyTransform>,
+    },
     /// HELLO or RESET, forwarded as is: the connection speaks this protocol
     /// from now on only if Redis accepted it.
     Protocol(u8),
@@ -290,6 +298,23 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                     }
                     let _ = buf.split_to(len);
                 }
+                Some(Expect::Joined {
+                    left,
+                    mut got,
+                    transform,
+                }) if left > 1 => {
+                    if raw_len > 0 {
+                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                        raw_len = 0;
+                        raw_count = 0;
+                    }
+                    got.extend_from_slice(&buf.split_to(len));
+                    shared.expect.lock().unwrap().push_front(Expect::Joined {
+                        left: left - 1,
+                        got,
+                        transform,
+                    });
+                }
                 Some(other) => {
                     if raw_len > 0 {
                         out.ready(buf.split_to(raw_len).freeze(), raw_count);
@@ -333,6 +358,17 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
         Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
+        Expect::Joined {
+            mut got,
+            transform: mut t,
+            ..
+        } => {
+            got.extend_from_slice(&reply);
+            match t.apply(got.freeze()) {
+                Transformed::Done(b) => b,
+                Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
+            }
+        }
         Expect::Transformed(mut t) => match t.apply(reply) {
             Transformed::Done(b) => b,
             Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
