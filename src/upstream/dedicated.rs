@@ -252,11 +252,15 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 shared.subscriptions.store(0, Ordering::Release);
                 shared.protocol.store(2, Ordering::Release);
             }
+            // A reply that is not the last of a joined expectation goes
+            // into it; the expectation stays queued (the connection is not
+            // idle) until the last one.
+            let mut joined = false;
             let expect = if is_push {
                 None
             } else {
                 let mut q = shared.expect.lock().unwrap();
-                match q.front() {
+                match q.front_mut() {
                     Some(Expect::Sentinel(a, b)) => {
                         let frame = &buf[start..start + len];
                         if frame == &a[..] || frame == &b[..] {
@@ -265,9 +269,27 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                             None
                         }
                     }
+                    Some(Expect::Joined { left, .. }) if *left > 1 => {
+                        *left -= 1;
+                        joined = true;
+                        None
+                    }
                     _ => q.pop_front(),
                 }
             };
+            if joined {
+                if raw_len > 0 {
+                    out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                    raw_len = 0;
+                    raw_count = 0;
+                }
+                let reply = buf.split_to(len);
+                if let Some(Expect::Joined { got, .. }) = shared.expect.lock().unwrap().front_mut()
+                {
+                    got.extend_from_slice(&reply);
+                }
+                continue;
+            }
             match expect {
                 None => raw_len += len,
                 Some(Expect::Raw) => {
@@ -297,23 +319,6 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                         raw_count = 0;
                     }
                     let _ = buf.split_to(len);
-                }
-                Some(Expect::Joined {
-                    left,
-                    mut got,
-                    transform,
-                }) if left > 1 => {
-                    if raw_len > 0 {
-                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
-                        raw_len = 0;
-                        raw_count = 0;
-                    }
-                    got.extend_from_slice(&buf.split_to(len));
-                    shared.expect.lock().unwrap().push_front(Expect::Joined {
-                        left: left - 1,
-                        got,
-                        transform,
-                    });
                 }
                 Some(other) => {
                     if raw_len > 0 {
