@@ -6,7 +6,15 @@
 # more corner cases of MULTI, scripting, functions and CLIENT PAUSE than our
 # own tests do.
 #
-# Usage: tests/redis-suite.sh [--unit unit/NAME]... [--mode direct|proxy|dedicated]...
+# Modes: direct (plain redis-server), proxy (shared connections), dedicated
+# (--dedicated-per-client), rule (proxy with a [[queue]] rule in force whose
+# keys the tests never use) and loaded (rule, with the proxy's function
+# library in Redis: a queue pop through the proxy loads it before the unit,
+# and again soon after a test's FUNCTION FLUSH removed it). rule and
+# loaded run only the units that see functions and scripts
+# (unit/scripting, unit/functions) unless given with --mode.
+#
+# Usage: tests/redis-suite.sh [--unit unit/NAME]... [--mode MODE]...
 #          [--unit-timeout SEC] [--stall-timeout SEC] [--max-hangs N]
 #          [--with-repl] [--select] [--proxy-config FILE] [--only TEST]...
 #          [--work DIR] [--findings FILE]
@@ -60,21 +68,36 @@ while [ $# -gt 0 ]; do
     --proxy-config) PROXY_CONFIG=$(realpath "$2"); shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --findings) FINDINGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) die "unknown argument: $1" ;;
   esac
 done
 [ ${#UNITS[@]} -gt 0 ] || UNITS=(unit/multi unit/scripting unit/functions unit/pause)
-[ ${#MODES[@]} -gt 0 ] || MODES=(direct proxy dedicated)
+# Units in which the proxy's function library could show, for the modes
+# that have one in Redis.
+RULE_UNITS=" unit/scripting unit/functions "
+ALL_PAIRS=0
+if [ ${#MODES[@]} -eq 0 ]; then
+  MODES=(direct proxy dedicated rule loaded)
+else
+  ALL_PAIRS=1
+fi
 for m in "${MODES[@]}"; do
-  case "$m" in direct|proxy|dedicated) ;; *) die "unknown mode $m" ;; esac
+  case "$m" in direct|proxy|dedicated|rule|loaded) ;; *) die "unknown mode $m" ;; esac
 done
+# Whether UNIT runs in MODE.
+runs_in() { # unit mode
+  case "$2" in
+    rule|loaded) [ "$ALL_PAIRS" = 1 ] || [[ "$RULE_UNITS" == *" $1 "* ]] ;;
+    *) true ;;
+  esac
+}
 # Differences are only meaningful against the direct run.
 case " ${MODES[*]} " in *" direct "*) ;; *) MODES=(direct "${MODES[@]}") ;; esac
 mkdir -p "$WORK"
 WORK=$(realpath "$WORK")
 FINDINGS=${FINDINGS:-$WORK/findings.txt}
-PROXY_BIN="$ROOT/target/release/ackproxy"
+PROXY_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/ackproxy"
 
 # --- processes we start, killed by PID on any exit -------------------------
 PIDS=()
@@ -216,6 +239,61 @@ wait_ping() { # port pid
   return 1
 }
 
+# --- queue rules ---------------------------------------------------------------
+# The rule of the rule and loaded modes: in force, but on keys no test uses.
+RULE_KEY="ackproxy-suite-queue:load"
+RULE_CONFIG="$WORK/rule.toml"
+{
+  if [ -n "$PROXY_CONFIG" ]; then cat "$PROXY_CONFIG"; echo; fi
+  printf '[[queue]]\npattern = "ackproxy-suite-queue:*"\nlease_ms = 60000\n'
+} > "$RULE_CONFIG"
+
+# Keeps the proxy's library in Redis for the loaded mode, as a deployment
+# whose workers pop all the time does: Redis is asked directly (the proxy
+# hides the library) every millisecond whether it has it, and when a test's
+# FUNCTION FLUSH (or RESTORE ... FLUSH) removed it, a queue pop through the
+# proxy loads it again. Nothing else is sent, so that the tests'
+# statistics see as little traffic of the proxy's as possible; no pop is
+# made under maxmemory, where Redis would refuse it (and count the error).
+# Whether the library is back in time for a given test depends on timing:
+# this exercises the hiding at random points; tests/function_view.rs checks
+# it at fixed ones. Two processes, each killed by its PID (the pops' own
+# redis-cli ends when the loop that feeds it does); every pop is logged to
+# DIR/loads.
+start_loader() { # redis-port proxy-port dir -> LOADER_PIDS
+  local polled="$3/loader.polled"
+  rm -f "$polled"
+  mkfifo "$polled"
+  : > "$3/loads"
+  redis-cli --csv -p "$1" -r -1 -i 0.001 FUNCTION LIST LIBRARYNAME 'ackproxy_*' \
+    >"$polled" 2>/dev/null &
+  LOADER_PIDS=($!)
+  reload_loop "$2" "$3/loads" <"$polled" &
+  LOADER_PIDS+=($!)
+  PIDS+=("${LOADER_PIDS[@]}")
+}
+
+reload_loop() { # proxy-port log; stdin: the polls' replies, one a line
+  local line missing=0 reply
+  # One connection through the proxy, one reply a line.
+  coproc POPS { redis-cli --csv -p "$1" 2>&1; }
+  while IFS= read -r line; do
+    if [ -n "$line" ]; then missing=0; continue; fi
+    # At once, then every 100 polls while a pop could not load it (Redis
+    # busy with a script, say).
+    if [ $((missing % 100)) = 0 ]; then
+      echo "CONFIG GET maxmemory" >&"${POPS[1]}"
+      IFS= read -r reply <&"${POPS[0]}"
+      if [ "$reply" = '"maxmemory","0"' ]; then
+        echo "RPOP $RULE_KEY" >&"${POPS[1]}"
+        IFS= read -r reply <&"${POPS[0]}"
+        printf '%s\n' "$EPOCHREALTIME" >> "$2"
+      fi
+    fi
+    missing=$((missing + 1))
+  done
+}
+
 # --- one run of one unit in one mode -----------------------------------------
 # Tags: external:skip is dropped by the suite itself in external mode (tests
 # that restart, reconfigure or inspect the server's process and files). We
@@ -230,7 +308,7 @@ TAGS=""
 # run_once UNIT MODE DIR SKIP... -> DIR/{suite.log,redis.log,rc}
 run_once() {
   local unit=$1 mode=$2 dir=$3; shift 3
-  local rport pport port rpid ppid rc=0 args
+  local rport pport port rpid ppid rc=0 args pid
   mkdir -p "$dir"
   local try
   # A fresh server for every run: a hung test may leave a script running or
@@ -252,7 +330,10 @@ run_once() {
       pport=$(free_port)
       local pargs=(--listen "127.0.0.1:$pport" --upstream "127.0.0.1:$rport")
       [ "$mode" = dedicated ] && pargs+=(--dedicated-per-client)
-      [ -n "$PROXY_CONFIG" ] && pargs+=(--config "$PROXY_CONFIG")
+      case "$mode" in
+        rule|loaded) pargs+=(--config "$RULE_CONFIG") ;;
+        *) [ -n "$PROXY_CONFIG" ] && pargs+=(--config "$PROXY_CONFIG") ;;
+      esac
       "$PROXY_BIN" "${pargs[@]}" >"$dir/proxy.log" 2>&1 &
       ppid=$!; PIDS+=("$ppid")
       wait_ping "$pport" "$ppid" && break
@@ -260,6 +341,13 @@ run_once() {
       [ "$try" = 5 ] && die "ackproxy did not start (see $dir/proxy.log)"
     done
     port=$pport
+  fi
+  LOADER_PIDS=()
+  if [ "$mode" = loaded ]; then
+    redis-cli -p "$pport" RPOP "$RULE_KEY" >/dev/null
+    [ -n "$(redis-cli -p "$rport" FUNCTION LIST LIBRARYNAME 'ackproxy_*')" ] ||
+      die "a queue pop through the proxy did not load its library (see $dir/proxy.log)"
+    start_loader "$rport" "$pport" "$dir"
   fi
   # --durable: an unexpected error reply is an exception in the suite, which
   # would otherwise end the unit at the first proxy difference.
@@ -275,6 +363,7 @@ run_once() {
   ( cd "$SRC" && TERM=dumb timeout -k 10 "$UNIT_TIMEOUT" tclsh tests/test_helper.tcl "${args[@]}" ) \
     >"$dir/suite.log" 2>&1 </dev/null || rc=$?
   echo "$rc" > "$dir/rc"
+  for pid in "${LOADER_PIDS[@]+"${LOADER_PIDS[@]}"}"; do stop_pid "$pid"; done
   [ -n "${ppid:-}" ] && stop_pid "$ppid"
   stop_pid "$rpid"
   PIDS=()
@@ -365,6 +454,9 @@ run_unit() {
     fi
     break
   done
+  if [ "$mode" = loaded ]; then
+    echo "$(cat "$base"/run*/loads | wc -l) pops loaded the proxy's library again after tests removed it" >> "$base/note"
+  fi
   # Verdicts of the last run; a test it skipped is HANG if it is the one that
   # hung, else its verdict from the latest earlier run that reached it, else
   # NOTRUN (it only shares its name with a hung test).
@@ -393,7 +485,7 @@ run_unit() {
 
 for unit in "${UNITS[@]}"; do
   for mode in "${MODES[@]}"; do
-    run_unit "$unit" "$mode"
+    runs_in "$unit" "$mode" && run_unit "$unit" "$mode"
   done
 done
 
@@ -426,6 +518,7 @@ status=0
   printf '%-16s %-10s %6s %6s %5s %7s\n' unit mode passed failed hung not-run
   for unit in "${UNITS[@]}"; do
     for mode in "${MODES[@]}"; do
+      runs_in "$unit" "$mode" || continue
       r="$RUN/${unit//\//_}.$mode/results"
       printf '%-16s %-10s %6d %6d %5d %7d\n' "$unit" "$mode" \
         "$(grep -c '^PASS' "$r" || true)" "$(grep -c '^FAIL' "$r" || true)" \
@@ -434,6 +527,7 @@ status=0
   done
   for unit in "${UNITS[@]}"; do
     for mode in "${MODES[@]}"; do
+      runs_in "$unit" "$mode" || continue
       base="$RUN/${unit//\//_}.$mode"
       if [ -s "$base/note" ]; then sed "s|^|note: $unit via $mode: |" "$base/note"; fi
       grep -v '^PASS' "$base/results" | sed "s|^\([A-Z]*\)\t|  $unit via $mode: \1 |" || true
@@ -444,6 +538,7 @@ status=0
     d="$RUN/${unit//\//_}.direct/results"
     for mode in "${MODES[@]}"; do
       [ "$mode" = direct ] && continue
+      runs_in "$unit" "$mode" || continue
       base="$RUN/${unit//\//_}.$mode"
       while IFS=$'\t' read -r st name; do
         [ "$st" = PASS ] && continue

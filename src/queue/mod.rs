@@ -19,6 +19,7 @@ pub mod registry;
 pub mod rules;
 pub mod tally;
 pub mod value;
+pub mod visible;
 pub mod waiters;
 
 use std::sync::{Arc, RwLock};

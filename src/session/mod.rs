@@ -19,6 +19,7 @@ use crate::command::{classify, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
+use crate::queue::visible::View;
 use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::telemetry::Route as Served;
@@ -539,6 +540,10 @@ impl Session {
         if crate::queue::library::may_unload(args) {
             self.ctx.queues.forget_library();
         }
+        if let Some(view) = crate::queue::visible::view(args) {
+            self.viewed(kind, args, frame.clone(), view).await;
+            return None;
+        }
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
@@ -595,6 +600,7 @@ impl Session {
         match kind {
             Kind::Plain => {
                 !crate::queue::library::may_unload(args)
+                    && !crate::queue::visible::concerns(args)
                     && crate::auth::sets_requirepass(args).is_none()
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
@@ -657,6 +663,83 @@ impl Session {
         self.dedicated
             .as_ref()
             .is_some_and(|d| d.protocol() == 2 && d.subscriptions() > 0)
+    }
+
+    /// A `FUNCTION` request whose reply must not show the proxy's own
+    /// library: sent where it would have gone, with its reply rewritten
+    /// (see `queue::visible`).
+    async fn viewed(&mut self, kind: Kind, args: Args<'_>, frame: Bytes, view: View) {
+        let routed = route(kind, args, &self.facts());
+        let in_multi = self.pinned && self.mode.multi;
+        match view {
+            View::Request(request) if routed == Route::Shared => self.send_shared(request, 1),
+            View::Request(request) => {
+                self.send_dedicated(kind, args, &request, None, None).await;
+            }
+            // Replies that do not pair with requests cannot be rewritten.
+            _ if self.pinned && self.mode.unpaired => {
+                self.send_dedicated(kind, args, &frame, None, None).await;
+            }
+            View::Reply(transform) if routed == Route::Shared => {
+                self.send_shared_transformed(frame, 1, transform);
+            }
+            View::Reply(transform) if in_multi => {
+                self.send_dedicated(kind, args, &frame, Some(transform), None)
+                    .await;
+            }
+            View::Reply(transform) => {
+                let expect = Expect::Transformed(transform);
+                self.send_dedicated(kind, args, &frame, None, Some(expect))
+                    .await;
+            }
+            View::Stats if in_multi => {
+                // The probe cannot join the transaction (it would change
+                // EXEC's reply, and abort it where it is refused): made
+                // now, outside it.
+                let probe = self
+                    .ctx
+                    .queues
+                    .own_command(crate::queue::visible::PROBE)
+                    .await;
+                let hidden = match probe {
+                    Ok(reply) => crate::queue::visible::observe(&reply),
+                    Err(_) => crate::queue::visible::last_seen(),
+                };
+                let transform = crate::queue::visible::stats_with(hidden);
+                self.send_dedicated(kind, args, &frame, Some(transform), None)
+                    .await;
+            }
+            View::Stats => {
+                // On the client's own connection (as every command Redis
+                // serves while a script runs), behind the probe, in one
+                // write.
+                let mut joined = crate::queue::visible::probe().to_vec();
+                joined.extend_from_slice(&frame);
+                let expect = Expect::Joined {
+                    left: 2,
+                    got: BytesMut::new(),
+                    transform: crate::queue::visible::stats_joined(),
+                };
+                self.send_dedicated(kind, args, &joined, None, Some(expect))
+                    .await;
+            }
+        }
+    }
+
+    /// Like [`send_shared`](Self::send_shared), with the reply rewritten.
+    fn send_shared_transformed(
+        &mut self,
+        bytes: Bytes,
+        count: u32,
+        transform: Box<dyn ReplyTransform>,
+    ) {
+        match &self.member {
+            Some(m) => m.shared().send(bytes, count, &self.out, Some(transform)),
+            None => {
+                self.avoid_congestion();
+                self.shared.send(bytes, count, &self.out, Some(transform));
+            }
+        }
     }
 
     /// Sends a request the queue interceptor rewrote, on the connection the

@@ -37,6 +37,14 @@ pub enum Expect {
     Transformed(Box<dyn ReplyTransform>),
     /// A request of the proxy's own: its reply is dropped.
     Drop,
+    /// Requests written together that answer one of the client's: the
+    /// transform gets their `left` replies, one after the other, and makes
+    /// the client's one reply of them.
+    Joined {
+        left: u32,
+        got: BytesMut,
+        transform: Box<dyn ReplyTransform>,
+    },
     /// HELLO or RESET, forwarded as is: the connection speaks this protocol
     /// from now on only if Redis accepted it.
     Protocol(u8),
@@ -244,11 +252,15 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 shared.subscriptions.store(0, Ordering::Release);
                 shared.protocol.store(2, Ordering::Release);
             }
+            // A reply that is not the last of a joined expectation goes
+            // into it; the expectation stays queued (the connection is not
+            // idle) until the last one.
+            let mut joined = false;
             let expect = if is_push {
                 None
             } else {
                 let mut q = shared.expect.lock().unwrap();
-                match q.front() {
+                match q.front_mut() {
                     Some(Expect::Sentinel(a, b)) => {
                         let frame = &buf[start..start + len];
                         if frame == &a[..] || frame == &b[..] {
@@ -257,9 +269,27 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                             None
                         }
                     }
+                    Some(Expect::Joined { left, .. }) if *left > 1 => {
+                        *left -= 1;
+                        joined = true;
+                        None
+                    }
                     _ => q.pop_front(),
                 }
             };
+            if joined {
+                if raw_len > 0 {
+                    out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                    raw_len = 0;
+                    raw_count = 0;
+                }
+                let reply = buf.split_to(len);
+                if let Some(Expect::Joined { got, .. }) = shared.expect.lock().unwrap().front_mut()
+                {
+                    got.extend_from_slice(&reply);
+                }
+                continue;
+            }
             match expect {
                 None => raw_len += len,
                 Some(Expect::Raw) => {
@@ -338,6 +368,17 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
         Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
+        Expect::Joined {
+            mut got,
+            transform: mut t,
+            ..
+        } => {
+            got.extend_from_slice(&reply);
+            match t.apply(got.freeze()) {
+                Transformed::Done(b) => b,
+                Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
+            }
+        }
         Expect::Transformed(mut t) => match t.apply(reply) {
             Transformed::Done(b) => b,
             Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
