@@ -37,11 +37,12 @@ pub struct Cli {
     /// Password the proxy's own upstream connections authenticate with.
     #[arg(long, env = "ACKPROXY_UPSTREAM_PASSWORD", hide_env_values = true)]
     pub upstream_password: Option<String>,
-    /// Number of shared (multiplexed) upstream connections.
+    /// Number of shared (multiplexed) upstream connection pairs (one for
+    /// requests that may write, one for reads).
     #[arg(long, env = "ACKPROXY_SHARED_CONNECTIONS")]
     pub shared_connections: Option<usize>,
-    /// Most shared connections kept for logged-in users (one per user and
-    /// password; 0: logged-in clients keep a connection of their own).
+    /// Most shared connection pairs kept for logged-in users (one per user
+    /// and password; 0: logged-in clients keep a connection of their own).
     #[arg(long, env = "ACKPROXY_USER_CONNECTIONS_MAX")]
     pub user_connections_max: Option<usize>,
     /// Password clients must give (AUTH) while Redis itself needs no login.
@@ -293,7 +294,7 @@ pub struct Config {
     pub upstream_tls_key_file: Option<PathBuf>,
     pub upstream_tls_server_name: Option<String>,
     pub shared_connections: usize,
-    /// Shared connections of logged-in users kept at most.
+    /// Shared connection pairs of logged-in users kept at most.
     pub user_connections_max: usize,
     /// The password of the `default` user as clients of the proxy see it,
     /// for a Redis that needs no login (empty: none, as in Redis).

@@ -587,6 +587,63 @@ fn paused_write(write: &[&str]) {
     }
 }
 
+/// A `CLIENT PAUSE WRITE` made on Redis directly, as a failover makes one,
+/// holds the writes sent through the proxy and nothing more: another
+/// client's reads are answered at once, as directly (the proxy does not
+/// know of this pause, so the writes go on shared connections), and the
+/// writer's own requests still run in the order it sent them.
+#[test]
+fn a_pause_made_on_redis_holds_no_other_client_s_reads() {
+    // Clients of the proxy's connections; logged-in clients, who share
+    // their user's; clients with connections of their own.
+    for (login, mode) in [(false, MODES[0]), (true, MODES[0]), (false, MODES[1])] {
+        let redis = Redis::start();
+        let mut admin = redis.client();
+        admin.cmd(&["ACL", "SETUSER", "u", "on", ">p", "~*", "&*", "+@all"]);
+        let proxy = Proxy::start(redis.port, mode);
+        let (mut a, mut b) = (proxy.client(), proxy.client());
+        if login {
+            assert_eq!(a.raw(&["AUTH", "u", "p"]), b"+OK\r\n");
+            assert_eq!(b.raw(&["AUTH", "u", "p"]), b"+OK\r\n");
+        }
+        a.cmd(&["SET", "k", "old"]);
+        b.cmd(&["SET", "other", "x"]);
+        assert_eq!(b.cmd(&["GET", "other"]), Value::bulk("x"));
+        assert_eq!(
+            admin.cmd(&["CLIENT", "PAUSE", "3000", "WRITE"]),
+            Value::Simple("OK".into())
+        );
+        let paused = Instant::now();
+        // A's write and its own read of it, pipelined; then, once the write
+        // is held in Redis, another read of A's, sent on its own.
+        let mut pipeline = Client::encode(&[b"SET", b"k", b"new"]);
+        pipeline.extend(Client::encode(&[b"GET", b"k"]));
+        a.send_raw(&pipeline);
+        wait_until("A's write held in Redis", || {
+            matches!(admin.cmd(&["INFO", "clients"]), Value::Bulk(info)
+                if text(&info).contains("blocked_clients:1"))
+        });
+        a.send(&["GET", "k"]);
+        let t = Instant::now();
+        let b_read = (b.cmd(&["GET", "other"]), b.cmd(&["GET", "k"]));
+        let read_took = t.elapsed();
+        println!("login {login}, {mode:?}: B's reads during the pause took {read_took:?}");
+        assert!(
+            read_took < Duration::from_millis(500),
+            "B's reads took {read_took:?} behind A's held write (login {login}, {mode:?})"
+        );
+        assert_eq!(b_read, (Value::bulk("x"), Value::bulk("old")));
+        assert_eq!(a.read_raw(), b"+OK\r\n");
+        let write_took = paused.elapsed();
+        assert!(
+            write_took > Duration::from_millis(2500),
+            "A's write answered after {write_took:?}, within the pause"
+        );
+        assert_eq!(a.read_value(), Value::bulk("new"));
+        assert_eq!(a.read_value(), Value::bulk("new"));
+    }
+}
+
 #[test]
 fn pops_after_script_flush_keep_their_place_in_a_pipeline() {
     let prepare: &[&[&str]] = &[&["RPUSH", "q", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8"]];

@@ -59,6 +59,10 @@ fn superuser(r: &Redis) -> Client {
     c
 }
 
+/// Redis's connections of one user's shared pair (one for requests that
+/// may write, one for reads).
+const PAIR: usize = 2;
+
 /// Redis's connections logged in as `user`.
 fn connections_of(r: &Redis, user: &str) -> usize {
     let Value::Bulk(list) = superuser(r).cmd(&["CLIENT", "LIST"]) else {
@@ -278,7 +282,7 @@ fn run_matrix(extra: &[&str], guard: bool) {
         clients.push(b);
     }
     let own_each = extra.contains(&"--dedicated-per-client");
-    settles(&behind, "restricted", if own_each { 20 } else { 1 });
+    settles(&behind, "restricted", if own_each { 20 } else { PAIR });
     for (i, c) in clients.iter_mut().enumerate() {
         let key = format!("allowed:{i}");
         assert_eq!(c.cmd(&["GET", &key]), Value::bulk(&i.to_string()));
@@ -878,13 +882,13 @@ fn logging_in_as_another_user_moves_the_client() {
             "{cmd:?}"
         );
     }
-    // One connection per user, kept for the next client of that login.
-    settles(&r, "restricted", 1);
-    settles(&r, "worker", 1);
+    // One pair per user, kept for the next client of that login.
+    settles(&r, "restricted", PAIR);
+    settles(&r, "worker", PAIR);
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
     assert_eq!(again.cmd(&["GET", "allowed:a"]), Value::bulk("1"));
-    settles(&r, "restricted", 1);
+    settles(&r, "restricted", PAIR);
 }
 
 /// A client in a pool pipelines a push on its user's connection and a pop
@@ -969,8 +973,8 @@ fn a_deleted_user_is_disconnected_as_by_redis() {
     login(&mut bystander, "paused");
     let mut rotated = p.client();
     login(&mut rotated, "rotated");
-    // Directly, and one shared by the proxy's three.
-    settles(&r, "doomed", 2);
+    // Directly, and one pair shared by the proxy's three.
+    settles(&r, "doomed", 1 + PAIR);
 
     assert_eq!(adm.cmd(&["ACL", "DELUSER", "doomed"]), Value::Int(1));
     assert_eq!(closed(&direct), b"");
@@ -1006,7 +1010,7 @@ fn a_deleted_user_is_disconnected_as_by_redis() {
     assert_eq!(fresh.raw(&["AUTH", "rotated", "pw"]), refused);
     assert_eq!(fresh.raw(&["AUTH", "rotated", "new"]), b"+OK\r\n");
     assert_eq!(fresh.cmd(&["INCR", "n"]), Value::Int(3));
-    settles(&r, "rotated", 2);
+    settles(&r, "rotated", 2 * PAIR);
 }
 
 /// When the shared connection of a user ends (killed here), its clients
@@ -1031,7 +1035,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     let mut other = p.client();
     assert_eq!(other.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
     assert_eq!(other.cmd(&["LPUSH", "jobs", "m"]), Value::Int(1));
-    settles(&r, "restricted", 2);
+    settles(&r, "restricted", PAIR + 1);
     let mut adm = admin(&r);
     let Value::Bulk(list) = adm.cmd(&["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST");
@@ -1055,7 +1059,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
     assert_eq!(again.cmd(&["GET", "allowed:x"]), Value::Nil);
-    settles(&r, "restricted", 1);
+    settles(&r, "restricted", PAIR);
 }
 
 /// At most `user_connections_max` users' connections: past it, the least
@@ -1076,7 +1080,8 @@ fn user_connections_are_bounded() {
         second.cmd(&["ACL", "WHOAMI"]),
         Value::Error("NOPERM this user has no permissions to run the 'acl|whoami' command".into())
     );
-    settles(&r, "restricted", 1);
+    settles(&r, "restricted", PAIR);
+    // Its own connection: no pool can take it.
     settles(&r, "worker", 1);
     drop(first);
     drop(second);
@@ -1098,7 +1103,7 @@ fn user_connections_are_bounded() {
         assert!(Instant::now() < deadline, "the idle connection stays");
         std::thread::sleep(Duration::from_millis(20));
     }
-    settles(&r, "worker", 1);
+    settles(&r, "worker", PAIR);
 }
 
 /// With the proxy's password, queue operations wait for it like

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
-use crate::command::{classify, Args, Kind};
+use crate::command::{classify, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
@@ -28,7 +28,7 @@ use crate::upstream::shared::SharedUpstream;
 use crate::upstream::users::{Member, Users};
 use crate::upstream::Endpoint;
 use mode::Mode;
-use route::{oversized, route, Facts, Pause, Route};
+use route::{oversized, route, Facts, Lane, Pause, Route};
 
 /// What every session shares.
 pub struct Context {
@@ -62,7 +62,7 @@ impl Context {
         shutdown: watch::Receiver<bool>,
     ) -> Context {
         let shared = (0..config.shared_connections)
-            .map(|_| SharedUpstream::spawn(endpoint.clone()))
+            .map(|_| SharedUpstream::spawn_pair(endpoint.clone()))
             .collect();
         let pools = if config.dedicated_per_client {
             0
@@ -152,7 +152,7 @@ impl Context {
         if shared.len() >= 4 * self.config.shared_connections.max(1) {
             return None;
         }
-        let s = SharedUpstream::spawn(self.endpoint.clone());
+        let s = SharedUpstream::spawn_pair(self.endpoint.clone());
         shared.push(s.clone());
         Some(s)
     }
@@ -203,6 +203,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         rd,
         out,
         shared,
+        lane: Lane::Writes,
         dedicated: None,
         pinned: ctx.config.dedicated_per_client,
         mode: Mode::default(),
@@ -246,6 +247,9 @@ struct Session {
     scanner: RequestScanner,
     out: Arc<ClientState>,
     shared: SharedUpstream,
+    /// The lane of the shared pair the client's requests in flight there
+    /// are on (meaningless while none is).
+    lane: Lane,
     dedicated: Option<Dedicated>,
     /// Requests go to the dedicated connection.
     pinned: bool,
@@ -343,6 +347,8 @@ impl Session {
     async fn process(&mut self) -> Option<Stop> {
         let mut pos = 0;
         let mut batch = 0u32;
+        // Some request of the batch may write.
+        let mut writes = false;
         loop {
             match self.scanner.scan(&self.buf[pos..]) {
                 Scan::Incomplete => break,
@@ -363,12 +369,13 @@ impl Session {
                     if route(kind, args, &self.facts()) == Route::Shared
                         && self.batchable(kind, args)
                     {
+                        writes = writes || may_write(args);
                         pos += n;
                         batch += 1;
                         continue;
                     }
-                    self.flush_batch(pos, batch);
-                    (pos, batch) = (0, 0);
+                    self.flush_batch(pos, batch, writes).await;
+                    (pos, batch, writes) = (0, 0, false);
                     let ranges = self.scanner.args().to_vec();
                     let frame = self.buf.split_to(n).freeze();
                     if let Some(stop) = self.handle(kind, frame, &ranges).await {
@@ -376,8 +383,8 @@ impl Session {
                     }
                 }
                 Scan::Inline { consumed, encoded } => {
-                    self.flush_batch(pos, batch);
-                    (pos, batch) = (0, 0);
+                    self.flush_batch(pos, batch, writes).await;
+                    (pos, batch, writes) = (0, 0, false);
                     self.buf.advance(consumed);
                     let ranges = self.scanner.args().to_vec();
                     let frame = Bytes::from(encoded);
@@ -387,17 +394,17 @@ impl Session {
                     }
                 }
                 Scan::Error(e) => {
-                    self.flush_batch(pos, batch);
+                    self.flush_batch(pos, batch, writes).await;
                     self.answer(Bytes::from(e.to_reply())).await;
                     return Some(Stop::Finish);
                 }
             }
         }
-        self.flush_batch(pos, batch);
+        self.flush_batch(pos, batch, writes).await;
         None
     }
 
-    fn flush_batch(&mut self, len: usize, count: u32) {
+    async fn flush_batch(&mut self, len: usize, count: u32, writes: bool) {
         if count == 0 {
             if len > 0 {
                 self.buf.advance(len);
@@ -405,19 +412,34 @@ impl Session {
             return;
         }
         let bytes = self.buf.split_to(len).freeze();
-        self.send_shared(bytes, count);
+        self.send_shared(bytes, count, writes).await;
     }
 
     /// Stateless requests, on the connection of the client's user: its
-    /// pool's, or the proxy's.
-    fn send_shared(&mut self, bytes: Bytes, count: u32) {
-        match &self.member {
-            Some(m) => m.shared().send(bytes, count, &self.out, None),
-            None => {
-                self.avoid_congestion();
-                self.shared.send(bytes, count, &self.out, None);
-            }
+    /// pool's, or the proxy's; `writes` if some of them may write.
+    async fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
+        if self.member.is_none() {
+            self.avoid_congestion();
         }
+        let lane = self.take_lane(writes).await;
+        let shared = self.member.as_ref().map_or(&self.shared, |m| m.shared());
+        match lane {
+            Lane::Writes => shared.send(bytes, count, &self.out, None),
+            Lane::Reads => shared.send_reads(bytes, count, &self.out),
+        }
+    }
+
+    /// The lane of the shared pair the client's next requests go on (see
+    /// [`route::lane`]), once the client's reads in flight are answered if
+    /// they must be.
+    async fn take_lane(&mut self, writes: bool) -> Lane {
+        let inflight = (!self.out.shared_idle()).then_some(self.lane);
+        let lane = route::lane(writes, inflight);
+        if inflight == Some(Lane::Reads) && lane == Lane::Writes {
+            self.out.shared_drained().await;
+        }
+        self.lane = lane;
+        lane
     }
 
     async fn handle(
@@ -547,7 +569,8 @@ impl Session {
         if route(kind, args, &self.facts()) != Route::Shared {
             self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
-            self.send_shared(frame, 1);
+            let writes = may_write(args);
+            self.send_shared(frame, 1, writes).await;
         }
         None
     }
@@ -672,7 +695,9 @@ impl Session {
         let routed = route(kind, args, &self.facts());
         let in_multi = self.pinned && self.mode.multi;
         match view {
-            View::Request(request) if routed == Route::Shared => self.send_shared(request, 1),
+            View::Request(request) if routed == Route::Shared => {
+                self.send_shared(request, 1, true).await
+            }
             View::Request(request) => {
                 self.send_dedicated(kind, args, &request, None, None).await;
             }
@@ -681,7 +706,7 @@ impl Session {
                 self.send_dedicated(kind, args, &frame, None, None).await;
             }
             View::Reply(transform) if routed == Route::Shared => {
-                self.send_shared_transformed(frame, 1, transform);
+                self.send_shared_transformed(frame, 1, transform).await;
             }
             View::Reply(transform) if in_multi => {
                 self.send_dedicated(kind, args, &frame, Some(transform), None)
@@ -727,12 +752,14 @@ impl Session {
     }
 
     /// Like [`send_shared`](Self::send_shared), with the reply rewritten.
-    fn send_shared_transformed(
+    async fn send_shared_transformed(
         &mut self,
         bytes: Bytes,
         count: u32,
         transform: Box<dyn ReplyTransform>,
     ) {
+        // FUNCTION requests may write: the writes lane.
+        self.take_lane(true).await;
         match &self.member {
             Some(m) => m.shared().send(bytes, count, &self.out, Some(transform)),
             None => {
@@ -788,6 +815,7 @@ impl Session {
                 self.out.shared_drained().await;
             } else {
                 self.avoid_congestion();
+                self.take_lane(true).await;
                 self.shared.send(request, 1, &self.out, Some(transform));
             }
         }

@@ -1,7 +1,9 @@
 //! Where a request goes. One pure decision from the request and a few facts
 //! about the client and Redis, so that the rules that keep clients apart
 //! live in one place: nothing that can block, run for long, be held by a
-//! pause, or make Redis drop the connection goes on a shared connection.
+//! pause made through the proxy, or make Redis drop the connection goes on
+//! a shared connection; and on the shared pair, nothing a pause made on
+//! Redis directly may hold goes ahead of another client's reads ([`lane`]).
 
 use std::time::Instant;
 
@@ -43,6 +45,34 @@ pub struct Facts {
     pub big_replies: bool,
     pub pause: Option<Pause>,
     pub now: Instant,
+}
+
+/// Which connection of the shared pair a batch of requests goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Some request of the batch may write (or replicate): Redis holds it
+    /// during `CLIENT PAUSE WRITE`, and everything behind it on that
+    /// connection with it.
+    Writes,
+    /// Nothing a write pause holds: never queued behind another client's
+    /// held write.
+    Reads,
+}
+
+/// The lane of a batch for a shared connection. `writes`: some request of
+/// it may write; `inflight`: the lane of the client's earlier requests still
+/// unanswered, if any. A client's requests must run in the order it sent
+/// them, and two connections do not keep that order: a read follows the
+/// client's writes still in flight onto their lane (as directly, it waits
+/// behind its own held write), and a write waits until the client's reads
+/// in flight are answered (shortly: a write pause holds none of them) —
+/// `inflight == Some(Reads)` with `Writes` chosen.
+pub fn lane(writes: bool, inflight: Option<Lane>) -> Lane {
+    match inflight {
+        Some(Lane::Writes) => Lane::Writes,
+        _ if writes => Lane::Writes,
+        _ => Lane::Reads,
+    }
 }
 
 /// Redis's smallest proto-max-bulk-len. A request holding a bulk this long
@@ -146,6 +176,19 @@ mod tests {
             ..facts(Some(write))
         };
         assert_eq!(decide(&["SET", "k", "v"], &over), Route::Shared);
+    }
+
+    #[test]
+    fn a_client_s_requests_never_overtake_each_other_across_lanes() {
+        assert_eq!(lane(false, None), Lane::Reads);
+        assert_eq!(lane(true, None), Lane::Writes);
+        // Reads behind the client's own writes in flight stay behind them.
+        assert_eq!(lane(false, Some(Lane::Writes)), Lane::Writes);
+        assert_eq!(lane(true, Some(Lane::Writes)), Lane::Writes);
+        assert_eq!(lane(false, Some(Lane::Reads)), Lane::Reads);
+        // A write after reads in flight: on the writes lane, once they are
+        // answered (the caller waits).
+        assert_eq!(lane(true, Some(Lane::Reads)), Lane::Writes);
     }
 
     #[test]

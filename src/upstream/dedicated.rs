@@ -377,6 +377,7 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
             match t.apply(got.freeze()) {
                 Transformed::Done(b) => b,
                 Transformed::Retry { .. } => Bytes::from_static(LIBRARY_MISSING),
+                Transformed::Continue(_) => Bytes::from_static(CUT_SHORT),
             }
         }
         Expect::Transformed(mut t) => match t.apply(reply) {

@@ -1,6 +1,14 @@
 //! A shared upstream connection: requests from many clients are written to
 //! one Redis connection in the order they arrive, coalesced into few writes,
 //! and each reply is routed back to its client by position.
+//!
+//! The shared connections clients use come in pairs, one *lane* for
+//! requests that may write and one for read-only ones: Redis runs a
+//! connection's requests in order, so a write held by a `CLIENT PAUSE
+//! WRITE` made on Redis directly (a failover makes one) would hold every
+//! request queued behind it on the same connection, whoever sent it.
+//! Which lane a client's request takes is the session's decision
+//! (`session::route::lane`), which keeps each client's requests in order.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,46 +81,96 @@ impl Drop for Pending {
     }
 }
 
-/// Handle to one shared connection; cheap to clone.
+/// One connection's queue of requests.
 #[derive(Clone)]
-pub struct SharedUpstream {
+struct Lane {
     tx: mpsc::UnboundedSender<Request>,
     /// Big replies are arriving: requests sent now would wait behind them.
     congested: Arc<AtomicBool>,
 }
 
+/// The receiving end of a [`Lane`], for the task that serves it.
+struct LaneRx {
+    rx: mpsc::UnboundedReceiver<Request>,
+    congested: Arc<AtomicBool>,
+}
+
+fn lane() -> (Lane, LaneRx) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let congested = Arc::new(AtomicBool::new(false));
+    let lane = Lane {
+        tx,
+        congested: congested.clone(),
+    };
+    (lane, LaneRx { rx, congested })
+}
+
+/// Handle to a shared connection, or to a pair of them (see the module
+/// documentation); cheap to clone. Everything goes on the writes lane
+/// except what is sent with [`SharedUpstream::send_reads`].
+#[derive(Clone)]
+pub struct SharedUpstream {
+    writes: Lane,
+    reads: Option<Lane>,
+}
+
 impl SharedUpstream {
+    /// One connection, for the proxy's own requests.
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let congested = Arc::new(AtomicBool::new(false));
-        tokio::spawn(manage(endpoint, rx, congested.clone()));
-        SharedUpstream { tx, congested }
+        let (writes, rx) = lane();
+        tokio::spawn(manage(endpoint, rx));
+        SharedUpstream {
+            writes,
+            reads: None,
+        }
     }
 
-    /// A connection logged in with a client's credentials (see `users`):
-    /// opened on first use and never opened again, since a new login
-    /// could be refused (user deleted, password changed). The receiver
-    /// hears when it is gone, or could not be opened.
+    /// A pair for clients: each of the two connections is opened when
+    /// first used, and again after it fails.
+    pub fn spawn_pair(endpoint: Arc<Endpoint>) -> SharedUpstream {
+        let (writes, w) = lane();
+        let (reads, r) = lane();
+        tokio::spawn(manage(endpoint.clone(), w));
+        tokio::spawn(manage(endpoint, r));
+        SharedUpstream {
+            writes,
+            reads: Some(reads),
+        }
+    }
+
+    /// A pair logged in with a client's credentials (see `users`): both
+    /// opened together on first use and never opened again, since a new
+    /// login could be refused (user deleted, password changed); when one
+    /// ends, so does the other. The receiver hears when they are gone, or
+    /// could not be opened.
     pub fn spawn_as(
         endpoint: Arc<Endpoint>,
         credentials: Credentials,
     ) -> (SharedUpstream, oneshot::Receiver<()>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let congested = Arc::new(AtomicBool::new(false));
+        let (writes, w) = lane();
+        let (reads, r) = lane();
         let (ended_tx, ended) = oneshot::channel();
-        let flag = congested.clone();
         tokio::spawn(async move {
-            manage_once(endpoint, credentials, rx, flag).await;
+            manage_once(endpoint, credentials, w, r).await;
             let _ = ended_tx.send(());
         });
-        (SharedUpstream { tx, congested }, ended)
+        let pair = SharedUpstream {
+            writes,
+            reads: Some(reads),
+        };
+        (pair, ended)
     }
 
+    /// Whether either connection is busy with big replies.
     pub fn is_congested(&self) -> bool {
-        self.congested.load(Ordering::Relaxed)
+        self.writes.congested.load(Ordering::Relaxed)
+            || self
+                .reads
+                .as_ref()
+                .is_some_and(|r| r.congested.load(Ordering::Relaxed))
     }
 
-    fn enqueue(&self, bytes: Bytes, count: u32, target: Target, client: Arc<ClientState>) {
+    fn enqueue(lane: &Lane, bytes: Bytes, count: u32, target: Target, client: Arc<ClientState>) {
         client.shared_sent();
         let req = Request {
             bytes,
@@ -123,7 +181,7 @@ impl SharedUpstream {
             },
         };
         // A send error drops the request, which answers it with an error.
-        let _ = self.tx.send(req);
+        let _ = lane.tx.send(req);
     }
 
     /// Sends `count` requests whose replies fill the client's next slot.
@@ -135,7 +193,21 @@ impl SharedUpstream {
         transform: Option<Box<dyn ReplyTransform>>,
     ) {
         let seq = client.reserve(count, transform);
-        self.enqueue(bytes, count, Target::Slot(seq), client.clone());
+        Self::enqueue(
+            &self.writes,
+            bytes,
+            count,
+            Target::Slot(seq),
+            client.clone(),
+        );
+    }
+
+    /// Like [`send`](Self::send), for requests none of which may write:
+    /// on the reads lane, where no write held by a pause is ahead of them.
+    pub fn send_reads(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>) {
+        let seq = client.reserve(count, None);
+        let lane = self.reads.as_ref().unwrap_or(&self.writes);
+        Self::enqueue(lane, bytes, count, Target::Slot(seq), client.clone());
     }
 
     /// Requests of the proxy's own, right behind what the client sent
@@ -144,13 +216,13 @@ impl SharedUpstream {
         if bytes.is_empty() {
             return;
         }
-        self.enqueue(bytes, count, Target::Discard, client.clone());
+        Self::enqueue(&self.writes, bytes, count, Target::Discard, client.clone());
     }
 
     /// One request of the proxy's own, awaited.
     pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
         let (tx, rx) = oneshot::channel();
-        self.enqueue(bytes, 1, Target::Call(tx), client);
+        Self::enqueue(&self.writes, bytes, 1, Target::Call(tx), client);
         rx.await.unwrap_or(Err(UpstreamError::ConnectionLost))
     }
 }
@@ -162,11 +234,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
-async fn manage(
-    endpoint: Arc<Endpoint>,
-    mut rx: mpsc::UnboundedReceiver<Request>,
-    congested: Arc<AtomicBool>,
-) {
+async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx) {
+    let LaneRx { mut rx, congested } = lane;
     let mut backoff = Duration::from_millis(10);
     loop {
         // Connect only when there is something to send: an idle proxy keeps
@@ -182,7 +251,7 @@ async fn manage(
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
-                let result = run(stream, first, &mut rx, &congested).await;
+                let result = run(stream, Some(first), &mut rx, &congested).await;
                 m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
@@ -213,28 +282,41 @@ async fn manage(
     }
 }
 
-/// One connection with `credentials`, for as long as it lasts. Requests
-/// that arrive afterwards are answered with an error when the receiver
-/// is dropped.
+/// The two connections of a pair with `credentials`, for as long as both
+/// last. Requests that arrive afterwards are answered with an error when
+/// the receivers are dropped.
 async fn manage_once(
     endpoint: Arc<Endpoint>,
     credentials: Credentials,
-    mut rx: mpsc::UnboundedReceiver<Request>,
-    congested: Arc<AtomicBool>,
+    mut writes: LaneRx,
+    mut reads: LaneRx,
 ) {
-    let Some(first) = rx.recv().await else {
-        return;
+    let (first_write, first_read) = tokio::select! {
+        r = writes.rx.recv() => (r, None),
+        r = reads.rx.recv() => (None, r),
     };
-    let connected = endpoint.connect_as(&credentials).await;
+    if first_write.is_none() && first_read.is_none() {
+        return;
+    }
+    // Both logins now: one made later could be refused, and a pair with
+    // one connection would end its clients' session for a reason Redis
+    // never gives them.
+    let connected = match endpoint.connect_as(&credentials).await {
+        Ok(w) => endpoint.connect_as(&credentials).await.map(|r| (w, r)),
+        Err(e) => Err(e),
+    };
     // The password is not needed any more here.
     drop(credentials);
     match connected {
-        Ok(stream) => {
+        Ok((w, r)) => {
             let m = crate::telemetry::upstream();
-            m.connects.increment(1);
-            m.user.increment(1.0);
-            let result = run(stream, first, &mut rx, &congested).await;
-            m.user.decrement(1.0);
+            m.connects.increment(2);
+            m.user.increment(2.0);
+            let result = tokio::select! {
+                r = run(w, first_write, &mut writes.rx, &writes.congested) => r,
+                r = run(r, first_read, &mut reads.rx, &reads.congested) => r,
+            };
+            m.user.decrement(2.0);
             if let Err(e) = result {
                 m.errors.increment(1);
                 tracing::info!("connection of a logged-in user ended: {e}");
@@ -243,7 +325,9 @@ async fn manage_once(
         Err(e) => {
             crate::telemetry::upstream().errors.increment(1);
             tracing::info!("connection of a logged-in user could not open: {e}");
-            first.pending.deliver(Err(e));
+            if let Some(first) = first_write.or(first_read) {
+                first.pending.deliver(Err(e));
+            }
         }
     }
 }
@@ -306,14 +390,13 @@ mod outage {
 /// Serves requests on one connection until it fails or the proxy stops.
 async fn run(
     stream: Stream,
-    first: Request,
+    mut first: Option<Request>,
     rx: &mut mpsc::UnboundedReceiver<Request>,
     congested: &AtomicBool,
 ) -> Result<(), UpstreamError> {
     let (mut rd, mut wr) = stream.split();
     // Filled before the bytes are written, so a reply always finds its entry.
     let inflight: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
-    let mut first = Some(first);
 
     let writer = async {
         let mut wbuf = BytesMut::with_capacity(64 * 1024);

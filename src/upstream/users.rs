@@ -1,12 +1,14 @@
 //! Shared connections of logged-in users. A client that logged in through
 //! Redis (on a connection of its own, so Redis judged the password) joins
-//! the pool of that user and password: one multiplexed connection, logged
-//! in with the same credentials, opened on first use. Its stateless
-//! commands then share that connection with the other clients of the same
-//! login, and still run with the user's rights.
+//! the pool of that user and password: one multiplexed pair of connections
+//! (writes and reads, see `shared`), logged in with the same credentials,
+//! opened on first use. Its stateless commands then share that pair with
+//! the other clients of the same login, and still run with the user's
+//! rights.
 //!
-//! A pool's connection is never opened twice. When it ends — Redis closed
-//! it (`ACL DELUSER`, `CLIENT KILL`, a restart) or refused its login — every
+//! A pool's connections are never opened twice. When one ends — Redis
+//! closed it (`ACL DELUSER`, `CLIENT KILL`, a restart) or refused its
+//! login — the other is closed too, and every
 //! client of the pool is disconnected, as Redis disconnects the clients of
 //! a deleted user or a closed connection: nobody keeps running as a user on
 //! a login that Redis no longer accepts. A client that logs in again gets a
