@@ -85,7 +85,16 @@ impl SharedUpstream {
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (tx, rx) = mpsc::unbounded_channel();
         let congested = Arc::new(AtomicBool::new(false));
-        tokio::spawn(manage(endpoint, rx, congested.clone()));
+        tokio::spawn(manage(endpoint, rx, congested.clone(), false));
+        SharedUpstream { tx, congested }
+    }
+
+    /// Like `spawn`, for the stateless requests of clients that speak
+    /// RESP3: the connection switches to it as it opens.
+    pub fn spawn_resp3(endpoint: Arc<Endpoint>) -> SharedUpstream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let congested = Arc::new(AtomicBool::new(false));
+        tokio::spawn(manage(endpoint, rx, congested.clone(), true));
         SharedUpstream { tx, congested }
     }
 
@@ -166,6 +175,7 @@ async fn manage(
     endpoint: Arc<Endpoint>,
     mut rx: mpsc::UnboundedReceiver<Request>,
     congested: Arc<AtomicBool>,
+    resp3: bool,
 ) {
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -174,7 +184,7 @@ async fn manage(
         let Some(first) = rx.recv().await else {
             return;
         };
-        match endpoint.connect().await {
+        match connect(&endpoint, resp3).await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
                 outage::ended();
@@ -211,6 +221,40 @@ async fn manage(
             }
         }
     }
+}
+
+/// Opens a shared connection, switched to RESP3 if `resp3`.
+async fn connect(endpoint: &Endpoint, resp3: bool) -> Result<Stream, UpstreamError> {
+    let mut stream = endpoint.connect().await?;
+    if resp3 {
+        let hello = async {
+            stream
+                .write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+                .await?;
+            stream.flush().await?;
+            let mut buf = BytesMut::with_capacity(512);
+            let mut scanner = ReplyScanner::new();
+            loop {
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                match scanner.scan(&buf) {
+                    Ok(Some(n)) if n == buf.len() => return Ok::<_, std::io::Error>(buf),
+                    Ok(None) => {}
+                    _ => return Err(std::io::ErrorKind::InvalidData.into()),
+                }
+            }
+        };
+        let reply = tokio::time::timeout(endpoint.connect_timeout, hello)
+            .await
+            .map_err(|_| endpoint.unavailable("HELLO 3 timed out"))?
+            .map_err(|e| endpoint.unavailable(format!("HELLO 3: {e}")))?;
+        if reply.first() == Some(&b'-') {
+            let why = String::from_utf8_lossy(&reply);
+            return Err(endpoint.unavailable(format!("HELLO 3: {}", why.trim_end())));
+        }
+    }
+    Ok(stream)
 }
 
 /// One connection with `credentials`, for as long as it lasts. Requests
