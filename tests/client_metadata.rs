@@ -145,3 +145,55 @@ fn metadata_follows_a_client_to_its_dedicated_connection() {
         same(&mut d, &mut p, cmd);
     }
 }
+
+/// redis-py itself, with its default settings, when it is installed.
+#[test]
+fn redis_py_workers_share_connections() {
+    let has_redis_py = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+        return;
+    }
+    let b = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start_with_config(b.port, CONFIG, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let script = r#"
+import sys, urllib.request, redis
+port, metrics = int(sys.argv[1]), sys.argv[2]
+clients = []
+for i in range(10):
+    r = redis.Redis(port=port, socket_timeout=30)
+    r.set(f"k{i}", "v")
+    assert r.get(f"k{i}") == b"v"
+    assert r.get("missing") is None
+    r.lpush("jobs", f"m{i}")
+    m = r.rpop("jobs")
+    assert m == f"m{i}".encode(), m
+    assert r.execute_command("ACK", "jobs", m) == 1
+    r.client_setname(f"w{i}")
+    assert r.client_getname() in (f"w{i}", f"w{i}".encode())
+    clients.append(r)
+body = urllib.request.urlopen(f"http://{metrics}/metrics").read().decode()
+line = [l for l in body.splitlines() if l.startswith('ackproxy_upstream_connections{kind="dedicated"}')]
+print(line)
+assert line == ['ackproxy_upstream_connections{kind="dedicated"} 0'], line
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &proxy.port.to_string(),
+            &format!("127.0.0.1:{m}"),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
