@@ -62,8 +62,11 @@ pub enum Kind {
     Watch,
     Unwatch,
     /// Changes connection state for good (until RESET): AUTH, HELLO,
-    /// CLIENT SETNAME, SELECT n, ...
+    /// SELECT n, ...
     Sticky,
+    /// CLIENT SETNAME, SETINFO, GETNAME: connection metadata the proxy
+    /// keeps for the client itself.
+    Meta,
     /// Like `Sticky`, and replies stop matching requests one to one
     /// (SUBSCRIBE family, MONITOR, CLIENT REPLY OFF|SKIP).
     StickyUnpaired,
@@ -221,8 +224,9 @@ fn classify_client(args: Args<'_>) -> Kind {
         // These read or change the state of the connection itself, which on a
         // shared upstream connection would be somebody else's.
         b"PAUSE" | b"UNPAUSE" => Kind::Urgent,
-        b"ID" | b"INFO" | b"SETNAME" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
-        | b"NO-EVICT" | b"NO-TOUCH" | b"SETINFO" => Kind::Sticky,
+        b"SETNAME" | b"SETINFO" | b"GETNAME" => Kind::Meta,
+        b"ID" | b"INFO" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
+        | b"NO-EVICT" | b"NO-TOUCH" => Kind::Sticky,
         _ => Kind::Plain,
     }
 }
@@ -270,7 +274,8 @@ mod tests {
             kind(&["XREAD", "block", "0", "STREAMS", "s", "$"]),
             Kind::Blocking
         );
-        assert_eq!(kind(&["CLIENT", "setname", "x"]), Kind::Sticky);
+        assert_eq!(kind(&["CLIENT", "setname", "x"]), Kind::Meta);
+        assert_eq!(kind(&["CLIENT", "GETNAME"]), Kind::Meta);
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
         assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);

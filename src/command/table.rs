@@ -123,6 +123,12 @@ pub fn may_replicate(name: &[u8]) -> bool {
 }
 
 impl Table {
+    /// Whether Redis has the command `key` (`name` or `name|sub`, lower
+    /// case) itself, not just its container.
+    pub fn knows(&self, key: &[u8]) -> bool {
+        self.commands.contains_key(key)
+    }
+
     /// Flags of the command `name` (with subcommand `sub` where it has
     /// them); `None` for a command Redis does not know.
     pub fn lookup(&self, name: &[u8], sub: Option<&[u8]>) -> Option<Flags> {

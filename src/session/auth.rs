@@ -150,7 +150,9 @@ impl Session {
         } else {
             None
         };
-        let sticky_before = self.mode.sticky;
+        // A RESP3 client's stateless requests cannot go on its user's
+        // RESP2 connection: it keeps its own.
+        let sticky_before = self.mode.sticky || self.meta.protocol == 3;
         // A HELLO without AUTH logs nobody in: it runs as the user the
         // client is, on a connection logged in as that user (Redis answers
         // it, and switches the protocol, for a logged-in client).

@@ -5,6 +5,7 @@
 
 mod auth;
 mod buffers;
+mod meta;
 pub mod mode;
 pub mod route;
 
@@ -38,6 +39,8 @@ pub struct Context {
     pub endpoint: Arc<Endpoint>,
     shared: Mutex<Vec<SharedUpstream>>,
     next_shared: AtomicUsize,
+    /// Shared connections that speak RESP3, opened once a client needs one.
+    shared_resp3: Mutex<Vec<SharedUpstream>>,
     /// Always there: SIGHUP may bring the first rule (see [`Queues::active`]).
     pub queues: Arc<Queues>,
     limits: std::sync::RwLock<Arc<LimitsConfig>>,
@@ -81,6 +84,7 @@ impl Context {
             endpoint,
             shared: Mutex::new(shared),
             next_shared: AtomicUsize::new(0),
+            shared_resp3: Mutex::new(Vec::new()),
             queues,
             shutdown,
             pause: Mutex::new(None),
@@ -138,6 +142,18 @@ impl Context {
     /// requests in order.
     fn pick_shared(&self) -> SharedUpstream {
         let shared = self.shared.lock().unwrap();
+        let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
+        shared[i % shared.len()].clone()
+    }
+
+    /// The RESP3 counterpart of `pick_shared`.
+    fn pick_shared_resp3(&self) -> SharedUpstream {
+        let mut shared = self.shared_resp3.lock().unwrap();
+        if shared.is_empty() {
+            *shared = (0..self.config.shared_connections.max(1))
+                .map(|_| SharedUpstream::spawn_resp3(self.endpoint.clone()))
+                .collect();
+        }
         let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
         shared[i % shared.len()].clone()
     }
@@ -204,6 +220,8 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         out,
         shared,
         lane: Lane::Writes,
+        shared_resp3: None,
+        meta: meta::Meta::default(),
         dedicated: None,
         pinned: ctx.config.dedicated_per_client,
         mode: Mode::default(),
@@ -250,6 +268,10 @@ struct Session {
     /// The lane of the shared pair the client's requests in flight there
     /// are on (meaningless while none is).
     lane: Lane,
+    /// The client's shared connection for stateless requests in RESP3.
+    shared_resp3: Option<SharedUpstream>,
+    /// Name, library and protocol, as the client set them.
+    meta: meta::Meta,
     dedicated: Option<Dedicated>,
     /// Requests go to the dedicated connection.
     pinned: bool,
@@ -416,12 +438,21 @@ impl Session {
     }
 
     /// Stateless requests, on the connection of the client's user: its
-    /// pool's, or the proxy's; `writes` if some of them may write.
+    /// pool's, or the proxy's (its RESP3 pair for a client that speaks
+    /// RESP3); `writes` if some of them may write.
     async fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
-        if self.member.is_none() {
+        if self.member.is_none() && self.meta.protocol != 3 {
             self.avoid_congestion();
         }
         let lane = self.take_lane(writes).await;
+        if self.member.is_none() && self.meta.protocol == 3 {
+            let shared = self.protocol_shared();
+            match lane {
+                Lane::Writes => shared.send(bytes, count, &self.out, None),
+                Lane::Reads => shared.send_reads(bytes, count, &self.out),
+            }
+            return;
+        }
         let shared = self.member.as_ref().map_or(&self.shared, |m| m.shared());
         match lane {
             Lane::Writes => shared.send(bytes, count, &self.out, None),
@@ -454,10 +485,25 @@ impl Session {
         }
         if kind == Kind::Reset {
             self.db = 0;
+            self.reset_meta().await;
         } else if args.is(0, "SELECT") {
             if let Some(n) = args.get(1).and_then(crate::command::parse_i64) {
                 self.db = n;
             }
+        }
+        // Metadata and protocol are the proxy's to keep, unless the request
+        // is queued in a transaction (or replies no longer pair).
+        let in_mode = self.mode.multi || self.mode.unpaired;
+        if kind == Kind::Sticky
+            && !self.pinned
+            && self.auth == crate::auth::State::Open
+            && args.is(0, "HELLO")
+            && self.hello(args, &frame).await
+        {
+            return None;
+        }
+        if kind == Kind::Meta && self.shares() && !in_mode && self.client_meta(args).await {
+            return None;
         }
         // A RESET logs out a client that needed no login when it connected
         // if a login is wanted now; a login may change the connection the
@@ -676,9 +722,13 @@ impl Session {
         }
     }
 
-    /// RESP version of the client's connection, as Redis confirmed it.
+    /// RESP version the client speaks: on its dedicated connection, as
+    /// Redis confirmed it.
     fn protocol(&self) -> u8 {
-        self.dedicated.as_ref().map_or(2, Dedicated::protocol)
+        match &self.dedicated {
+            Some(d) if self.pinned => d.protocol(),
+            _ => self.meta.protocol,
+        }
     }
 
     /// In RESP2 a subscribed connection accepts only the pub/sub commands.
@@ -807,9 +857,10 @@ impl Session {
                     d.idle().await;
                 }
             }
-            if self.member.is_some() {
-                // Two connections: what the client sent on its user's runs
-                // first, and what it sends next waits for this.
+            if self.member.is_some() || self.meta.protocol == 3 {
+                // Two connections (its user's, or RESP3): what the client
+                // sent on the other runs first, and what it sends next
+                // waits for this.
                 self.out.shared_drained().await;
                 self.shared.send(request, 1, &self.out, Some(transform));
                 self.out.shared_drained().await;
@@ -908,6 +959,7 @@ impl Session {
         // A client in a pool logs in again with the pool's credentials,
         // which it proved.
         let pool_login = self.member.as_ref().and_then(Member::credentials);
+        let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
         let opened = if self.auth == crate::auth::State::Open {
             Dedicated::open(&self.ctx.endpoint, self.out.clone()).await
         } else if let Some(credentials) = pool_login {
@@ -925,6 +977,9 @@ impl Session {
         match opened {
             Ok(d) => {
                 self.dedicated = Some(d);
+                if logged_in {
+                    self.apply_meta().await;
+                }
                 true
             }
             Err(e) => {

@@ -47,6 +47,9 @@ impl Mode {
             // The protocol changes only if Redis accepts the HELLO: the
             // dedicated connection tracks that from the reply.
             Kind::Sticky => self.sticky = true,
+            // Set when EXEC runs, where the proxy does not see it: the
+            // client stays on the connection that has it.
+            Kind::Meta if self.multi => self.sticky = true,
             Kind::StickyUnpaired => {
                 self.sticky = true;
                 self.unpaired = true;

@@ -156,6 +156,12 @@ impl Dedicated {
         }
     }
 
+    /// The protocol a HELLO sent with `send_dropped` switches to: the
+    /// requests sent after it are answered in it.
+    pub fn assume_protocol(&self, protocol: u8) {
+        self.shared.protocol.store(protocol, Ordering::Release);
+    }
+
     pub fn protocol(&self) -> u8 {
         self.shared.protocol.load(Ordering::Acquire)
     }

@@ -118,10 +118,23 @@ impl SharedUpstream {
     /// One connection, for the proxy's own requests.
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (writes, rx) = lane();
-        tokio::spawn(manage(endpoint, rx));
+        tokio::spawn(manage(endpoint, rx, false));
         SharedUpstream {
             writes,
             reads: None,
+        }
+    }
+
+    /// Like [`SharedUpstream::spawn_pair`], for the stateless requests of
+    /// clients that speak RESP3: the connections switch to it as they open.
+    pub fn spawn_resp3(endpoint: Arc<Endpoint>) -> SharedUpstream {
+        let (writes, w) = lane();
+        let (reads, r) = lane();
+        tokio::spawn(manage(endpoint.clone(), w, true));
+        tokio::spawn(manage(endpoint, r, true));
+        SharedUpstream {
+            writes,
+            reads: Some(reads),
         }
     }
 
@@ -130,8 +143,8 @@ impl SharedUpstream {
     pub fn spawn_pair(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (writes, w) = lane();
         let (reads, r) = lane();
-        tokio::spawn(manage(endpoint.clone(), w));
-        tokio::spawn(manage(endpoint, r));
+        tokio::spawn(manage(endpoint.clone(), w, false));
+        tokio::spawn(manage(endpoint, r, false));
         SharedUpstream {
             writes,
             reads: Some(reads),
@@ -234,7 +247,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
-async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx) {
+async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
     let LaneRx { mut rx, congested } = lane;
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -243,7 +256,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx) {
         let Some(first) = rx.recv().await else {
             return;
         };
-        match endpoint.connect().await {
+        match connect(&endpoint, resp3).await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
                 outage::ended();
@@ -280,6 +293,40 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx) {
             }
         }
     }
+}
+
+/// Opens a shared connection, switched to RESP3 if `resp3`.
+async fn connect(endpoint: &Endpoint, resp3: bool) -> Result<Stream, UpstreamError> {
+    let mut stream = endpoint.connect().await?;
+    if resp3 {
+        let hello = async {
+            stream
+                .write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+                .await?;
+            stream.flush().await?;
+            let mut buf = BytesMut::with_capacity(512);
+            let mut scanner = ReplyScanner::new();
+            loop {
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                match scanner.scan(&buf) {
+                    Ok(Some(n)) if n == buf.len() => return Ok::<_, std::io::Error>(buf),
+                    Ok(None) => {}
+                    _ => return Err(std::io::ErrorKind::InvalidData.into()),
+                }
+            }
+        };
+        let reply = tokio::time::timeout(endpoint.connect_timeout, hello)
+            .await
+            .map_err(|_| endpoint.unavailable("HELLO 3 timed out"))?
+            .map_err(|e| endpoint.unavailable(format!("HELLO 3: {e}")))?;
+        if reply.first() == Some(&b'-') {
+            let why = String::from_utf8_lossy(&reply);
+            return Err(endpoint.unavailable(format!("HELLO 3: {}", why.trim_end())));
+        }
+    }
+    Ok(stream)
 }
 
 /// The two connections of a pair with `credentials`, for as long as both
