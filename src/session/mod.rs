@@ -812,6 +812,11 @@ impl Session {
         self.take_lane(true).await;
         match &self.member {
             Some(m) => m.shared().send(bytes, count, &self.out, Some(transform)),
+            // The reply is rewritten as it comes: in the client's protocol.
+            None if self.meta.protocol == 3 => {
+                self.protocol_shared()
+                    .send(bytes, count, &self.out, Some(transform));
+            }
             None => {
                 self.avoid_congestion();
                 self.shared.send(bytes, count, &self.out, Some(transform));
