@@ -1364,28 +1364,6 @@ fn parked_mixed_keys_woken_by_plain_key_push() {
 }
 
 #[test]
-fn a_client_pinned_to_another_database_still_pops_leases_in_database_0() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
-    let mut c = proxy.client();
-    assert_eq!(c.cmd(&["LPUSH", "q", "m"]), Value::Int(1));
-    assert_eq!(c.cmd(&["SELECT", "3"]), Value::Simple("OK".into()));
-    // Pipelined with a command on the dedicated connection on both sides.
-    c.send_raw(b"SET k v\r\nRPOP q\r\nGET k\r\n");
-    assert_eq!(c.read_value(), Value::Simple("OK".into()));
-    assert_eq!(c.read_value(), Value::bulk("m"));
-    assert_eq!(c.read_value(), Value::bulk("v"));
-    assert_eq!(c.cmd(&["ACK", "q", "m"]), Value::Int(1));
-    let mut direct = redis.client();
-    assert_eq!(keys(&mut direct, "*"), Vec::<String>::new());
-    assert_eq!(direct.cmd(&["SELECT", "3"]), Value::Simple("OK".into()));
-    assert_eq!(
-        direct.cmd(&["KEYS", "*"]),
-        Value::Array(vec![Value::bulk("k")])
-    );
-}
-
-#[test]
 fn a_queue_operation_in_another_database_is_refused_never_answered_empty() {
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
