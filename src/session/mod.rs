@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
-use crate::command::{classify, may_write, Args, Kind};
+use crate::command::{classify, classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
@@ -387,16 +387,19 @@ impl Session {
                         self.maybe_unpin();
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
-                    let kind = classify(args);
+                    let (kind, may_write) = classify_writes(args);
                     if route(kind, args, &self.facts()) == Route::Shared
                         && self.batchable(kind, args)
                     {
-                        writes = writes || may_write(args);
+                        writes |= may_write;
                         pos += n;
                         batch += 1;
                         continue;
                     }
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     (pos, batch, writes) = (0, 0, false);
                     let ranges = self.scanner.args().to_vec();
                     let frame = self.buf.split_to(n).freeze();
@@ -405,7 +408,10 @@ impl Session {
                     }
                 }
                 Scan::Inline { consumed, encoded } => {
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     (pos, batch, writes) = (0, 0, false);
                     self.buf.advance(consumed);
                     let ranges = self.scanner.args().to_vec();
@@ -416,17 +422,32 @@ impl Session {
                     }
                 }
                 Scan::Error(e) => {
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     self.answer(Bytes::from(e.to_reply())).await;
                     return Some(Stop::Finish);
                 }
             }
         }
-        self.flush_batch(pos, batch, writes).await;
+        if self.waits_for_reads(batch, writes) {
+            self.out.shared_drained().await;
+        }
+        self.flush_batch(pos, batch, writes);
         None
     }
 
-    async fn flush_batch(&mut self, len: usize, count: u32, writes: bool) {
+    /// Whether `count` requests for the shared pair, which may write if
+    /// `writes`, must wait until the client's reads in flight are answered
+    /// (see [`route::lane`]). Checked here, so that the common path awaits
+    /// nothing.
+    fn waits_for_reads(&self, count: u32, writes: bool) -> bool {
+        count > 0 && writes && self.lane == Lane::Reads && !self.out.shared_idle()
+    }
+
+    /// Sends the batch (after [`Session::waits_for_reads`]).
+    fn flush_batch(&mut self, len: usize, count: u32, writes: bool) {
         if count == 0 {
             if len > 0 {
                 self.buf.advance(len);
@@ -434,43 +455,43 @@ impl Session {
             return;
         }
         let bytes = self.buf.split_to(len).freeze();
-        self.send_shared(bytes, count, writes).await;
+        self.send_shared(bytes, count, writes);
     }
 
     /// Stateless requests, on the connection of the client's user: its
     /// pool's, or the proxy's (its RESP3 pair for a client that speaks
-    /// RESP3); `writes` if some of them may write.
-    async fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
+    /// RESP3); `writes` if some of them may write (after
+    /// [`Session::waits_for_reads`]).
+    fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
         if self.member.is_none() && self.meta.protocol != 3 {
             self.avoid_congestion();
         }
-        let lane = self.take_lane(writes).await;
+        let inflight = (!self.out.shared_idle()).then_some(self.lane);
+        self.lane = route::lane(writes, inflight);
+        debug_assert!(inflight != Some(Lane::Reads) || self.lane == Lane::Reads);
         if self.member.is_none() && self.meta.protocol == 3 {
             let shared = self.protocol_shared();
-            match lane {
+            match self.lane {
                 Lane::Writes => shared.send(bytes, count, &self.out, None),
                 Lane::Reads => shared.send_reads(bytes, count, &self.out),
             }
             return;
         }
         let shared = self.member.as_ref().map_or(&self.shared, |m| m.shared());
-        match lane {
+        match self.lane {
             Lane::Writes => shared.send(bytes, count, &self.out, None),
             Lane::Reads => shared.send_reads(bytes, count, &self.out),
         }
     }
 
-    /// The lane of the shared pair the client's next requests go on (see
-    /// [`route::lane`]), once the client's reads in flight are answered if
-    /// they must be.
-    async fn take_lane(&mut self, writes: bool) -> Lane {
-        let inflight = (!self.out.shared_idle()).then_some(self.lane);
-        let lane = route::lane(writes, inflight);
-        if inflight == Some(Lane::Reads) && lane == Lane::Writes {
+    /// Before a request of the client's goes on the writes lane by another
+    /// way than [`Session::send_shared`] (a queue operation, CONFIG SET
+    /// requirepass): its reads in flight are answered first.
+    pub(super) async fn enter_writes_lane(&mut self) {
+        if self.waits_for_reads(1, true) {
             self.out.shared_drained().await;
         }
-        self.lane = lane;
-        lane
+        self.lane = Lane::Writes;
     }
 
     async fn handle(
@@ -616,7 +637,10 @@ impl Session {
             self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
             let writes = may_write(args);
-            self.send_shared(frame, 1, writes).await;
+            if self.waits_for_reads(1, writes) {
+                self.out.shared_drained().await;
+            }
+            self.send_shared(frame, 1, writes);
         }
         None
     }
@@ -746,7 +770,8 @@ impl Session {
         let in_multi = self.pinned && self.mode.multi;
         match view {
             View::Request(request) if routed == Route::Shared => {
-                self.send_shared(request, 1, true).await
+                self.enter_writes_lane().await;
+                self.send_shared(request, 1, true)
             }
             View::Request(request) => {
                 self.send_dedicated(kind, args, &request, None, None).await;
@@ -809,7 +834,7 @@ impl Session {
         transform: Box<dyn ReplyTransform>,
     ) {
         // FUNCTION requests may write: the writes lane.
-        self.take_lane(true).await;
+        self.enter_writes_lane().await;
         match &self.member {
             Some(m) => m.shared().send(bytes, count, &self.out, Some(transform)),
             // The reply is rewritten as it comes: in the client's protocol.
@@ -871,7 +896,7 @@ impl Session {
                 self.out.shared_drained().await;
             } else {
                 self.avoid_congestion();
-                self.take_lane(true).await;
+                self.enter_writes_lane().await;
                 self.shared.send(request, 1, &self.out, Some(transform));
             }
         }

@@ -345,9 +345,9 @@ async fn manage_once(
     if first_write.is_none() && first_read.is_none() {
         return;
     }
-    // Both logins now: one made later could be refused, and a pair with
-    // one connection would end its clients' session for a reason Redis
-    // never gives them.
+    // Both logins now: one made later could be refused (a changed
+    // password), which would disconnect the pool's clients where Redis
+    // keeps their connections.
     let connected = match endpoint.connect_as(&credentials).await {
         Ok(w) => endpoint.connect_as(&credentials).await.map(|r| (w, r)),
         Err(e) => Err(e),
