@@ -1662,3 +1662,59 @@ fn a_closed_connection_in_database_3_requeues_there() {
     );
     assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
 }
+
+/// redis-py, with a `redis://host:port/1` URL as Celery- and RQ-style
+/// settings give it, when it is installed.
+#[test]
+fn a_redis_py_worker_on_database_1_pops_and_acks_its_own_queue() {
+    let has_redis_py = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+        return;
+    }
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let script = r#"
+import sys, redis
+proxy, upstream = sys.argv[1], sys.argv[2]
+r = redis.Redis.from_url(f"redis://127.0.0.1:{proxy}/1", socket_timeout=30)
+producer = redis.Redis.from_url(f"redis://127.0.0.1:{upstream}/1")
+for i in range(5):
+    producer.lpush("qjobs", f"m{i}")
+got = []
+for i in range(5):
+    key, m = r.brpop("qjobs", timeout=5)
+    assert key == b"qjobs", key
+    got.append(m)
+    assert r.execute_command("ACK", "qjobs", m) == 1
+assert got == [f"m{i}".encode() for i in range(5)], got
+assert r.rpop("qjobs") is None
+producer.lpush("qjobs", "last")
+assert r.rpop("qjobs") == b"last"
+info = r.execute_command("QUEUE", "INFO", "qjobs")
+info = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+assert int(info[b"leased"]) == 1, info
+assert r.execute_command("ACK", "qjobs", "last") == 1
+left = [k for k in producer.keys("*") if not k.endswith(b":stats")]
+assert left == [], left
+assert redis.Redis(port=int(upstream)).keys("*") == []
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &proxy.port.to_string(),
+            &redis.port.to_string(),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
