@@ -58,11 +58,12 @@ fn not_a_queue(key: &[u8]) -> Bytes {
     reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
-fn rewrite<F>(call: Call, build: F) -> Intercept
+/// `call` in database `db`, its reply made the client's by `build`.
+fn rewrite<F>(call: Call, db: i64, build: F) -> Intercept
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
-    let request = call.request();
+    let request = call.request_in(db);
     Intercept::Rewrite {
         transform: ScriptReply::boxed(call, request.clone(), build),
         request,
@@ -146,7 +147,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     let registry = registry.clone();
     if ids.len() <= IDS_PER_CALL {
         let call = ack_call(&q, &ids);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = count_acks(&q, &v);
             changed(&registry, &q, n);
             int_reply(n)
@@ -253,7 +254,7 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
         registry.touch(&q.name);
         let call = nack_call(&q, delay, &ids);
         let registry = registry.clone();
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = v.array().first().map(Value::int).unwrap_or(0);
             changed(&registry, &q, n);
             int_reply(n)
@@ -341,6 +342,8 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
 #[derive(Clone, Copy)]
 pub struct Shape {
     pub protocol: u8,
+    /// The database the client selected.
+    pub db: i64,
     /// One script call (inside MULTI, or during a pause).
     pub one_call: bool,
 }
@@ -376,7 +379,7 @@ fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
         .queue(&q)
         .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
         .arg(ms.to_string());
-    rewrite(call, |v| int_reply(v.int()))
+    rewrite(call, registry.db, |v| int_reply(v.int()))
 }
 
 /// A map of names to integers and strings, as Redis answers `XINFO`: a map
@@ -403,7 +406,7 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
     let call = Call::new(&library::INFO).queue(&q);
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let a = v.array();
         let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
         let mut fields: Vec<(String, Field)> = vec![
@@ -463,7 +466,7 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&library::LEASES).queue(&q).arg(count.to_string());
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let leases = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, leases.len());
@@ -570,7 +573,7 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
     let registry = registry.clone();
     if payloads.len() <= PUSH_PER_CALL {
         let call = push_call(&q, due, &payloads);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             note_delayed(&registry, &q, &v);
             let n = v.array().first().map(Value::int).unwrap_or(0);
             changed(&registry, &q, n);
@@ -633,7 +636,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Interce
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
     let (q, registry) = (q.clone(), registry.clone());
-    rewrite(call, move |v| {
+    rewrite(call, registry.db, move |v| {
         let n = v.array().first().map(Value::int).unwrap_or(0);
         changed(&registry, &q, n);
         int_reply(n)
@@ -647,7 +650,7 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&library::DEAD).queue(&q).arg(count.to_string());
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let letters = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, letters.len());
@@ -737,7 +740,7 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
     let registry = registry.clone();
     if count <= REDRIVE_PER_CALL {
         let call = redrive_call(&q, count);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = moved(&v);
             changed(&registry, &q, n);
             int_reply(n)
@@ -786,7 +789,7 @@ fn purge(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
     }
     let call = Call::new(&library::PURGE).queue(&q);
     let registry = registry.clone();
-    rewrite(call, move |v| {
+    rewrite(call, registry.db, move |v| {
         changed(&registry, &q, v.int());
         int_reply(v.int())
     })

@@ -103,6 +103,9 @@ pub struct Library {
     pub load: Bytes,
     /// `ackq_<op>_<version>` per operation, in [`ALL`] order.
     names: Vec<String>,
+    /// `ackq_<op>_db_<version>`: the same, for calls in another database
+    /// than 0, which add its number as their last argument.
+    names_db: Vec<String>,
 }
 
 pub fn library() -> &'static Library {
@@ -124,12 +127,17 @@ pub fn library() -> &'static Library {
             .iter()
             .map(|f| format!("ackq_{}_{version}", f.op))
             .collect();
+        let names_db = ALL
+            .iter()
+            .map(|f| format!("ackq_{}_db_{version}", f.op))
+            .collect();
         Library {
             name,
             version,
             text,
             load: Bytes::from(load),
             names,
+            names_db,
         }
     })
 }
@@ -138,6 +146,11 @@ impl Function {
     /// The name to `FCALL`.
     pub fn name(&self) -> &'static str {
         &library().names[self.index]
+    }
+
+    /// The name to `FCALL` in another database than 0.
+    pub fn name_db(&self) -> &'static str {
+        &library().names_db[self.index]
     }
 }
 
@@ -279,6 +292,7 @@ mod tests {
         assert!(lib.text.starts_with(&format!("#!lua name={}\n", lib.name)));
         assert_eq!(lib.version.len(), 12);
         assert_eq!(POP.name(), format!("ackq_pop_{}", lib.version));
+        assert_eq!(POP.name_db(), format!("ackq_pop_db_{}", lib.version));
         for f in ALL {
             assert!(
                 lib.text.contains(&format!("register('{}', function", f.op)),

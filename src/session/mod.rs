@@ -230,7 +230,6 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         started: Instant::now(),
         pending_at_read: false,
         pops_this_read: 0,
-        db: 0,
         popped_in_multi: false,
         ctx,
     };
@@ -289,8 +288,6 @@ struct Session {
     pops_this_read: u32,
     /// The open transaction has a pop queued.
     popped_in_multi: bool,
-    /// The database the client selected (as its SELECT asked).
-    db: i64,
 }
 
 impl Session {
@@ -505,12 +502,7 @@ impl Session {
             self.popped_in_multi = false;
         }
         if kind == Kind::Reset {
-            self.db = 0;
             self.reset_meta().await;
-        } else if args.is(0, "SELECT") {
-            if let Some(n) = args.get(1).and_then(crate::command::parse_i64) {
-                self.db = n;
-            }
         }
         // Metadata and protocol are the proxy's to keep, unless the request
         // is queued in a transaction (or replies no longer pair).
@@ -553,20 +545,6 @@ impl Session {
                     return None;
                 }
                 let in_multi = self.pinned && self.mode.multi;
-                if self.db != 0 {
-                    // Queues, their leases and the reaper live in database 0:
-                    // a pop there would answer from another database's list
-                    // (an empty queue, forever). Refused, never wrong.
-                    let reply = format!(
-                        "-ERR ackproxy: queue operations run in database 0, and this connection selected database {} (SELECT 0 first)\r\n",
-                        self.db
-                    );
-                    self.answer_as(Bytes::from(reply), Served::Queue).await;
-                    if in_multi {
-                        self.fail_transaction().await;
-                    }
-                    return None;
-                }
                 if self.pinned && !in_multi {
                     // Redis would run this after everything the client
                     // sent before; that also settles the protocol and
@@ -586,6 +564,9 @@ impl Session {
                     in_multi,
                     split: !paused,
                     conn: self.conn,
+                    // Settled above (outside MULTI): the database the
+                    // client's earlier SELECTs left it in.
+                    db: self.db(),
                     next: self.next_pop(kind, in_multi),
                 };
                 let intercept = queues.intercept(kind, args, how);
@@ -755,6 +736,26 @@ impl Session {
         }
     }
 
+    /// The database the client is in: its dedicated connection's, as Redis
+    /// confirmed its SELECTs (exact once that connection is idle). A client
+    /// that is not pinned is in database 0: a SELECT of another keeps it
+    /// pinned until RESET, which selects 0 again.
+    fn db(&self) -> i64 {
+        match &self.dedicated {
+            Some(d) if self.pinned => d.db(),
+            _ => 0,
+        }
+    }
+
+    /// The connection a queue operation of the client's goes on, if not
+    /// the client's shared one: that of the database it is in.
+    fn queue_shared(&self) -> Option<SharedUpstream> {
+        match self.db() {
+            0 => None,
+            db => Some(self.ctx.queues.clients_in(db)),
+        }
+    }
+
     /// In RESP2 a subscribed connection accepts only the pub/sub commands.
     fn subscribed_resp2(&self) -> bool {
         self.dedicated
@@ -879,15 +880,23 @@ impl Session {
             )
             .await;
         } else {
-            // Queues live in database 0, where the proxy's own connections
-            // are; a client pinned for SELECT n, AUTH or HELLO still pops
-            // there, once what it sent on its dedicated connection is done.
+            // A client pinned for SELECT n, AUTH or HELLO pops on a shared
+            // connection of its database, once what it sent on its
+            // dedicated connection is done.
             if let Some(d) = &self.dedicated {
                 if self.pinned {
                     d.idle().await;
                 }
             }
-            if self.member.is_some() || self.meta.protocol == 3 {
+            if let Some(shared) = self.queue_shared() {
+                // (Its next request, on its dedicated connection, waits
+                // for this: see `switch_to_dedicated`.)
+                let transform = Box::new(crate::queue::InDb {
+                    inner: transform,
+                    shared: shared.clone(),
+                });
+                shared.send(request, 1, &self.out, Some(transform));
+            } else if self.member.is_some() || self.meta.protocol == 3 {
                 // Two connections (its user's, or RESP3): what the client
                 // sent on the other runs first, and what it sends next
                 // waits for this.
@@ -905,8 +914,8 @@ impl Session {
     /// A queue operation made of several script calls: the client's next
     /// request waits for it, so its requests take effect in order.
     async fn run_job(&mut self, job: crate::queue::job::Job) {
-        // Queues live in database 0, on the shared connection: what the
-        // client sent on its dedicated connection runs first.
+        // Its calls go on a shared connection of the client's database:
+        // what the client sent on its dedicated connection runs first.
         if self.pinned {
             if let Some(d) = &self.dedicated {
                 d.idle().await;
@@ -915,8 +924,9 @@ impl Session {
         // And what it sent on its user's shared connection.
         self.out.shared_drained().await;
         let caller = crate::queue::call::Caller {
-            shared: self.shared.clone(),
+            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
             client: self.out.clone(),
+            db: self.db(),
         };
         let reply = job.run(caller).await;
         self.out.answer(reply, Served::Queue);
@@ -938,11 +948,13 @@ impl Session {
         // A pause would hold the pop's call on the shared connection, and
         // every other client's request behind it there.
         let paused = self.ctx.pause().is_some();
+        let db = self.db();
         let caller = (!paused).then(|| crate::queue::call::Caller {
-            shared: self.shared.clone(),
+            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
             client: state.clone(),
+            db,
         });
-        let fut = queues.blocking_pop(pop, caller);
+        let fut = queues.blocking_pop(pop, caller, db);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
@@ -1033,6 +1045,21 @@ impl Session {
     ) {
         if !self.switch_to_dedicated().await {
             return;
+        }
+        // The database a SELECT chooses, which queue operations follow.
+        let select = (queued.is_none() && expect.is_none() && args.is(0, "SELECT"))
+            .then(|| args.get(1).and_then(crate::command::parse_i64))
+            .flatten();
+        let mut queued = queued;
+        let mut expect = expect;
+        if let (Some(db), Some(d)) = (select, &self.dedicated) {
+            if self.mode.unpaired {
+                d.assume_db(db);
+            } else if self.mode.multi {
+                queued = Some(d.select_in_exec(db));
+            } else {
+                expect = Some(Expect::Select(db));
+            }
         }
         let unpaired_before = self.mode.unpaired;
         let exec = self.mode.apply(kind, args, queued);

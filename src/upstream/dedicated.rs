@@ -51,6 +51,9 @@ pub enum Expect {
     /// Forwarded as is; whether Redis accepted it is sent (AUTH, HELLO with
     /// AUTH, CONFIG SET: the session's state follows Redis's answer).
     Checked(Option<u8>, tokio::sync::oneshot::Sender<bool>),
+    /// `SELECT db`, forwarded as is: the connection is in that database
+    /// from now on only if Redis accepted it.
+    Select(i64),
 }
 
 struct Shared {
@@ -64,6 +67,8 @@ struct Shared {
     protocol: AtomicU8,
     /// Channels and patterns subscribed, from Redis's confirmations.
     subscriptions: AtomicI64,
+    /// The database selected, as confirmed by Redis.
+    db: Arc<AtomicI64>,
 }
 
 pub struct Dedicated {
@@ -110,6 +115,7 @@ impl Dedicated {
             bound: AtomicBool::new(false),
             protocol: AtomicU8::new(2),
             subscriptions: AtomicI64::new(0),
+            db: Arc::new(AtomicI64::new(0)),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
         crate::telemetry::upstream().dedicated.increment(1.0);
@@ -164,6 +170,27 @@ impl Dedicated {
 
     pub fn protocol(&self) -> u8 {
         self.shared.protocol.load(Ordering::Acquire)
+    }
+
+    /// The database selected, as of the last confirmation that arrived
+    /// (exact once the connection is idle).
+    pub fn db(&self) -> i64 {
+        self.shared.db.load(Ordering::Acquire)
+    }
+
+    /// A `SELECT` whose reply cannot be told from the others (replies do
+    /// not pair with requests): taken as accepted.
+    pub fn assume_db(&self, db: i64) {
+        self.shared.db.store(db, Ordering::Release);
+    }
+
+    /// The transform of a `SELECT db` queued in a transaction: if EXEC
+    /// runs it and Redis accepts it, the connection is in that database.
+    pub fn select_in_exec(&self, db: i64) -> Box<dyn ReplyTransform> {
+        Box::new(SelectedInExec {
+            db,
+            cell: self.shared.db.clone(),
+        })
     }
 
     /// Channels, patterns and shard channels the connection is subscribed
@@ -257,6 +284,7 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 // Only RESET answers so; it ends subscriptions silently.
                 shared.subscriptions.store(0, Ordering::Release);
                 shared.protocol.store(2, Ordering::Release);
+                shared.db.store(0, Ordering::Release);
             }
             // A reply that is not the last of a joined expectation goes
             // into it; the expectation stays queued (the connection is not
@@ -305,6 +333,13 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 Some(Expect::Protocol(p)) => {
                     if buf[start] != b'-' {
                         shared.protocol.store(p, Ordering::Release);
+                    }
+                    raw_len += len;
+                    raw_count += 1;
+                }
+                Some(Expect::Select(db)) => {
+                    if buf[start] != b'-' {
+                        shared.db.store(db, Ordering::Release);
                     }
                     raw_len += len;
                     raw_count += 1;
@@ -371,7 +406,7 @@ const CUT_SHORT: &[u8] =
 
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
-        Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
+        Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) | Expect::Select(_) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
         Expect::Joined {
@@ -392,6 +427,22 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
             // Only operations that fit one call are sent here.
             Transformed::Continue(_) => Bytes::from_static(CUT_SHORT),
         },
+    }
+}
+
+/// Notes the database of a `SELECT` that a transaction ran, from its
+/// element of EXEC's reply; the element passes unchanged.
+struct SelectedInExec {
+    db: i64,
+    cell: Arc<AtomicI64>,
+}
+
+impl ReplyTransform for SelectedInExec {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if reply.first() != Some(&b'-') {
+            self.cell.store(self.db, Ordering::Release);
+        }
+        Transformed::Done(reply)
     }
 }
 
