@@ -67,6 +67,7 @@ functions! {
     PURGE = "purge",
     DISOWN = "disown",
     RELEASE = "release",
+    DEAD_ONE = "dead_one",
 }
 
 const COMMON: &str = include_str!("../../lua/common.lua");
