@@ -293,7 +293,13 @@ fn an_unreachable_redis_is_reported_not_hidden() {
 #[test]
 fn actions_are_refused_without_a_configured_token() {
     let s = start("");
-    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+    for path in [
+        "/api/queues/jobs/redrive",
+        "/api/queues/jobs/purge",
+        "/api/queues/jobs/dead/retry",
+        "/api/queues/jobs/dead/delete",
+        "/api/login",
+    ] {
         let r = post(
             s.ops,
             path,
@@ -309,13 +315,22 @@ fn actions_are_refused_without_a_configured_token() {
         json_of(&get(s.ops, "/api/queues"))["admin_actions"],
         json!(false)
     );
+    assert_eq!(
+        json_of(&get(s.ops, "/api/session")),
+        json!({"admin_actions": false, "logged_in": false, "csrf": null})
+    );
 }
 
 #[test]
 fn actions_need_the_bearer_token() {
     let s = with_token();
     let mut c = s.proxy.client();
-    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+    for path in [
+        "/api/queues/jobs/redrive",
+        "/api/queues/jobs/purge",
+        "/api/queues/jobs/dead/retry",
+        "/api/queues/jobs/dead/delete",
+    ] {
         for headers in [
             vec![],
             vec![("Authorization", "Bearer wrong-token")],
@@ -351,6 +366,281 @@ fn actions_need_the_bearer_token() {
             Value::Error(e) => panic!("{cmd:?}: {e}"),
             _ => assert_eq!(r.status, 200, "{path}: {}", r.text()),
         }
+    }
+}
+
+fn post_json(port: u16, path: &str, headers: &[(&str, &str)], body: &Json) -> HttpReply {
+    let mut h = vec![("Content-Type", "application/json")];
+    h.extend_from_slice(headers);
+    http(port, "POST", path, &h, body.to_string().as_bytes()).expect("operations server answers")
+}
+
+/// `name=value` of the session cookie a reply sets, and the whole header.
+fn session_cookie(r: &HttpReply) -> (String, String) {
+    let set = r
+        .header("set-cookie")
+        .unwrap_or_else(|| panic!("no Set-Cookie: {}", r.text()))
+        .to_string();
+    let pair = set.split(';').next().unwrap().trim().to_string();
+    (pair, set)
+}
+
+/// The admin token, given once to `/api/login`, becomes a session cookie
+/// (HttpOnly, SameSite=Strict) that authorises actions only with the
+/// session's CSRF token beside it and only from this origin; logging out
+/// ends it.
+#[test]
+fn the_admin_token_logs_in_as_a_session() {
+    let s = with_token();
+    let anonymous = json_of(&get(s.ops, "/api/session"));
+    assert_eq!(
+        anonymous,
+        json!({"admin_actions": true, "logged_in": false, "csrf": null})
+    );
+
+    let wrong = post_json(s.ops, "/api/login", &[], &json!({"token": "guess"}));
+    assert_eq!(wrong.status, 401, "{}", wrong.text());
+    assert_eq!(wrong.header("set-cookie"), None);
+    // A form another site's page could post is no login.
+    let form = http(
+        s.ops,
+        "POST",
+        "/api/login",
+        &[("Content-Type", "text/plain")],
+        format!("{{\"token\": \"{TOKEN}\"}}").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(form.status, 415, "{}", form.text());
+    assert_eq!(form.header("set-cookie"), None);
+    for cross in [
+        ("Origin", "http://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        let r = post_json(s.ops, "/api/login", &[cross], &json!({ "token": TOKEN }));
+        assert_eq!(r.status, 403, "{cross:?}: {}", r.text());
+        assert_eq!(r.header("set-cookie"), None);
+    }
+
+    let origin = format!("http://127.0.0.1:{}", s.ops);
+    let ok = post_json(
+        s.ops,
+        "/api/login",
+        &[("Origin", &origin), ("Sec-Fetch-Site", "same-origin")],
+        &json!({ "token": TOKEN }),
+    );
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let (cookie, set) = session_cookie(&ok);
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.split("; ").any(|a| a == attr), "{attr} in {set}");
+    }
+    assert!(cookie.starts_with("ackproxy_session=") && cookie.len() > 40, "{cookie}");
+    let csrf = json_of(&ok)["csrf"].as_str().unwrap().to_string();
+    assert!(csrf.len() >= 32, "{csrf}");
+    assert!(!cookie.contains(&csrf) && !set.contains(TOKEN));
+    assert_eq!(
+        json_of(&http(s.ops, "GET", "/api/session", &[("Cookie", &cookie)], b"").unwrap()),
+        json!({"admin_actions": true, "logged_in": true, "csrf": csrf})
+    );
+
+    let redrive = "/api/queues/jobs/redrive";
+    // The cookie alone is not enough: a page elsewhere could make the
+    // browser send it (were it not SameSite), never the CSRF token.
+    for headers in [
+        vec![("Cookie", cookie.as_str())],
+        vec![("Cookie", cookie.as_str()), ("X-CSRF-Token", "0123")],
+        vec![("X-CSRF-Token", csrf.as_str())],
+        vec![("Cookie", "ackproxy_session=forged"), ("X-CSRF-Token", csrf.as_str())],
+    ] {
+        let r = post(s.ops, redrive, &headers);
+        assert_eq!(r.status, 401, "{headers:?}: {}", r.text());
+    }
+    let both = [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())];
+    for cross in [
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+        ("Sec-Fetch-Site", "same-site"),
+    ] {
+        let mut h = both.to_vec();
+        h.push(cross);
+        let r = post(s.ops, redrive, &h);
+        assert_eq!(r.status, 403, "{cross:?}: {}", r.text());
+    }
+    let mut same = both.to_vec();
+    same.push(("Origin", &origin));
+    let r = post(s.ops, redrive, &same);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_of(&r), json!(0));
+
+    // Logging out ends the session for good, whatever the browser keeps.
+    let out = post(s.ops, "/api/logout", &[("Cookie", &cookie)]);
+    assert_eq!(out.status, 200);
+    let (cleared, set) = session_cookie(&out);
+    assert_eq!(cleared, "ackproxy_session=");
+    assert!(set.contains("Max-Age=0"), "{set}");
+    assert_eq!(post(s.ops, redrive, &same).status, 401);
+    assert_eq!(
+        json_of(&http(s.ops, "GET", "/api/session", &[("Cookie", &cookie)], b"").unwrap())
+            ["logged_in"],
+        json!(false)
+    );
+}
+
+/// `dead` letters of `queue` as `QUEUE DEAD` lists them: (id, payload).
+fn dead_of(c: &mut Client, queue: &str) -> Vec<(Option<String>, String)> {
+    let Value::Array(letters) = c.cmd(&["QUEUE", "DEAD", queue, "COUNT", "100"]) else {
+        panic!("QUEUE DEAD {queue}")
+    };
+    letters
+        .iter()
+        .map(|l| {
+            let m = map_of(l);
+            let id = match &m["id"] {
+                Value::Nil => None,
+                v => Some(text(v)),
+            };
+            (id, text(&m["payload"]))
+        })
+        .collect()
+}
+
+/// Pushes `payloads` to `queue`, whose rule allows one delivery, pops and
+/// NACKs each: dead letters, oldest first.
+fn kill(c: &mut Client, queue: &str, payloads: &[&str]) {
+    for p in payloads {
+        c.cmd(&["LPUSH", queue, p]);
+        assert_eq!(c.cmd(&["RPOP", queue]), Value::bulk(p));
+        let id = serde_json::from_str::<Json>(p)
+            .ok()
+            .and_then(|v| v["id"].as_str().map(String::from))
+            .unwrap_or_else(|| p.to_string());
+        assert_eq!(c.cmd(&["NACK", queue, &id]), Value::Int(1), "{p}");
+    }
+}
+
+fn list(c: &mut Client, key: &str) -> Vec<String> {
+    let Value::Array(items) = c.cmd(&["LRANGE", key, "0", "-1"]) else {
+        panic!("LRANGE {key}")
+    };
+    items.iter().map(text).collect()
+}
+
+const SHARED_RULES: &str = r#"
+[[queue]]
+pattern = "dl:*"
+max_deliveries = 1
+dead_letter = "dead-dl"
+"#;
+
+/// Retry and delete of one dead letter act on exactly the letter named by
+/// its id and whole payload, on this queue's letters only where the list
+/// is shared; a search by id finds leases and dead letters.
+#[test]
+fn one_dead_letter_is_retried_or_deleted_by_its_id_and_payload() {
+    let s = start(&format!("admin_token = \"{TOKEN}\"\n{SHARED_RULES}"));
+    let mut c = s.proxy.client();
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [("Authorization", bearer.as_str())];
+    let letters = [r#"{"id":"d1"}"#, r#"{"id":"d2","n":2}"#, r#"{"id":"d3"}"#];
+    kill(&mut c, "fragile", &letters);
+    // A second copy of d1's payload under another id is another letter.
+    let all = dead_of(&mut c, "fragile");
+    assert_eq!(all.len(), 3);
+    let letter = |id: &str, payload: &str| json!({"id": id, "payload": payload});
+    let retry = "/api/queues/fragile/dead/retry";
+    let delete = "/api/queues/fragile/dead/delete";
+
+    // Search by id: exactly the one, among leases and dead letters.
+    let found = json_of(&get(s.ops, "/api/queues/fragile/dead?id=d2"));
+    assert_eq!(found.as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(found[0]["payload"], json!(letters[1]));
+    assert_eq!(json_of(&get(s.ops, "/api/queues/fragile/dead?id=d9")), json!([]));
+    let leased = json_of(&get(s.ops, "/api/queues/jobs/leases?id=1"));
+    assert_eq!(leased, json!([]));
+    c.cmd(&["LPUSH", "jobs", r#"{"id":"7"}"#]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(r#"{"id":"7"}"#));
+    let leased = json_of(&get(s.ops, "/api/queues/jobs/leases?id=7"));
+    assert_eq!(leased.as_array().unwrap().len(), 1, "{leased}");
+    assert_eq!(leased[0]["id"], json!("7"));
+
+    // A wrong id, a payload that differs by a byte, one that is only a
+    // prefix: nothing happens.
+    for wrong in [
+        letter("d1", letters[1]),
+        letter("d2", r#"{"id":"d2","n":3}"#),
+        letter("d2", r#"{"id":"d2""#),
+        json!({"id": null, "payload": letters[1]}),
+    ] {
+        for path in [retry, delete] {
+            let r = post_json(s.ops, path, &auth, &wrong);
+            assert_eq!(r.status, 404, "{path} {wrong}: {}", r.text());
+        }
+    }
+    assert_eq!(dead_of(&mut c, "fragile"), all);
+    assert_eq!(list(&mut c, "fragile"), Vec::<String>::new());
+
+    // Retry: that letter, and no other, is a new message of the queue.
+    let r = post_json(s.ops, retry, &auth, &letter("d2", letters[1]));
+    assert_eq!((r.status, json_of(&r)), (200, json!(1)), "{}", r.text());
+    assert_eq!(list(&mut c, "fragile"), vec![letters[1].to_string()]);
+    assert_eq!(
+        dead_of(&mut c, "fragile"),
+        vec![all[0].clone(), all[2].clone()]
+    );
+    // Done once: the same request again finds nothing.
+    assert_eq!(post_json(s.ops, retry, &auth, &letter("d2", letters[1])).status, 404);
+    let info = queue_info(&mut c, "fragile");
+    assert_eq!((int(&info["dead"]), int(&info["redriven"])), (2, 1));
+
+    // Delete: gone, the rest stays.
+    let r = post_json(s.ops, delete, &auth, &letter("d3", letters[2]));
+    assert_eq!((r.status, json_of(&r)), (200, json!(1)), "{}", r.text());
+    assert_eq!(dead_of(&mut c, "fragile"), vec![all[0].clone()]);
+    assert_eq!(list(&mut c, "fragile"), vec![letters[1].to_string()]);
+
+    // A bad body is refused, once authorised.
+    let r = http(s.ops, "POST", delete, &auth, b"{\"id\": 1}").unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // A shared list: dl:a and dl:b's letters side by side, and one that
+    // something else put there, with no history.
+    kill(&mut c, "dl:a", &["a-1"]);
+    kill(&mut c, "dl:b", &["b-1"]);
+    c.cmd(&["RPUSH", "dead-dl", "stray"]);
+    let shared = dead_of(&mut c, "dl:a");
+    let id_a = shared[0].0.clone().expect("dl:a's letter has its history");
+    assert_eq!(shared[0].1, "a-1");
+    assert_eq!(shared[1], (None, "b-1".to_string()), "dl:b's history is not dl:a's");
+    let id_b = dead_of(&mut c, "dl:b")[1].0.clone().expect("dl:b's history");
+    // dl:b's letter through dl:a, under dl:b's own id: not dl:a's.
+    for path in ["/api/queues/dl:a/dead/retry", "/api/queues/dl:a/dead/delete"] {
+        let r = post_json(s.ops, path, &auth, &letter(&id_b, "b-1"));
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        // Without an id it could be anyone's: refused, as REDRIVE is.
+        for payload in ["b-1", "stray"] {
+            let r = post_json(s.ops, path, &auth, &json!({"id": null, "payload": payload}));
+            assert_eq!(r.status, 502, "{path}: {}", r.text());
+            let e = json_of(&r)["error"].as_str().unwrap().to_string();
+            assert!(e.contains("is shared") && e.contains("without an id"), "{e}");
+        }
+    }
+    assert_eq!(list(&mut c, "dead-dl"), ["a-1", "b-1", "stray"]);
+    let r = post_json(s.ops, "/api/queues/dl:a/dead/retry", &auth, &letter(&id_a, "a-1"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(list(&mut c, "dead-dl"), ["b-1", "stray"]);
+    assert_eq!(list(&mut c, "dl:a"), ["a-1"]);
+    assert_eq!(list(&mut c, "dl:b"), Vec::<String>::new());
+    // The same through QUEUE, as any client with the rights may send it.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PURGE", "dl:b", "DEAD", "ID", &id_b, "b-1"]),
+        Value::Int(1)
+    );
+    assert_eq!(list(&mut c, "dead-dl"), ["stray"]);
+    for bad in [
+        &["QUEUE", "REDRIVE", "dl:b", "IX", "1", "p"][..],
+        &["QUEUE", "PURGE", "dl:b", "DEAD", "IX", "1", "p"],
+        &["QUEUE", "PURGE", "dl:b", "DEED", "ID", "1", "p"],
+    ] {
+        assert_eq!(c.cmd(bad), Value::Error("ERR syntax error".into()), "{bad:?}");
     }
 }
 
