@@ -543,7 +543,15 @@ fn dead_letters_follow_the_users_rights() {
             &["QUEUE", "INFO", q],
             // One dead letter: the same rights as all of them.
             &["QUEUE", "REDRIVE", q, "ID", "", &format!("{q} secret")],
-            &["QUEUE", "PURGE", q, "DEAD", "ID", "", &format!("{q} secret")],
+            &[
+                "QUEUE",
+                "PURGE",
+                q,
+                "DEAD",
+                "ID",
+                "",
+                &format!("{q} secret"),
+            ],
         ] {
             assert_eq!(c.raw(cmd), noperm, "{cmd:?}");
         }

@@ -198,15 +198,18 @@ async fn run_listed(ops: &Ops, verb: &str, key: &str, q: Listed) -> Response {
         return run_counted(ops, verb, key, q.count).await;
     };
     let n = q.count.unwrap_or(SEARCHED).to_string();
-    let found = run(ops, &[verb.as_bytes(), key.as_bytes(), b"COUNT", n.as_bytes()])
-        .await
-        .map(|all| match all {
-            Value::Array(items) => items
-                .into_iter()
-                .filter(|i| i.get("id").and_then(Value::as_str) == Some(id.as_str()))
-                .collect(),
-            other => other,
-        });
+    let found = run(
+        ops,
+        &[verb.as_bytes(), key.as_bytes(), b"COUNT", n.as_bytes()],
+    )
+    .await
+    .map(|all| match all {
+        Value::Array(items) => items
+            .into_iter()
+            .filter(|i| i.get("id").and_then(Value::as_str) == Some(id.as_str()))
+            .collect(),
+        other => other,
+    });
     respond(found)
 }
 
@@ -299,7 +302,13 @@ pub async fn delete_one(
 }
 
 /// The body is read only once the request is authorised.
-async fn one_letter(ops: &Ops, key: &str, headers: &HeaderMap, body: &[u8], retry: bool) -> Response {
+async fn one_letter(
+    ops: &Ops,
+    key: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    retry: bool,
+) -> Response {
     if let Err(e) = authorize(ops, headers) {
         return e.into_response();
     }

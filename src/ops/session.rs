@@ -256,9 +256,7 @@ pub async fn logout(State(ops): State<Arc<Ops>>, headers: HeaderMap) -> Response
     let mut r = Json(json!({"logged_in": false})).into_response();
     r.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static(
-            "ackproxy_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
+        HeaderValue::from_static("ackproxy_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
     );
     no_store(r)
 }

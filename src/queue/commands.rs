@@ -707,7 +707,11 @@ fn redrive_call(q: &Queue, n: i64) -> Call {
 /// them all would take other queues' too, and nothing tells which are
 /// this queue's.
 fn shared_dead_letters(sub: &str, q: &Queue) -> Option<Intercept> {
-    shared_refusal(sub, q, "its dead letters do not say which queue they come from")
+    shared_refusal(
+        sub,
+        q,
+        "its dead letters do not say which queue they come from",
+    )
 }
 
 fn shared_refusal(sub: &str, q: &Queue, because: &str) -> Option<Intercept> {
@@ -831,7 +835,8 @@ fn one_dead_letter(
     );
     let sub = if redrive { "REDRIVE" } else { "PURGE" };
     if id.is_empty() {
-        let because = "a dead letter without an id has no history of this queue to say it is this queue's";
+        let because =
+            "a dead letter without an id has no history of this queue to say it is this queue's";
         if let Some(refused) = shared_refusal(sub, &q, because) {
             return refused;
         }
