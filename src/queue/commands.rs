@@ -848,7 +848,7 @@ fn one_dead_letter(
         .arg(Bytes::copy_from_slice(id))
         .arg(Bytes::copy_from_slice(payload));
     let registry = registry.clone();
-    rewrite(call, move |v| {
+    rewrite(call, registry.db, move |v| {
         let n = v.array().first().map(Value::int).unwrap_or(0);
         changed(&registry, &q, n);
         int_reply(n)
