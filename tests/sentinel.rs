@@ -1,0 +1,455 @@
+//! A Sentinel upstream: the proxy finds the primary through the sentinels
+//! and follows it across failovers. A real Sentinel set (three sentinels,
+//! a primary and a replica) is failed over by killing the primary with
+//! SIGKILL while a producer and workers run through the proxy.
+//!
+//! The long run (more messages, several failovers) runs with
+//! `ACKPROXY_LONG_TESTS=1`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn sentinel_config(set: &SentinelSet, rules: &str) -> String {
+    let sentinels: Vec<String> = set
+        .sentinel_addrs()
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    format!(
+        "upstream_mode = \"sentinel\"\nsentinel_master = {SENTINEL_MASTER:?}\n\
+         sentinels = [{}]\nconnect_timeout_ms = 500\n{rules}",
+        sentinels.join(", ")
+    )
+}
+
+fn start_proxy(set: &SentinelSet, rules: &str, extra: &[&str]) -> Proxy {
+    let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
+    std::fs::write(&path, sentinel_config(set, rules)).unwrap();
+    let mut args = vec!["--config", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Proxy::start_args(&args)
+}
+
+/// The port of the Redis that served this proxy connection's `INFO server`.
+fn served_by(c: &mut Client) -> Option<u16> {
+    let Ok(Value::Bulk(b)) = c.try_cmd(&["INFO", "server"]) else {
+        return None;
+    };
+    String::from_utf8_lossy(&b)
+        .lines()
+        .find_map(|l| l.strip_prefix("tcp_port:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+const RULES: &str = "[[queue]]\npattern = \"jobs\"\nlease_ms = 3000\nmax_deliveries = 1000\n";
+
+/// What the run saw, shared by its threads.
+#[derive(Default)]
+struct Tally {
+    /// Payloads whose push a replica acknowledged (`WAIT 1` answered 1).
+    pushed: Mutex<Vec<String>>,
+    /// Payloads acknowledged (`ACK` answered 1), and when first.
+    acked: Mutex<HashMap<String, Instant>>,
+    /// Times a worker or the producer connected again after losing its
+    /// connection.
+    reconnects: AtomicUsize,
+    stop: AtomicBool,
+}
+
+fn connect_retrying(port: u16, tally: &Tally) -> Option<Client> {
+    while !tally.stop.load(Ordering::Relaxed) {
+        if let Ok(c) = Client::try_connect(port) {
+            c.set_read_timeout(Some(Duration::from_secs(10)));
+            return Some(c);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Pops with `BRPOP` and acknowledges, connecting again whenever the
+/// connection is lost, until told to stop.
+fn worker(port: u16, tally: Arc<Tally>) {
+    let mut conn = connect_retrying(port, &tally);
+    while let Some(c) = conn.as_mut() {
+        if tally.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let lost = match c.try_cmd(&["BRPOP", "jobs", "1"]) {
+            Ok(Value::Array(kv)) => match kv.get(1) {
+                Some(Value::Bulk(p)) => {
+                    let payload = String::from_utf8_lossy(p).into_owned();
+                    match c.try_cmd(&["ACK", "jobs", &payload]) {
+                        Ok(Value::Int(1)) => {
+                            tally
+                                .acked
+                                .lock()
+                                .unwrap()
+                                .entry(payload)
+                                .or_insert_with(Instant::now);
+                            false
+                        }
+                        // Not acknowledged (the lease moved on, or the
+                        // request was in flight at the switch): the
+                        // message comes again when its lease expires.
+                        Ok(_) => false,
+                        Err(_) => true,
+                    }
+                }
+                _ => false,
+            },
+            Ok(Value::Nil) => false,
+            // In flight at the switch, or Redis down for the moment.
+            Ok(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                false
+            }
+            Err(_) => true,
+        };
+        if lost {
+            tally.reconnects.fetch_add(1, Ordering::Relaxed);
+            conn = connect_retrying(port, &tally);
+        }
+    }
+}
+
+/// Pushes `m0`, `m1`, … each followed by `WAIT 1`, on a connection pinned
+/// by a WATCH (so that WAIT measures the push's own replication), until
+/// `want` pushes were acknowledged by a replica.
+fn producer(port: u16, tally: Arc<Tally>, want: usize) {
+    let mut next = 0usize;
+    let mut conn: Option<Client> = None;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while tally.pushed.lock().unwrap().len() < want {
+        assert!(
+            Instant::now() < deadline,
+            "the producer never got its pushes acknowledged"
+        );
+        if tally.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => {
+                let Some(mut c) = connect_retrying(port, &tally) else {
+                    return;
+                };
+                if c.try_cmd(&["WATCH", "producer-pin"]).ok() != Some(Value::Simple("OK".into())) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                conn.insert(c)
+            }
+        };
+        let payload = format!("m{next}");
+        next += 1;
+        let pushed = c
+            .try_cmd(&["LPUSH", "jobs", &payload])
+            .and_then(|r| match r {
+                Value::Int(_) => c.try_cmd(&["WAIT", "1", "2000"]).map(Some),
+                _ => Ok(None),
+            });
+        match pushed {
+            Ok(Some(Value::Int(n))) if n >= 1 => tally.pushed.lock().unwrap().push(payload),
+            // Not known replicated: not counted (it may still arrive).
+            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => {
+                tally.reconnects.fetch_add(1, Ordering::Relaxed);
+                conn = None;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // Paced, so that the failover happens mid-run.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// `messages` pushes acknowledged by a replica, `failovers` kills of the
+/// primary spread over the run: every acknowledged push is acknowledged
+/// by a worker at least once. Returns the recovery time of each failover:
+/// from the kill to the first message a worker acknowledged after it.
+fn failover_run(messages: usize, failovers: usize) -> Vec<Duration> {
+    let mut set = SentinelSet::start();
+    let proxy = start_proxy(&set, RULES, &[]);
+    let tally = Arc::new(Tally::default());
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let t = tally.clone();
+            let port = proxy.port;
+            std::thread::spawn(move || worker(port, t))
+        })
+        .collect();
+    let producer = {
+        let t = tally.clone();
+        let port = proxy.port;
+        std::thread::spawn(move || producer(port, t, messages))
+    };
+    let mut recoveries = Vec::new();
+    for n in 1..=failovers {
+        let at = messages * n / (failovers + 1);
+        wait_until_long("pushes acknowledged before the failover", || {
+            tally.pushed.lock().unwrap().len() >= at
+        });
+        let killed_at = Instant::now();
+        let old = set.kill9_primary();
+        let new = set.wait_failover(old);
+        // As the test sees it (it asks every 50 ms): acknowledgements
+        // before it are of requests in flight at the kill.
+        let promoted_at = Instant::now();
+        println!(
+            "failover {n}: primary {old} killed, sentinels promoted {new} after {:?}",
+            promoted_at - killed_at
+        );
+        wait_until_long("a message acknowledged after the failover", || {
+            tally
+                .acked
+                .lock()
+                .unwrap()
+                .values()
+                .any(|&t| t > promoted_at)
+        });
+        let first = tally
+            .acked
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|&&t| t > promoted_at)
+            .min()
+            .copied()
+            .unwrap();
+        let recovery = first - killed_at;
+        println!(
+            "failover {n}: recovery {recovery:?} from the kill to the first message \
+             acknowledged on the new primary ({:?} after the promotion was seen)",
+            first - promoted_at
+        );
+        recoveries.push(recovery);
+        // Pushes can be acknowledged by a replica again.
+        set.restart_as_replica(old);
+    }
+    producer.join().expect("producer");
+    let pushed: Vec<String> = tally.pushed.lock().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let acked = tally.acked.lock().unwrap();
+        let missing: Vec<&String> = pushed.iter().filter(|p| !acked.contains_key(*p)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} acknowledged pushes never acknowledged by a worker, e.g. {:?}",
+            missing.len(),
+            pushed.len(),
+            &missing[..missing.len().min(10)]
+        );
+        drop(acked);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tally.stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let acked: HashSet<String> = tally.acked.lock().unwrap().keys().cloned().collect();
+    println!(
+        "{} pushes acknowledged by a replica, {} messages acknowledged, {} reconnects",
+        pushed.len(),
+        acked.len(),
+        tally.reconnects.load(Ordering::Relaxed)
+    );
+    recoveries
+}
+
+/// Like `wait_until`, for what a failover holds up (Sentinel's own
+/// detection and election come first).
+fn wait_until_long(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn failover_delivers_every_replicated_push() {
+    let recoveries = failover_run(300, 1);
+    assert_eq!(recoveries.len(), 1);
+}
+
+#[test]
+fn long_failover_run() {
+    if std::env::var("ACKPROXY_LONG_TESTS").ok().as_deref() != Some("1") {
+        println!("skipped: set ACKPROXY_LONG_TESTS=1");
+        return;
+    }
+    let recoveries = failover_run(5000, 3);
+    assert_eq!(recoveries.len(), 3);
+}
+
+#[test]
+fn the_proxy_serves_the_primary_the_sentinels_name() {
+    let set = SentinelSet::start();
+    let proxy = start_proxy(&set, RULES, &[]);
+    let mut c = proxy.client();
+    assert_eq!(served_by(&mut c), Some(set.primary()));
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
+}
+
+#[test]
+fn a_blocking_pop_parked_across_a_failover_gets_the_next_push() {
+    let mut set = SentinelSet::start();
+    let metrics = free_port();
+    let ops = format!("127.0.0.1:{metrics}");
+    let proxy = start_proxy(&set, RULES, &["--metrics", &ops]);
+    let mut parked = proxy.client();
+    parked.set_read_timeout(Some(Duration::from_secs(90)));
+    parked.send(&["BRPOP", "jobs", "0"]);
+    await_metric(metrics, "ackproxy_parked_clients", 1.0);
+    let old = set.kill9_primary();
+    let new = set.wait_failover(old);
+    let mut c = proxy.client();
+    wait_until_long("the proxy on the new primary", || {
+        served_by(&mut c) == Some(new)
+    });
+    assert_eq!(c.cmd(&["LPUSH", "jobs", "after"]), Value::Int(1));
+    // Still parked, not failed while the primary was gone.
+    assert_eq!(
+        parked.read_value(),
+        Value::Array(vec![Value::bulk("jobs"), Value::bulk("after")])
+    );
+    assert_eq!(parked.cmd(&["ACK", "jobs", "after"]), Value::Int(1));
+}
+
+#[test]
+fn a_manual_failover_moves_every_client_to_the_new_primary() {
+    let set = SentinelSet::start();
+    let proxy = start_proxy(&set, RULES, &[]);
+    let old = set.primary();
+    let mut c = proxy.client();
+    assert_eq!(served_by(&mut c), Some(old));
+    // The old primary stays up, as a replica: nothing the proxy holds to
+    // it may stay in use.
+    let mut s = Client::connect(set.sentinel_ports()[0]);
+    assert_eq!(
+        s.cmd(&["SENTINEL", "FAILOVER", SENTINEL_MASTER]),
+        Value::Simple("OK".into())
+    );
+    let new = set.wait_failover(old);
+    wait_until_long("the same client served by the new primary", || {
+        matches!(c.try_cmd(&["SET", "k", "v"]), Ok(Value::Simple(_)))
+            && served_by(&mut c) == Some(new)
+    });
+    // The proxy's own traffic follows too: a queue round trip.
+    assert_eq!(c.cmd(&["LPUSH", "jobs", "one"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("one"));
+    assert_eq!(c.cmd(&["ACK", "jobs", "one"]), Value::Int(1));
+    assert_eq!(info_role(new), "master");
+}
+
+fn info_role(port: u16) -> String {
+    info(port, "replication")
+        .lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .arg("--check-config")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sentinel_settings_are_checked() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sentinel.toml");
+    let (code, out, err) = check_config(&["--config", example], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("the primary of sentinel master \"mymaster\", from 127.0.0.1:26379"),
+        "{out}"
+    );
+    // The same from the environment.
+    let (code, out, err) = check_config(
+        &[],
+        &[
+            ("ACKPROXY_UPSTREAM_MODE", "sentinel"),
+            ("ACKPROXY_SENTINEL_MASTER", "m1"),
+            ("ACKPROXY_SENTINELS", "127.0.0.1:1,127.0.0.1:2"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("sentinel master \"m1\", from 127.0.0.1:1, 127.0.0.1:2"),
+        "{out}"
+    );
+    for (args, why) in [
+        (
+            vec!["--upstream-mode", "sentinel", "--sentinel-master", "m"],
+            "needs sentinels",
+        ),
+        (
+            vec!["--upstream-mode", "sentinel", "--sentinels", "127.0.0.1:1"],
+            "needs sentinel_master",
+        ),
+        (
+            vec![
+                "--upstream-mode",
+                "sentinel",
+                "--sentinel-master",
+                "m",
+                "--sentinels",
+                "127.0.0.1:1",
+                "--upstream",
+                "127.0.0.1:2",
+            ],
+            "exclude each other",
+        ),
+        (
+            vec![
+                "--upstream-mode",
+                "sentinel",
+                "--sentinel-master",
+                "m",
+                "--sentinels",
+                "nowhere",
+            ],
+            "sentinels: expected host:port",
+        ),
+        (
+            vec!["--sentinel-master", "m", "--upstream", "127.0.0.1:2"],
+            "need upstream_mode = \"sentinel\"",
+        ),
+        (
+            vec![
+                "--upstream-mode",
+                "sentinel",
+                "--sentinel-master",
+                "m",
+                "--sentinels",
+                "127.0.0.1:1",
+                "--sentinel-tls",
+            ],
+            "sentinel_tls needs sentinel_tls_ca_cert_file",
+        ),
+    ] {
+        let (code, out, err) = check_config(&args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
