@@ -453,3 +453,34 @@ fn sentinel_settings_are_checked() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn connections_to_a_primary_cut_off_by_a_failover_are_closed() {
+    let mut set = SentinelSet::start();
+    let proxy = start_proxy(&set, RULES, &[]);
+    let mut c = proxy.client();
+    let mut pinned = proxy.client();
+    assert_eq!(pinned.cmd(&["WATCH", "w"]), Value::Simple("OK".into()));
+    let old = set.freeze_primary();
+    // Sent to the frozen primary: nothing answers it until the switch.
+    c.send(&["SET", "k", "before"]);
+    pinned.send(&["GET", "w"]);
+    let new = set.wait_failover(old);
+    // The shared connection to the frozen primary was closed: what was
+    // in flight on it failed, what comes next goes to the new primary.
+    let in_flight = c.read_value();
+    assert_eq!(
+        in_flight,
+        Value::Error("ERR upstream connection lost".into()),
+        "{in_flight:?}"
+    );
+    wait_until_long("the client served by the new primary", || {
+        matches!(c.try_cmd(&["SET", "k", "after"]), Ok(Value::Simple(_)))
+    });
+    assert_eq!(served_by(&mut c), Some(new));
+    // A client whose own connection held state (its WATCH) is
+    // disconnected, as if Redis had closed its connection.
+    let mut rest = Vec::new();
+    let closed = std::io::Read::read_to_end(&mut pinned.stream(), &mut rest);
+    assert!(closed.is_ok() && rest.is_empty(), "{closed:?} {rest:?}");
+}

@@ -135,9 +135,12 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    // A stopped process (SIGSTOP) handles SIGTERM only once continued.
+    for signal in ["-CONT", "-TERM"] {
+        let _ = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status();
+    }
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -294,6 +297,19 @@ impl SentinelSet {
         let i = self.nodes.iter().position(|r| r.port == primary).unwrap();
         let mut node = self.nodes.remove(i);
         node.kill();
+        primary
+    }
+
+    /// SIGSTOP of the primary: its connections stay open but nothing on
+    /// them is answered, as behind a network partition. Returns its port.
+    pub fn freeze_primary(&mut self) -> u16 {
+        let primary = self.primary();
+        let node = self.nodes.iter().find(|r| r.port == primary).unwrap();
+        let status = Command::new("kill")
+            .args(["-STOP", &node.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
         primary
     }
 
