@@ -334,6 +334,24 @@ impl SentinelSet {
         wait_until("the restarted replica in sync", || {
             info(port, "replication").contains("master_link_status:up")
         });
+        // A candidate for the next failover once every sentinel sees it up.
+        let want = Value::bulk(&port.to_string());
+        wait_until("the sentinels seeing the restarted replica", || {
+            self.sentinels.iter().all(|(sp, _)| {
+                let Ok(mut c) = Client::try_connect(*sp) else {
+                    return false;
+                };
+                let Ok(Value::Array(replicas)) =
+                    c.try_cmd(&["SENTINEL", "REPLICAS", SENTINEL_MASTER])
+                else {
+                    return false;
+                };
+                replicas.iter().any(|r| {
+                    field(r, "port") == Some(want.clone())
+                        && field(r, "flags") == Some(Value::bulk("slave"))
+                })
+            })
+        });
     }
 }
 
