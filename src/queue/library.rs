@@ -216,6 +216,24 @@ impl Loader {
     }
 }
 
+/// Loads the library on the primary of the moment through a connection of
+/// its own (not a shared one, which may still be to the previous primary
+/// right after a failover). Returns whether it is there now.
+pub async fn load_on(endpoint: &Endpoint) -> Result<(), crate::error::ControlError> {
+    use crate::upstream::control;
+    let mut conn = control::admin(endpoint).await?;
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(&library().text);
+    match control::query::<redis::Value>(&mut conn, "FUNCTION LOAD", &load).await {
+        Ok(_) => Ok(()),
+        // Loaded already (replicated before the failover, most often).
+        Err(e) if matches!(&e.cause, crate::error::ControlCause::Refused { detail, .. } if detail.starts_with("Library")) => {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The library-level locals every operation reads: the sizes and names of
 /// the calling convention and the bounds, written from the Rust tables.
 fn prelude() -> String {

@@ -150,6 +150,19 @@ impl Queues {
             .await;
     }
 
+    /// The primary moved (Sentinel): the library is loaded there at once,
+    /// when queues are configured, rather than by the first calls that
+    /// find it missing.
+    pub async fn after_switch(&self) {
+        if !self.active() {
+            return;
+        }
+        match library::load_on(&self.endpoint).await {
+            Ok(()) => tracing::info!(primary = %self.endpoint.addr, "queue function library loaded on the new primary"),
+            Err(e) => tracing::warn!("queue function library not loaded on the new primary ({e}); the first queue call there loads it"),
+        }
+    }
+
     /// A client's command may have removed the library from Redis.
     pub fn forget_library(&self) {
         self.library.forget();

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::call::Caller;
+use super::call::{CallError, Caller};
 use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
@@ -87,6 +87,7 @@ impl Waiters {
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let waiting = Waiting::default();
+        let survive_failover = endpoint.addr.follows_sentinels();
         let listener = Listener {
             endpoint,
             prefix: channel_prefix(db),
@@ -124,6 +125,7 @@ impl Waiters {
             counted_parked: 0,
             counted_polling: false,
             poll: POLL_MIN,
+            survive_failover,
         };
         tokio::spawn(dispatcher.run(rx, done_rx));
         Waiters { tx, waiting }
@@ -243,6 +245,10 @@ struct Dispatcher {
     counted_parked: usize,
     counted_polling: bool,
     poll: Duration,
+    /// The primary may move (Sentinel): a pop that finds Redis unreachable
+    /// or no longer the primary stays parked, and is tried again on the
+    /// new one.
+    survive_failover: bool,
 }
 
 impl Dispatcher {
@@ -473,12 +479,16 @@ impl Dispatcher {
             self.done.clone(),
             self.waiting.clone(),
         );
+        let survive_failover = self.survive_failover;
         tokio::spawn(async move {
             let reply = match p.pop.run(&caller).await {
                 Ok(popped) => {
                     super::after_pop(&registry, &popped);
                     popped.reply
                 }
+                // A lease this pop may have taken without hearing back
+                // expires and is delivered again: at-least-once holds.
+                Err(e) if survive_failover && during_failover(&e) => None,
                 // WRONGTYPE and the like end the wait, as in Redis; so
                 // does a Redis that cannot be reached, as for a plain
                 // blocking pop on a connection that is gone.
@@ -618,6 +628,8 @@ enum Ended {
     Lost,
     /// The last rule went away.
     RulesChanged,
+    /// The primary moved (Sentinel).
+    Moved,
 }
 
 impl Listener {
@@ -641,11 +653,12 @@ impl Listener {
                 }
                 continue;
             }
+            let primary = self.endpoint.addr.generation();
             let e = match self.subscription(down).await {
                 Ok(Ended::Stopped) => return,
                 // Pops parked before the last rule went, on what are plain
                 // lists now, are retried by the safety recheck.
-                Ok(Ended::RulesChanged) => {
+                Ok(Ended::RulesChanged | Ended::Moved) => {
                     down = false;
                     continue;
                 }
@@ -675,10 +688,17 @@ impl Listener {
             }
             let retry = tokio::time::sleep(backoff);
             tokio::pin!(retry);
+            let moved = self.endpoint.addr.moved_from(primary);
+            tokio::pin!(moved);
             loop {
                 tokio::select! {
                     _ = self.stop.changed() => return,
                     _ = &mut retry => break,
+                    // A failover ended: the new primary is there now.
+                    () = &mut moved => {
+                        backoff = RESUBSCRIBE_MIN;
+                        break;
+                    }
                     // Kept up to date meanwhile, so that what the
                     // dispatcher asks for does not pile up here.
                     sub = self.subs.recv() => match sub {
@@ -704,6 +724,11 @@ impl Listener {
     /// and subscription changes until the connection ends or the proxy
     /// stops.
     async fn subscription(&mut self, was_down: bool) -> Result<Ended, ControlError> {
+        let moved = self
+            .endpoint
+            .addr
+            .moved_from(self.endpoint.addr.generation());
+        tokio::pin!(moved);
         let mut conn = control::subscriber(&self.endpoint).await?;
         enable_notifications(&self.endpoint).await?;
         let keys: Vec<Vec<u8>> = self.keys.iter().map(|k| channel(&self.prefix, k)).collect();
@@ -720,6 +745,9 @@ impl Listener {
         loop {
             tokio::select! {
                 _ = self.stop.changed() => return Ok(Ended::Stopped),
+                // A failover: subscribed again on the new primary, with
+                // its notifications enabled there.
+                () = &mut moved => return Ok(Ended::Moved),
                 _ = self.changed.changed() => {
                     if self.rules.is_empty() {
                         return Ok(Ended::RulesChanged);
@@ -766,6 +794,20 @@ fn tolerate_refusal(done: Result<(), ControlError>) -> Result<(), ControlError> 
             Ok(())
         }
         other => other,
+    }
+}
+
+/// What a pop meets while the sentinels fail the primary over: no
+/// connection, a lost one, or the previous primary turned replica.
+fn during_failover(e: &CallError) -> bool {
+    match e {
+        CallError::Upstream(_) => true,
+        CallError::Redis(reply) => {
+            reply.starts_with(b"-READONLY")
+                || reply.starts_with(b"-LOADING")
+                || reply.starts_with(b"-MASTERDOWN")
+        }
+        CallError::Unexpected => false,
     }
 }
 

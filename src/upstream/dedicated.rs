@@ -82,7 +82,8 @@ impl Dedicated {
         endpoint: &Endpoint,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        Ok(Dedicated::start(endpoint.connect().await?, out))
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
+        Ok(Dedicated::start(endpoint.connect().await?, out, moved))
     }
 
     /// A connection opened without the proxy's credentials.
@@ -90,7 +91,12 @@ impl Dedicated {
         endpoint: &Endpoint,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        Ok(Dedicated::start(endpoint.connect_plain().await?, out))
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
+        Ok(Dedicated::start(
+            endpoint.connect_plain().await?,
+            out,
+            moved,
+        ))
     }
 
     /// A connection logged in as a client's user, with the credentials the
@@ -100,13 +106,22 @@ impl Dedicated {
         credentials: &super::Credentials,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
         Ok(Dedicated::start(
             endpoint.connect_as(credentials).await?,
             out,
+            moved,
         ))
     }
 
-    fn start(stream: Stream, out: Arc<ClientState>) -> Dedicated {
+    /// `moved` completes when the primary the connection was opened to is
+    /// no longer the primary (Sentinel): the connection is then lost to
+    /// its client, as if Redis had closed it.
+    fn start(
+        stream: Stream,
+        out: Arc<ClientState>,
+        moved: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Dedicated {
         let (rd, wr) = stream.split();
         let shared = Arc::new(Shared {
             expect: Mutex::new(VecDeque::new()),
@@ -117,7 +132,7 @@ impl Dedicated {
             subscriptions: AtomicI64::new(0),
             db: Arc::new(AtomicI64::new(0)),
         });
-        let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
+        let reader = tokio::spawn(read_loop(rd, shared.clone(), out, moved));
         crate::telemetry::upstream().dedicated.increment(1.0);
         Dedicated { wr, shared, reader }
     }
@@ -258,12 +273,22 @@ impl Drop for Dedicated {
     }
 }
 
-async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>) {
+async fn read_loop(
+    mut rd: ReadHalf,
+    shared: Arc<Shared>,
+    out: Arc<ClientState>,
+    moved: impl std::future::Future<Output = ()>,
+) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
+    tokio::pin!(moved);
     let failure = 'outer: loop {
         crate::resp::grow(&mut buf, 16 * 1024);
-        match rd.read_buf(&mut buf).await {
+        let read = tokio::select! {
+            r = rd.read_buf(&mut buf) => r,
+            () = &mut moved => break UpstreamError::ConnectionLost,
+        };
+        match read {
             Ok(0) | Err(_) => break UpstreamError::ConnectionLost,
             Ok(_) => {}
         }

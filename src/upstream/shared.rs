@@ -276,6 +276,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
         let Some(first) = rx.recv().await else {
             return;
         };
+        let primary = endpoint.addr.generation();
         match connect(&endpoint, setup).await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
@@ -284,7 +285,12 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
-                let result = run(stream, Some(first), &mut rx, &congested).await;
+                // A failover closes it (what is in flight gets an error);
+                // the next request opens one to the new primary.
+                let result = tokio::select! {
+                    r = run(stream, Some(first), &mut rx, &congested) => r,
+                    _ = endpoint.addr.moved_from(primary) => Ok(()),
+                };
                 m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
@@ -300,9 +306,13 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                 // Until the next attempt every request fails at once rather
                 // than waiting for a Redis that may be gone for long.
                 let retry_at = tokio::time::Instant::now() + backoff;
+                let moved = endpoint.addr.moved_from(primary);
+                tokio::pin!(moved);
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep_until(retry_at) => break,
+                        // A new primary: no reason to wait any longer.
+                        () = &mut moved => break,
                         req = rx.recv() => match req {
                             Some(req) => req.pending.deliver(Err(e.clone())),
                             None => return,
@@ -378,6 +388,7 @@ async fn manage_once(
     // Both logins now: one made later could be refused (a changed
     // password), which would disconnect the pool's clients where Redis
     // keeps their connections.
+    let primary = endpoint.addr.generation();
     let connected = match endpoint.connect_as(&credentials).await {
         Ok(w) => endpoint.connect_as(&credentials).await.map(|r| (w, r)),
         Err(e) => Err(e),
@@ -389,9 +400,13 @@ async fn manage_once(
             let m = crate::telemetry::upstream();
             m.connects.increment(2);
             m.user.increment(2.0);
+            // After a failover the pool ends as when its connection is
+            // lost: the user's login on the new primary is not the proxy's
+            // to make.
             let result = tokio::select! {
                 r = run(w, first_write, &mut writes.rx, &writes.congested) => r,
                 r = run(r, first_read, &mut reads.rx, &reads.congested) => r,
+                _ = endpoint.addr.moved_from(primary) => Err(UpstreamError::ConnectionLost),
             };
             m.user.decrement(2.0);
             if let Err(e) = result {
