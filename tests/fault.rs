@@ -1,9 +1,11 @@
 //! Failure behaviour of queues: consumer processes and a proxy killed with
 //! SIGKILL while messages flow through two proxies, once with workers that
-//! send ACK and once with unchanged workers that never do (`ack =
-//! "next-pop"`); Redis killed and restarted with AOF. At the end every
-//! message is done, duplicates stay within what the kills explain, and no
-//! auxiliary key is left.
+//! send ACK, once with unchanged workers that never do (`ack =
+//! "next-pop"`), and once with next-pop workers that pipeline (a pop and a
+//! PING in one write, two pops in one write, a message's records and the
+//! next pop in one write); Redis killed and restarted with AOF. At the end
+//! every message is done, duplicates stay within what the kills explain,
+//! and no auxiliary key is left.
 //!
 //! Consumers are separate processes: this test binary re-executed with
 //! `consumer_process --exact --ignored`, driven by environment variables.
@@ -105,6 +107,108 @@ fn consume(port: u16, state: &Path, ack: bool) -> std::io::Result<()> {
     }
 }
 
+/// Sends `cmds` in one write; their replies, in order. Never panics.
+fn try_pipeline(c: &mut Client, cmds: &[Vec<&str>]) -> std::io::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for cmd in cmds {
+        let a: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        out.extend(Client::encode(&a));
+    }
+    let mut s: &TcpStream = c.stream();
+    s.write_all(&out)?;
+    cmds.iter()
+        .map(|_| c.try_read_raw().map(|raw| decode(&raw).0))
+        .collect()
+}
+
+/// The message of a pop's reply (`BRPOP`'s `[key, value]`, `RPOP`'s
+/// value), if any.
+fn popped(v: &Value) -> std::io::Result<Option<String>> {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match v {
+        Value::Nil => Ok(None),
+        Value::Bulk(b) => Ok(Some(lossy(b))),
+        Value::Array(items) if items.len() == 2 => match &items[1] {
+            Value::Bulk(b) => Ok(Some(lossy(b))),
+            other => Err(io_err(format!("pop value {other:?}"))),
+        },
+        other => Err(io_err(format!("pop: {other:?}"))),
+    }
+}
+
+/// Checks the replies of commands that answer integers.
+fn all_ints(replies: &[Value], what: &str) -> std::io::Result<()> {
+    match replies.iter().find(|v| !matches!(v, Value::Int(_))) {
+        Some(other) => Err(io_err(format!("{what}: {other:?}"))),
+        None => Ok(()),
+    }
+}
+
+/// How long a pipelining worker works on a message: a kill then often
+/// finds it holding messages it has not recorded yet.
+const JOB: Duration = Duration::from_millis(1);
+
+/// A worker of a next-pop rule that never sends ACK and pipelines, in one
+/// of three ways (`style`): `BRPOP q 1` and `PING` in one write; `BRPOP q
+/// 1` and `RPOP q` in one write (the second pop acknowledges nothing: the
+/// worker holds two leases until its next write); or the records of the
+/// message it has and its next `BRPOP` in one write (the write's first pop,
+/// sent once every reply before it was read: it acknowledges the message,
+/// after the records ahead of it). Records are written before the pop that
+/// acknowledges, as in [`consume`].
+fn consume_pipelined(port: u16, state: &Path, style: usize) -> std::io::Result<()> {
+    let mut c = Client::try_connect(port)?;
+    c.set_read_timeout(Some(Duration::from_secs(10)));
+    std::fs::write(state, port.to_string())?;
+    let pop = vec!["BRPOP", "q", "1"];
+    let mut unrecorded: Option<String> = None;
+    loop {
+        let got: Vec<String> = match style {
+            0 => {
+                let r = try_pipeline(&mut c, &[pop.clone(), vec!["PING"]])?;
+                if r[1] != Value::Simple("PONG".into()) {
+                    return Err(io_err(format!("PING: {:?}", r[1])));
+                }
+                popped(&r[0])?.into_iter().collect()
+            }
+            1 => {
+                let r = try_pipeline(&mut c, &[pop.clone(), vec!["RPOP", "q"]])?;
+                let mut got = Vec::new();
+                for v in &r {
+                    got.extend(popped(v)?);
+                }
+                got
+            }
+            _ => {
+                let mut cmds = Vec::new();
+                if let Some(p) = &unrecorded {
+                    cmds.push(vec!["HINCRBY", "deliveries", p.as_str(), "1"]);
+                    cmds.push(vec!["SADD", "done", p.as_str()]);
+                }
+                cmds.push(pop.clone());
+                let r = try_pipeline(&mut c, &cmds)?;
+                all_ints(&r[..r.len() - 1], "records")?;
+                unrecorded = popped(&r[r.len() - 1])?;
+                if unrecorded.is_some() {
+                    thread::sleep(JOB);
+                }
+                continue;
+            }
+        };
+        for p in got {
+            thread::sleep(JOB);
+            all_ints(
+                &try_pipeline(&mut c, &[vec!["HINCRBY", "deliveries", p.as_str(), "1"]])?,
+                "HINCRBY",
+            )?;
+            all_ints(
+                &try_pipeline(&mut c, &[vec!["SADD", "done", p.as_str()]])?,
+                "SADD",
+            )?;
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn consumer_process() {
@@ -117,11 +221,16 @@ fn consumer_process() {
         .parse()
         .unwrap();
     let state = PathBuf::from(std::env::var("ACKPROXY_CONSUMER_STATE").unwrap());
-    let ack = std::env::var("ACKPROXY_CONSUMER_ACK").as_deref() != Ok("no");
+    let mode = std::env::var("ACKPROXY_CONSUMER_ACK").unwrap_or_default();
     let mut which = index;
     loop {
         let port = ports[which % ports.len()];
-        if let Err(_e) = consume(port, &state, ack) {
+        let run = match mode.as_str() {
+            "pipeline" => consume_pipelined(port, &state, index % 3),
+            "no" => consume(port, &state, false),
+            _ => consume(port, &state, true),
+        };
+        if let Err(_e) = run {
             thread::sleep(Duration::from_millis(50));
         }
         which += 1; // alternate proxies on every reconnect
@@ -134,8 +243,9 @@ struct Consumers {
     children: Vec<Child>,
     ports: String,
     dir: PathBuf,
-    /// Whether the workers send ACK.
-    ack: bool,
+    /// How the workers acknowledge: `yes` (ACK), `no` (their next pop),
+    /// `pipeline` (their next pop, pipelining; see [`consume_pipelined`]).
+    mode: &'static str,
 }
 
 impl Consumers {
@@ -145,14 +255,14 @@ impl Consumers {
             .env("ACKPROXY_CONSUMER_PORTS", &self.ports)
             .env("ACKPROXY_CONSUMER_INDEX", i.to_string())
             .env("ACKPROXY_CONSUMER_STATE", self.dir.join(format!("c{i}")))
-            .env("ACKPROXY_CONSUMER_ACK", if self.ack { "yes" } else { "no" })
+            .env("ACKPROXY_CONSUMER_ACK", self.mode)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn consumer process")
     }
 
-    fn start(n: usize, ports: &[u16], dir: PathBuf, ack: bool) -> Consumers {
+    fn start(n: usize, ports: &[u16], dir: PathBuf, mode: &'static str) -> Consumers {
         std::fs::create_dir_all(&dir).unwrap();
         let mut c = Consumers {
             children: Vec::new(),
@@ -162,7 +272,7 @@ impl Consumers {
                 .collect::<Vec<_>>()
                 .join(","),
             dir,
-            ack,
+            mode,
         };
         for i in 0..n {
             let child = c.spawn_one(i);
@@ -335,7 +445,7 @@ fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<St
 
 #[test]
 fn consumers_and_proxy_killed() {
-    kill_consumers_and_a_proxy(QUEUE_CONFIG, true);
+    kill_consumers_and_a_proxy(QUEUE_CONFIG, "yes");
 }
 
 /// Workers that cannot change: they pop and never acknowledge, and the
@@ -343,10 +453,19 @@ fn consumers_and_proxy_killed() {
 /// one before. Killed at random as above, they lose nothing.
 #[test]
 fn next_pop_consumers_that_never_ack_and_proxy_killed() {
-    kill_consumers_and_a_proxy(&next_pop_config(), false);
+    kill_consumers_and_a_proxy(&next_pop_config(), "no");
 }
 
-fn kill_consumers_and_a_proxy(config_text: &str, ack: bool) {
+/// The same workers pipelining (see [`consume_pipelined`]): only a pop
+/// sent after every reply was read acknowledges; one pipelined behind
+/// another pop keeps both leases. Killed at random, they lose nothing; a
+/// kill may cost two duplicates (two messages held).
+#[test]
+fn next_pop_consumers_that_pipeline_and_proxy_killed() {
+    kill_consumers_and_a_proxy(&next_pop_config(), "pipeline");
+}
+
+fn kill_consumers_and_a_proxy(config_text: &str, mode: &'static str) {
     let long = std::env::var("ACKPROXY_LONG_FAULT")
         .map(|v| v == "1")
         .unwrap_or(false);
@@ -367,8 +486,8 @@ fn kill_consumers_and_a_proxy(config_text: &str, ack: bool) {
     let mut direct = redis.client();
 
     let state_dir = std::env::temp_dir().join(format!("ackproxy-fault-consumers-{}", redis.port));
-    println!("workers send ACK: {ack}");
-    let mut consumers = Consumers::start(CONSUMERS, &[port_a, port_b], state_dir, ack);
+    println!("workers acknowledge: {mode}");
+    let mut consumers = Consumers::start(CONSUMERS, &[port_a, port_b], state_dir, mode);
     let mut rng = Rng::from_clock();
     let mut kills = 0usize;
     let mut attached_at_proxy_kill = 0usize;
@@ -438,10 +557,12 @@ fn kill_consumers_and_a_proxy(config_text: &str, ack: bool) {
         .filter(|(_, m, got)| got < m)
         .collect();
     let dups = sum - n as i64;
-    let bound = (kills + attached_at_proxy_kill) as i64;
+    // A pipelining worker may hold two messages when it is killed.
+    let held = if mode == "pipeline" { 2 } else { 1 };
+    let bound = (held * (kills + attached_at_proxy_kill)) as i64;
     println!(
         "N={n} ({distinct} distinct payloads) done={done} deliveries: sum={sum} fields={fields} duplicates={dups} \
-         (bound: {kills} consumer kills + {attached_at_proxy_kill} consumers on the killed proxy = {bound}); \
+         (bound: {held} x ({kills} consumer kills + {attached_at_proxy_kill} consumers on the killed proxy) = {bound}); \
          elapsed {elapsed:?}"
     );
     let dead = direct.cmd(&["LLEN", "{q}:dead"]);
