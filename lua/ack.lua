@@ -12,7 +12,8 @@
 -- Redis's clock), for the ack latency}: at most one per id, so bounded as
 -- the ids. (The proxy knows Redis's clock well enough for a latency: reading
 -- it here, on every ACK, cost more than the rest of the common path.)
--- Unknown ids count nothing.
+-- One lease released and nothing else tallied: its start alone (see
+-- short_reply). Unknown ids count nothing.
 
 register('ack', function(KEYS, ARGV)
   local k = group(KEYS, 1)
@@ -40,5 +41,6 @@ register('ack', function(KEYS, ARGV)
   tally_soon(k, 'acks', released)
   tally(k, 'late_acks', late)
   out[1], out[2] = released, late
+  if released == 1 and late == 0 and out[3] then return short_reply(out[3], out) end
   return reply(out)
 end)

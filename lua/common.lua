@@ -28,8 +28,13 @@
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
 --       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay]),
 --       or, for a first delivery by a plain pop on a rule that does not
---       track connections (the common case), cmsgpack(payload, started_ms
---       [, ack_id when it is not the payload]); lease_fields() reads both.
+--       track connections (the common case), text (packing it cost a pop
+--       more than any command it makes): 's'..started_ms..'|'..payload
+--       when the payload is its own ack id, else
+--       't'..started_ms..'|'..#ack_id..'|'..ack_id..payload. (A packed
+--       record starts with a string's header, never 's' or 't'.) An older
+--       version's short form, cmsgpack(payload, started_ms[, ack_id]), may
+--       still be in flight. lease_fields() reads them all.
 -- leases: besides the lease tokens, two marks, so that a pop learns with
 --       the one ZRANGEBYSCORE it makes anyway whether anything else needs
 --       looking at: RETRY_MARK (score 0) while retry holds anything,
@@ -63,15 +68,21 @@ local PAD6 = { '00000', '0000', '000', '00', '0', '' }
 
 -- Redis's clock in ms, as a number and as text: a number handed to
 -- redis.call is formatted with %.17g, which costs more than the command.
+-- The last time read and its text, which ms_text gives again for free.
+local NOW_N, NOW_TEXT = nil, nil
 local function now_ms()
   local t = redis.call('TIME')
   local us = t[2]
   local text = t[1] .. string.sub(PAD6[#us] .. us, 1, 3)
-  return tonumber(text), text
+  NOW_N, NOW_TEXT = tonumber(text), text
+  return NOW_N, text
 end
 
 -- An integral number of ms as redis.call's argument (cheaper than %.17g).
-local function ms_text(n) return string.format('%d', n) end
+local function ms_text(n)
+  if n == NOW_N then return NOW_TEXT end
+  return string.format('%d', n)
+end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local CANCELLED = '#cancelled'
@@ -179,19 +190,32 @@ local function reply(result)
   return out
 end
 
+-- The reply of pop1 and ack in their common case: `value` alone (the
+-- popped value; the lease's start) when the call tallied just the one
+-- event that value implies (pop1's delivery of one value, ack's release of
+-- one lease) and renewed no stats hash; else reply(result). A table in the
+-- reply costs Redis about as much as a small command, and these two run
+-- once each for every message. src/queue/tally.rs puts the event back.
+local function short_reply(value, result)
+  if #TALLIED == 3 and not next(TOUCHED) then return value end
+  return reply(result)
+end
+
 -- Registers operation `op` as the function ackq_<op>_<LIB>: the version in
 -- the name lets two proxy versions share a Redis during a rolling upgrade.
 -- Calls made in another database than 0 go to ackq_<op>_db_<LIB>, with the
 -- database's number as their last argument (see PENDING).
 local function register(op, f)
   redis.register_function('ackq_' .. op .. '_' .. LIB, function(keys, args)
-    if #TALLIED > 0 then TALLIED = {} end
+    -- Emptied in place: a new table every call is garbage Redis's Lua
+    -- collects, at a cost that grows with the library's size.
+    for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
     if next(TOUCHED) then TOUCHED = {} end
     DB = nil
     return f(keys, args)
   end)
   redis.register_function('ackq_' .. op .. '_db_' .. LIB, function(keys, args)
-    if #TALLIED > 0 then TALLIED = {} end
+    for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
     if next(TOUCHED) then TOUCHED = {} end
     DB = args[#args] .. '|'
     args[#args] = nil
@@ -441,6 +465,19 @@ end
 -- the rule's backoff). Records written before the history was kept lack
 -- the fields after started.
 local function lease_fields(raw)
+  local c = string.byte(raw, 1)
+  if c == 115 or c == 116 then
+    local bar = string.find(raw, '|', 2, true)
+    local started = tonumber(string.sub(raw, 2, bar - 1))
+    if c == 115 then
+      local payload = string.sub(raw, bar + 1)
+      return payload, payload, 1, '', '', started, 0, 0, started, ''
+    end
+    local bar2 = string.find(raw, '|', bar + 1, true)
+    local idn = tonumber(string.sub(raw, bar + 1, bar2 - 1))
+    return string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), 1, '', '', started, 0, 0,
+      started, ''
+  end
   local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = cmsgpack.unpack(raw)
   if a4 == nil then
     -- The short form of a first plain delivery: payload, started[, id].
@@ -481,9 +518,9 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
   local rec
   if h == true and dest == '' and owner == '' then
     if id == payload then
-      rec = cmsgpack.pack(payload, now)
+      rec = 's' .. ms_text(now) .. '|' .. payload
     else
-      rec = cmsgpack.pack(payload, now, id)
+      rec = 't' .. ms_text(now) .. '|' .. #id .. '|' .. id .. payload
     end
   else
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
@@ -824,6 +861,7 @@ end
 local function requeue_expired(k, r, now, n, now_text)
   local limit = n == REQUEUE_PER_CALL and REQUEUE_LIMIT or math.max(n, 0) + 2
   local due = redis.call('ZRANGEBYSCORE', k.leases, '-inf', now_text or now, 'LIMIT', '0', limit)
+  if #due == 0 then return 0, 0, false, false end
   local expired, retried, delayed = {}, false, false
   for _, m in ipairs(due) do
     if m == RETRY_MARK then

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::library::{self, Function};
 use super::rules::Queue;
-use super::tally::{self, Groups};
+use super::tally::{self, Groups, Short};
 use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::output::{ClientState, ReplyTransform, Transformed};
@@ -115,7 +115,7 @@ impl CallError {
 }
 
 /// A function's result, once the events of its reply are counted.
-fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> {
+fn decode(reply: Bytes, groups: &[(usize, String)], short: Short) -> Result<Value, CallError> {
     if reply.first() == Some(&b'-') {
         if library::is_unsupported(&reply) {
             return Err(CallError::Redis(Bytes::from_static(
@@ -125,14 +125,14 @@ fn decode(reply: Bytes, groups: &[(usize, String)]) -> Result<Value, CallError> 
         return Err(CallError::Redis(reply));
     }
     value::decode(&reply)
-        .and_then(|v| tally::settle(v, groups))
+        .and_then(|v| tally::settle(v, groups, short))
         .ok_or(CallError::Unexpected)
 }
 
 impl Call {
     /// Decodes this call's reply, counting the events it reports.
     pub fn decode(&self, reply: Bytes) -> Result<Value, CallError> {
-        decode(reply, &self.groups)
+        decode(reply, &self.groups, self.function.short())
     }
 }
 
@@ -142,6 +142,7 @@ pub struct ScriptReply<F> {
     /// The request, until it was sent again once.
     retry: Option<Bytes>,
     groups: Groups,
+    short: Short,
     build: F,
 }
 
@@ -151,6 +152,7 @@ where
 {
     pub fn boxed(call: Call, request: Bytes, build: F) -> Box<dyn ReplyTransform> {
         Box::new(ScriptReply {
+            short: call.function.short(),
             groups: call.groups,
             retry: Some(request),
             build,
@@ -171,7 +173,7 @@ where
                 };
             }
         }
-        match decode(reply, &self.groups) {
+        match decode(reply, &self.groups, self.short) {
             Ok(v) => Transformed::Done((self.build)(v)),
             Err(e) => Transformed::Done(e.to_reply()),
         }
@@ -197,7 +199,11 @@ impl Caller {
         if matches!(&reply, Ok(b) if library::is_missing(b)) {
             reply = self.resend(library::library().load.clone(), request).await;
         }
-        decode(reply.map_err(CallError::Upstream)?, &call.groups)
+        decode(
+            reply.map_err(CallError::Upstream)?,
+            &call.groups,
+            call.function.short(),
+        )
     }
 
     /// `before` (its reply dropped), then `request`, awaited.

@@ -13,7 +13,7 @@
 //! | `Q` | list | ready messages, raw payloads (the client's own list) |
 //! | `…:leases` | zset | lease token → deadline (ms, Redis time), plain pops |
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
-//! | `…:msgs` | hash | token: the id key (`j`+ack id for an id of at most 40 bytes without `:`, else `i`+sha1(ack id)), longer for duplicates → msgpack record |
+//! | `…:msgs` | hash | token: the id key (`j`+ack id for an id of at most 40 bytes without `:`, else `i`+sha1(ack id)), longer for duplicates → lease record (see `lua/common.lua`) |
 //! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token, `o`+connection+`|`+token on rules that track connections |
 //! | `…:retry` | hash | id key → copies back in the list, their deliveries, cancelled copies; `#cancelled` → their total |
 //! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |

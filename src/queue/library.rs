@@ -70,6 +70,20 @@ functions! {
     DEAD_ONE = "dead_one",
 }
 
+impl Function {
+    /// The short form of this function's reply, if it has one.
+    pub fn short(&self) -> super::tally::Short {
+        use super::tally::Short;
+        if self.index == POP1.index {
+            Short::Pop
+        } else if self.index == ACK.index {
+            Short::Ack
+        } else {
+            Short::None
+        }
+    }
+}
+
 const COMMON: &str = include_str!("../../lua/common.lua");
 
 /// Expired leases a pop returns to their queues before popping, over all

@@ -311,12 +311,13 @@ impl Pop {
             (sources, &self.dest, self.owner.is_empty(), count > 0)
         {
             // The common shape has a function of its own, with half the
-            // arguments (Redis pays for each).
-            return Call::new(&library::POP1)
-                .queue(q)
-                .rule(q)
-                .arg(Bytes::from_static(end))
-                .arg(count.to_string());
+            // arguments (Redis pays for each), and none past the rule for
+            // RPOP of one.
+            let call = Call::new(&library::POP1).queue(q).rule(q);
+            if !self.left && count == 1 {
+                return call;
+            }
+            return call.arg(Bytes::from_static(end)).arg(count.to_string());
         }
         let mut call = Call::new(&library::POP)
             .arg(sources.len().to_string())

@@ -35,11 +35,37 @@ pub const EVENTS: &[(&str, &str)] = &[
 /// KEYS (1-based, as the Lua side counts) and the pattern of its rule.
 pub type Groups = Vec<(usize, String)>;
 
+/// The short form a function's reply may take in its common case (see
+/// `short_reply` in `lua/common.lua`): one plain value that stands for a
+/// flat reply with one event of the queue whose group comes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Short {
+    /// The function never answers so.
+    None,
+    /// `pop1`: the popped value, for `[0, 1, value]` and one delivery.
+    Pop,
+    /// `ack`: the released lease's start, for `[1, 0, start]` and one ack.
+    Ack,
+}
+
 /// Splits a function's reply, incrementing the counters its events name;
 /// returns the result, or `None` for a reply of another shape.
-pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
-    let Value::Array(mut parts) = reply else {
-        return None;
+pub fn settle(reply: Value, groups: &[(usize, String)], short: Short) -> Option<Value> {
+    let mut parts = match (short, reply) {
+        (_, Value::Array(parts)) => parts,
+        (Short::Pop, value @ Value::Str(_)) => {
+            count(groups, 0, 1);
+            return Some(Value::Array(vec![Value::Int(0), Value::Int(1), value]));
+        }
+        (Short::Ack, Value::Int(start)) => {
+            count(groups, 1, 1);
+            return Some(Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(start),
+            ]));
+        }
+        _ => return None,
     };
     let m = parts.first()?.int();
     let (events, spread) = if m >= 0 {
@@ -70,6 +96,16 @@ pub fn settle(reply: Value, groups: &[(usize, String)]) -> Option<Value> {
         rest.into_iter().next()
     } else {
         None
+    }
+}
+
+/// Increments by n the counter of [`EVENTS`]`[event]` for the rule of the
+/// queue whose group comes first.
+fn count(groups: &[(usize, String)], event: usize, n: u64) {
+    if let (Some((_, rule)), Some((_, metric))) = (groups.first(), EVENTS.get(event)) {
+        if let Some(c) = crate::telemetry::rule(rule).counter(metric) {
+            c.increment(n);
+        }
     }
 }
 
@@ -105,7 +141,7 @@ mod tests {
             s("payload"),
         ]);
         assert_eq!(
-            settle(v, &groups),
+            settle(v, &groups, Short::None),
             Some(Value::Array(vec![
                 Value::Int(0),
                 Value::Int(1),
@@ -114,12 +150,16 @@ mod tests {
         );
         // An empty table and no events.
         assert_eq!(
-            settle(Value::Array(vec![Value::Int(0)]), &groups),
+            settle(Value::Array(vec![Value::Int(0)]), &groups, Short::None),
             Some(Value::Array(vec![]))
         );
         // A single value (nil) after no events, and after one.
         assert_eq!(
-            settle(Value::Array(vec![Value::Int(-1), Value::Nil]), &groups),
+            settle(
+                Value::Array(vec![Value::Int(-1), Value::Nil]),
+                &groups,
+                Short::None
+            ),
             Some(Value::Nil)
         );
         let v = Value::Array(vec![
@@ -129,10 +169,50 @@ mod tests {
             Value::Int(5),
             Value::Int(7),
         ]);
-        assert_eq!(settle(v, &groups), Some(Value::Int(7)));
+        assert_eq!(settle(v, &groups, Short::None), Some(Value::Int(7)));
         // Shapes the library never sends.
-        assert_eq!(settle(Value::Array(vec![Value::Int(-1)]), &groups), None);
-        assert_eq!(settle(Value::Array(vec![Value::Int(3)]), &groups), None);
-        assert_eq!(settle(Value::Int(1), &groups), None);
+        assert_eq!(
+            settle(Value::Array(vec![Value::Int(-1)]), &groups, Short::None),
+            None
+        );
+        assert_eq!(
+            settle(Value::Array(vec![Value::Int(3)]), &groups, Short::None),
+            None
+        );
+        assert_eq!(settle(Value::Int(1), &groups, Short::None), None);
+    }
+
+    #[test]
+    fn a_short_reply_stands_for_its_flat_form() {
+        let groups = vec![(1, "settle-short-test".to_string())];
+        assert_eq!(
+            settle(s("payload"), &groups, Short::Pop),
+            Some(Value::Array(vec![
+                Value::Int(0),
+                Value::Int(1),
+                s("payload")
+            ]))
+        );
+        assert_eq!(
+            settle(Value::Int(1700000000123), &groups, Short::Ack),
+            Some(Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(1700000000123)
+            ]))
+        );
+        // Only the function that answers so.
+        assert_eq!(settle(s("payload"), &groups, Short::Ack), None);
+        assert_eq!(settle(Value::Int(5), &groups, Short::Pop), None);
+        assert_eq!(settle(Value::Int(5), &groups, Short::None), None);
+        // The long form still reads as before.
+        assert_eq!(
+            settle(
+                Value::Array(vec![Value::Int(-1), Value::Nil]),
+                &groups,
+                Short::Pop
+            ),
+            Some(Value::Nil)
+        );
     }
 }
