@@ -67,6 +67,9 @@ struct Shared {
 }
 
 pub struct Dedicated {
+    /// The connection's own address: Redis's `CLIENT LIST` names the
+    /// connection by it.
+    local: Option<std::net::SocketAddr>,
     wr: WriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
@@ -102,6 +105,10 @@ impl Dedicated {
     }
 
     fn start(stream: Stream, out: Arc<ClientState>) -> Dedicated {
+        let local = match &stream {
+            Stream::Plain(s) => s.local_addr().ok(),
+            Stream::Tls(s) => s.get_ref().0.local_addr().ok(),
+        };
         let (rd, wr) = stream.split();
         let shared = Arc::new(Shared {
             expect: Mutex::new(VecDeque::new()),
@@ -113,7 +120,16 @@ impl Dedicated {
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
         crate::telemetry::upstream().dedicated.increment(1.0);
-        Dedicated { wr, shared, reader }
+        Dedicated {
+            local,
+            wr,
+            shared,
+            reader,
+        }
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
