@@ -23,6 +23,7 @@ use crate::auth::{State as Auth, Verdict};
 use crate::command::{parse_i64, Args, Kind};
 use crate::net::Stream;
 use crate::output::{ClientState, ReplyTransform, Transformed};
+use crate::upstream::dedicated::Watch;
 
 /// Every client connected to the proxy, by id (Redis lists its clients in
 /// the order they connected, which ids follow).
@@ -47,8 +48,9 @@ pub struct Entry {
 struct State {
     /// When the client last sent a command (Redis's `lastinteraction`).
     last: Instant,
-    /// The last command's full name (`client|list`), as Redis shows it.
-    cmd: Option<String>,
+    /// The last command's name and first argument, as sent (buffers
+    /// reused: nothing is allocated per command); `None` before the first.
+    cmd: Option<(Vec<u8>, Vec<u8>)>,
     name: Option<Bytes>,
     lib_name: Option<Bytes>,
     lib_ver: Option<Bytes>,
@@ -60,12 +62,12 @@ struct State {
     /// The last command may block: while its reply is unwritten the client
     /// counts as blocked.
     blocking: bool,
-    subscriptions: i64,
     monitor: bool,
     no_evict: bool,
-    /// The address Redis sees the client's dedicated connection come
-    /// from, which names it in Redis's `CLIENT LIST`.
-    upstream: Option<String>,
+    /// The client's dedicated connection, if it has one.
+    upstream: Option<Watch>,
+    /// Waiting in a blocking pop on a queue, which the proxy serves.
+    parked: bool,
 }
 
 /// What the session knows of itself, copied into its entry.
@@ -76,8 +78,7 @@ pub struct Snapshot {
     pub db: i64,
     pub resp: u8,
     pub user: Bytes,
-    pub subscriptions: i64,
-    pub upstream: Option<String>,
+    pub upstream: Option<Watch>,
 }
 
 /// Where a client connected from and to.
@@ -136,10 +137,10 @@ impl Registry {
                 user: Bytes::from_static(b"default"),
                 multi: None,
                 blocking: false,
-                subscriptions: 0,
                 monitor: false,
                 no_evict: false,
                 upstream: None,
+                parked: false,
             }),
         });
         self.clients.lock().unwrap().insert(id, entry.clone());
@@ -174,7 +175,9 @@ impl Registry {
     /// Where the dedicated connection of client `id` comes from, if it
     /// has one.
     fn upstream(&self, id: u64) -> Option<String> {
-        self.get(id)?.state.lock().unwrap().upstream.clone()
+        let entry = self.get(id)?;
+        let s = entry.state.lock().unwrap();
+        Some(s.upstream.as_ref()?.local_addr()?.to_string())
     }
 }
 
@@ -195,7 +198,12 @@ impl Client {
     pub fn command(&self, kind: Kind, args: Args<'_>) {
         let mut s = self.entry.state.lock().unwrap();
         s.last = Instant::now();
-        s.cmd = Some(full_name(args));
+        let (name, sub) = s.cmd.get_or_insert_with(Default::default);
+        for (buf, arg) in [(name, args.get(0)), (sub, args.get(1))] {
+            buf.clear();
+            // Longer ones are no command names: cut, they stay unknown.
+            buf.extend_from_slice(&arg.unwrap_or_default()[..arg.map_or(0, |a| a.len().min(65))]);
+        }
         s.blocking = match kind {
             Kind::Blocking => true,
             Kind::Pop(form) => form.is_blocking(),
@@ -220,6 +228,11 @@ impl Client {
         }
     }
 
+    /// The client waits in a blocking pop the proxy serves (or no longer).
+    pub fn parked(&self, parked: bool) {
+        self.entry.state.lock().unwrap().parked = parked;
+    }
+
     pub fn update(&self, snap: Snapshot) {
         let mut s = self.entry.state.lock().unwrap();
         s.name = snap.name;
@@ -228,18 +241,31 @@ impl Client {
         s.db = snap.db;
         s.resp = snap.resp;
         s.user = snap.user;
-        s.subscriptions = snap.subscriptions;
         s.upstream = snap.upstream;
+    }
+}
+
+impl State {
+    fn subscriptions(&self) -> i64 {
+        self.upstream
+            .as_ref()
+            .map_or(0, |u| u.subscriptions().max(0))
+    }
+
+    /// Blocked, as Redis flags a client: in a blocking command still
+    /// waiting for its reply.
+    fn blocked(&self) -> bool {
+        self.blocking && (self.parked || self.upstream.as_ref().is_some_and(Watch::busy))
     }
 }
 
 impl Entry {
     fn blocked(&self) -> bool {
-        self.state.lock().unwrap().blocking && self.out.unwritten() > 0
+        self.state.lock().unwrap().blocked()
     }
 
     fn pubsub(&self) -> bool {
-        self.state.lock().unwrap().subscriptions > 0
+        self.state.lock().unwrap().subscriptions() > 0
     }
 
     /// Redis's line for this client (`catClientInfoString`). `current` is
@@ -250,14 +276,14 @@ impl Entry {
     /// for others), `rbs`, `rbp`, `obl`, `oll`, `omem`, `tot-mem` (Redis's
     /// sizes for a client with empty buffers) and `events`.
     fn line(&self, current: Option<&[u8]>, current_argv: usize, lib: bool) -> String {
-        let blocked = self.blocked();
         let s = self.state.lock().unwrap();
+        let blocked = s.blocked();
         let now = Instant::now();
         let mut flags = String::new();
         if s.monitor {
             flags.push('O');
         }
-        if s.subscriptions > 0 {
+        if s.subscriptions() > 0 {
             flags.push('P');
         }
         if s.multi.is_some() {
@@ -275,7 +301,11 @@ impl Entry {
         // A query buffer of Redis's starts at 16 KB plus its allocator's
         // slack: 20474 bytes, less what the request takes.
         let (qbuf, qbuf_free, argv_mem) = match current {
-            Some(req) => (req.len(), 20474usize.saturating_sub(req.len()), current_argv),
+            Some(req) => (
+                req.len(),
+                20474usize.saturating_sub(req.len()),
+                current_argv,
+            ),
             None => (0, 0, 0),
         };
         let (multi, multi_mem) = match s.multi {
@@ -286,7 +316,9 @@ impl Entry {
         let rbs = 16384;
         let tot_mem = 790 + rbs + qbuf + qbuf_free + argv_mem + multi_mem;
         fn text(v: &Option<Bytes>) -> std::borrow::Cow<'_, str> {
-            v.as_deref().map(String::from_utf8_lossy).unwrap_or_default()
+            v.as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default()
         }
         let mut line = format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub=0 ssub=0 multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp=0 obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user={} redir=-1 resp={}",
@@ -299,7 +331,7 @@ impl Entry {
             now.duration_since(s.last).as_secs(),
             flags,
             s.db,
-            s.subscriptions.max(0),
+            s.subscriptions(),
             multi,
             qbuf,
             qbuf_free,
@@ -307,7 +339,7 @@ impl Entry {
             multi_mem,
             rbs,
             tot_mem,
-            s.cmd.as_deref().unwrap_or("NULL"),
+            s.cmd.as_ref().map_or_else(|| "NULL".to_string(), |(n, sub)| full_name(n, sub)),
             String::from_utf8_lossy(&s.user),
             s.resp,
         );
@@ -322,27 +354,33 @@ impl Entry {
     }
 }
 
-/// The name Redis shows for the command: lower case, with its subcommand
-/// (`client|list`) where it is a container.
-fn full_name(args: Args<'_>) -> String {
-    let name = String::from_utf8_lossy(args.get(0).unwrap_or_default()).to_ascii_lowercase();
-    let Some(sub) = args.get(1) else {
-        return name;
-    };
+/// The name Redis shows for the command `name` (with first argument
+/// `sub`, empty if none): lower case, with its subcommand (`client|list`)
+/// where it is a container; `NULL` for one Redis does not know (where
+/// Redis's table says so), as Redis shows a command it refused as unknown.
+fn full_name(name: &[u8], sub: &[u8]) -> String {
+    crate::command::table::with_current(|t| full_name_in(t, name, sub))
+}
+
+fn full_name_in(t: Option<&crate::command::table::Table>, name: &[u8], sub: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
     let full = format!(
         "{name}|{}",
         String::from_utf8_lossy(sub).to_ascii_lowercase()
     );
-    let known = crate::command::table::with_current(|t| t.map(|t| t.knows(full.as_bytes())));
-    // Redis's table, or without it (or before it has every command) the
-    // containers Redis has.
-    let container = known.unwrap_or(false) || CONTAINERS.contains(&name.as_str());
-    if container {
-        full
-    } else {
-        name
+    let container = CONTAINERS.contains(&name.as_str());
+    let proxys = PROXY_COMMANDS.contains(&name.as_str());
+    match t {
+        Some(t) if !sub.is_empty() && t.knows(full.as_bytes()) => full,
+        Some(t) if proxys || (!container || sub.is_empty()) && t.knows(name.as_bytes()) => name,
+        Some(_) => "NULL".to_string(),
+        None if container && !sub.is_empty() => full,
+        None => name,
     }
 }
+
+/// Commands of the proxy's own, which Redis does not know.
+const PROXY_COMMANDS: &[&str] = &["ack", "nack", "queue"];
 
 const CONTAINERS: &[&str] = &[
     "acl", "client", "cluster", "command", "config", "function", "latency", "memory", "module",
@@ -486,7 +524,10 @@ struct Filter {
 impl Filter {
     fn matches(&self, e: &Entry) -> bool {
         if self.addr.as_deref().is_some_and(|a| a != e.addr.as_bytes())
-            || self.laddr.as_deref().is_some_and(|a| a != e.laddr.as_bytes())
+            || self
+                .laddr
+                .as_deref()
+                .is_some_and(|a| a != e.laddr.as_bytes())
             || self.id.is_some_and(|id| id != e.id)
             || self.kind.is_some_and(|t| !e.is(t))
         {
@@ -512,18 +553,17 @@ impl Session {
                 Auth::User(u) => u.clone(),
                 _ => Bytes::from_static(b"default"),
             },
-            subscriptions: self.dedicated.as_ref().map_or(0, |d| d.subscriptions()),
-            upstream: self
-                .dedicated
-                .as_ref()
-                .and_then(|d| d.local_addr())
-                .map(|a| a.to_string()),
+            upstream: self.dedicated.as_ref().map(|d| d.watch()),
         }
     }
 
     /// Answers a `CLIENT` request of the table's (see [`answers`]);
     /// `None` leaves the request to the usual path.
-    pub(super) async fn client_table(&mut self, args: Args<'_>, frame: &Bytes) -> Option<Option<Stop>> {
+    pub(super) async fn client_table(
+        &mut self,
+        args: Args<'_>,
+        frame: &Bytes,
+    ) -> Option<Option<Stop>> {
         if !answers(args) {
             return None;
         }
@@ -551,7 +591,9 @@ impl Session {
             let entries = if args.len() == 4 && args.is(2, "TYPE") {
                 let Some(t) = client_type(args.get(3).unwrap_or_default()) else {
                     let t = String::from_utf8_lossy(args.get(3).unwrap_or_default());
-                    return self.table_reply(error(&format!("ERR Unknown client type '{t}'"))).await;
+                    return self
+                        .table_reply(error(&format!("ERR Unknown client type '{t}'")))
+                        .await;
                 };
                 registry.all().into_iter().filter(|e| e.is(t)).collect()
             } else if args.len() > 3 && args.is(2, "ID") {
@@ -630,7 +672,9 @@ impl Session {
                 } else if args.is(i, "USER") {
                     if !self.user_exists(value).await {
                         let u = String::from_utf8_lossy(value);
-                        return self.table_reply(error(&format!("ERR No such user '{u}'"))).await;
+                        return self
+                            .table_reply(error(&format!("ERR No such user '{u}'")))
+                            .await;
                     }
                     filter.user = Some(value.to_vec());
                 } else if args.is(i, "SKIPME") {
@@ -784,7 +828,10 @@ impl Session {
     async fn user_exists(&mut self, name: &[u8]) -> bool {
         let request = Bytes::from(crate::upstream::encode_command(&[b"ACL", b"GETUSER", name]));
         match self.shared.call(request, self.out.clone()).await {
-            Ok(reply) => !(reply.starts_with(b"*-1") || reply.starts_with(b"_") || reply.starts_with(b"-")),
+            // Redis's null, in either form, or an error.
+            Ok(reply) => ![&b"$-1"[..], b"*-1", b"_", b"-"]
+                .iter()
+                .any(|p| reply.starts_with(p)),
             Err(_) => false,
         }
     }
@@ -797,14 +844,19 @@ mod tests {
 
     #[test]
     fn info_counts_are_replaced_in_both_protocols() {
-        let body = "# Clients\r\nconnected_clients:7\r\ncluster_connections:0\r\nblocked_clients:2\r\n";
+        let body =
+            "# Clients\r\nconnected_clients:7\r\ncluster_connections:0\r\nblocked_clients:2\r\n";
         let resp2 = format!("${}\r\n{body}\r\n", body.len());
         let out = rewrite_info(resp2.as_bytes(), 3, 1).unwrap();
-        let want = "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nblocked_clients:1\r\n";
+        let want =
+            "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nblocked_clients:1\r\n";
         assert_eq!(out, format!("${}\r\n{want}\r\n", want.len()).as_bytes());
         let resp3 = format!("={}\r\ntxt:{body}\r\n", body.len() + 4);
         let out = rewrite_info(resp3.as_bytes(), 3, 1).unwrap();
-        assert_eq!(out, format!("={}\r\ntxt:{want}\r\n", want.len() + 4).as_bytes());
+        assert_eq!(
+            out,
+            format!("={}\r\ntxt:{want}\r\n", want.len() + 4).as_bytes()
+        );
         let other = "$12\r\n# Server\r\nx:1\r\n";
         assert_eq!(rewrite_info(other.as_bytes(), 3, 1), None);
         assert_eq!(rewrite_info(b"-ERR x\r\n", 3, 1), None);
@@ -812,9 +864,9 @@ mod tests {
 
     #[test]
     fn full_names_have_their_subcommand_for_containers() {
-        assert_eq!(with_words(&["CLIENT", "List"], full_name), "client|list");
-        assert_eq!(with_words(&["GET", "k"], full_name), "get");
-        assert_eq!(with_words(&["PING"], full_name), "ping");
+        assert_eq!(full_name_in(None, b"CLIENT", b"List"), "client|list");
+        assert_eq!(full_name_in(None, b"GET", b"k"), "get");
+        assert_eq!(full_name_in(None, b"PING", b""), "ping");
     }
 
     #[test]

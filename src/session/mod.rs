@@ -605,7 +605,10 @@ impl Session {
                         return None;
                     }
                     Intercept::Block(pop) => {
-                        return self.blocking_pop(&queues, pop).await;
+                        self.client.parked(true);
+                        let stop = self.blocking_pop(&queues, pop).await;
+                        self.client.parked(false);
+                        return stop;
                     }
                     Intercept::Job(job) => {
                         self.run_job(job).await;

@@ -66,6 +66,30 @@ struct Shared {
     subscriptions: AtomicI64,
 }
 
+/// See [`Dedicated::watch`].
+#[derive(Clone)]
+pub struct Watch {
+    shared: Arc<Shared>,
+    local: Option<std::net::SocketAddr>,
+}
+
+impl Watch {
+    /// Channels, patterns and shard channels subscribed to.
+    pub fn subscriptions(&self) -> i64 {
+        self.shared.subscriptions.load(Ordering::Acquire)
+    }
+
+    /// Some request sent on the connection has no reply yet.
+    pub fn busy(&self) -> bool {
+        !self.shared.expect.lock().unwrap().is_empty() && !self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// The connection's own address, by which Redis's `CLIENT LIST` names it.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local
+    }
+}
+
 pub struct Dedicated {
     /// The connection's own address: Redis's `CLIENT LIST` names the
     /// connection by it.
@@ -128,10 +152,6 @@ impl Dedicated {
         }
     }
 
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.local
-    }
-
     /// Writes a request; `expect` is `None` for requests whose replies do not
     /// pair with them one to one. An error means nothing was sent; a write
     /// that fails later is answered by the reader, which sees the connection
@@ -186,6 +206,15 @@ impl Dedicated {
     /// to, as of the last confirmation that arrived.
     pub fn subscriptions(&self) -> i64 {
         self.shared.subscriptions.load(Ordering::Acquire)
+    }
+
+    /// A view of the connection's state for others to read while it
+    /// changes (the table of clients).
+    pub fn watch(&self) -> Watch {
+        Watch {
+            shared: self.shared.clone(),
+            local: self.local,
+        }
     }
 
     pub fn is_bound(&self) -> bool {
