@@ -62,6 +62,8 @@ struct State {
     /// The last command may block: while its reply is unwritten the client
     /// counts as blocked.
     blocking: bool,
+    /// The last command's arguments' bytes.
+    argv_mem: usize,
     monitor: bool,
     no_evict: bool,
     /// The client's dedicated connection, if it has one.
@@ -137,6 +139,7 @@ impl Registry {
                 user: Bytes::from_static(b"default"),
                 multi: None,
                 blocking: false,
+                argv_mem: 0,
                 monitor: false,
                 no_evict: false,
                 upstream: None,
@@ -209,6 +212,8 @@ impl Client {
             Kind::Pop(form) => form.is_blocking(),
             _ => false,
         };
+        let argv_mem = args.iter().map(<[u8]>::len).sum::<usize>();
+        s.argv_mem = argv_mem;
         match kind {
             Kind::Multi => s.multi = Some((0, 0)),
             Kind::EndTransaction | Kind::Reset => s.multi = None,
@@ -216,7 +221,8 @@ impl Client {
             _ => {
                 if let Some((n, mem)) = &mut s.multi {
                     *n += 1;
-                    *mem += args.iter().map(<[u8]>::len).sum::<usize>();
+                    // As Redis counts it: the arguments and a pointer to each.
+                    *mem += argv_mem + 8 * args.len();
                 }
             }
         }
@@ -246,10 +252,9 @@ impl Client {
 }
 
 impl State {
-    fn subscriptions(&self) -> i64 {
-        self.upstream
-            .as_ref()
-            .map_or(0, |u| u.subscriptions().max(0))
+    /// Channels, patterns and shard channels.
+    fn subscriptions(&self) -> [i64; 3] {
+        self.upstream.as_ref().map_or([0; 3], Watch::subscriptions)
     }
 
     /// Blocked, as Redis flags a client: in a blocking command still
@@ -265,7 +270,7 @@ impl Entry {
     }
 
     fn pubsub(&self) -> bool {
-        self.state.lock().unwrap().subscriptions() > 0
+        self.state.lock().unwrap().subscriptions() != [0; 3]
     }
 
     /// Redis's line for this client (`catClientInfoString`). `current` is
@@ -283,7 +288,8 @@ impl Entry {
         if s.monitor {
             flags.push('O');
         }
-        if s.subscriptions() > 0 {
+        let [sub, psub, ssub] = s.subscriptions();
+        if sub + psub + ssub > 0 {
             flags.push('P');
         }
         if s.multi.is_some() {
@@ -306,6 +312,8 @@ impl Entry {
                 20474usize.saturating_sub(req.len()),
                 current_argv,
             ),
+            // A blocked client's arguments stay in memory.
+            None if blocked => (0, 0, s.argv_mem),
             None => (0, 0, 0),
         };
         let (multi, multi_mem) = match s.multi {
@@ -321,7 +329,7 @@ impl Entry {
                 .unwrap_or_default()
         }
         let mut line = format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub=0 ssub=0 multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp=0 obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user={} redir=-1 resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem={} multi-mem={} rbs={} rbp=0 obl=0 oll=0 omem=0 tot-mem={} events=r cmd={} user={} redir=-1 resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -331,7 +339,9 @@ impl Entry {
             now.duration_since(s.last).as_secs(),
             flags,
             s.db,
-            s.subscriptions(),
+            sub,
+            psub,
+            ssub,
             multi,
             qbuf,
             qbuf_free,

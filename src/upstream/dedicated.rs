@@ -64,6 +64,42 @@ struct Shared {
     protocol: AtomicU8,
     /// Channels and patterns subscribed, from Redis's confirmations.
     subscriptions: AtomicI64,
+    by_kind: ByKind,
+}
+
+/// Channels, patterns and shard channels apart, as `CLIENT LIST` shows
+/// them. A confirmation of a channel or pattern tells the total of both,
+/// one of a shard channel the shard channels alone.
+#[derive(Default)]
+struct ByKind {
+    channels: AtomicI64,
+    patterns: AtomicI64,
+    shard: AtomicI64,
+}
+
+impl ByKind {
+    fn confirmed(&self, frame: &[u8], n: i64) {
+        // The kind is the first element, after "*3\r\n$N\r\n".
+        let Some(at) = frame[4..].windows(2).position(|w| w == b"\r\n") else {
+            return;
+        };
+        let kind = frame[4 + at + 2..].to_ascii_lowercase();
+        if kind.starts_with(b"p") {
+            let channels = self.channels.load(Ordering::Acquire);
+            self.patterns.store(n - channels, Ordering::Release);
+        } else if kind.starts_with(b"ss") || kind.starts_with(b"sun") {
+            self.shard.store(n, Ordering::Release);
+        } else {
+            let patterns = self.patterns.load(Ordering::Acquire);
+            self.channels.store(n - patterns, Ordering::Release);
+        }
+    }
+
+    fn clear(&self) {
+        for n in [&self.channels, &self.patterns, &self.shard] {
+            n.store(0, Ordering::Release);
+        }
+    }
 }
 
 /// See [`Dedicated::watch`].
@@ -74,9 +110,10 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Channels, patterns and shard channels subscribed to.
-    pub fn subscriptions(&self) -> i64 {
-        self.shared.subscriptions.load(Ordering::Acquire)
+    /// Channels, patterns and shard channels subscribed to, apart.
+    pub fn subscriptions(&self) -> [i64; 3] {
+        let k = &self.shared.by_kind;
+        [&k.channels, &k.patterns, &k.shard].map(|n| n.load(Ordering::Acquire).max(0))
     }
 
     /// Some request sent on the connection has no reply yet.
@@ -141,6 +178,7 @@ impl Dedicated {
             bound: AtomicBool::new(false),
             protocol: AtomicU8::new(2),
             subscriptions: AtomicI64::new(0),
+            by_kind: ByKind::default(),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
         crate::telemetry::upstream().dedicated.increment(1.0);
@@ -298,9 +336,11 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
             let is_push = buf[start] == b'>';
             if let Some(n) = subscription_count(&buf[start..start + len]) {
                 shared.subscriptions.store(n, Ordering::Release);
+                shared.by_kind.confirmed(&buf[start..start + len], n);
             } else if &buf[start..start + len] == b"+RESET\r\n" {
                 // Only RESET answers so; it ends subscriptions silently.
                 shared.subscriptions.store(0, Ordering::Release);
+                shared.by_kind.clear();
                 shared.protocol.store(2, Ordering::Release);
             }
             // A reply that is not the last of a joined expectation goes
