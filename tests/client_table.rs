@@ -417,3 +417,64 @@ fn tracking_redirects_to_the_proxy_client() {
         Value::Error("ERR The client ID you want redirect to does not exist".into())
     );
 }
+
+/// A blocking pop on a queue waits in the proxy, not in Redis: the client
+/// still counts as blocked, and `CLIENT UNBLOCK` ends its wait as Redis
+/// ends a blocked command's (a timeout's reply, or the UNBLOCKED error).
+#[test]
+fn a_client_waiting_on_a_queue_is_blocked() {
+    let r = Redis::start();
+    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let mut a = proxy.client();
+    let mut w = proxy.client();
+    let w_id = id(&mut w);
+    w.send(&["BRPOP", "jobs", "0"]);
+    wait_until("the pop waits", || {
+        info_field(&mut a, "blocked_clients") == 1
+    });
+    let list = text(&a.cmd(&["CLIENT", "LIST"]));
+    let fields = &by_id(&list)[&w_id];
+    assert_eq!(
+        (fields["flags"].as_str(), fields["cmd"].as_str()),
+        ("b", "brpop"),
+        "{list}"
+    );
+    assert_eq!(
+        a.cmd(&["CLIENT", "UNBLOCK", &w_id.to_string()]),
+        Value::Int(1)
+    );
+    assert_eq!(w.read_raw(), b"*-1\r\n");
+    assert_eq!(info_field(&mut a, "blocked_clients"), 0);
+
+    w.send(&["BRPOP", "jobs", "0"]);
+    wait_until("the pop waits again", || {
+        info_field(&mut a, "blocked_clients") == 1
+    });
+    assert_eq!(
+        a.cmd(&["CLIENT", "UNBLOCK", &w_id.to_string(), "error"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        w.read_value(),
+        Value::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+    );
+    // Still a working client, whose next pop is served.
+    let mut feeder = r.client();
+    feeder.cmd(&["RPUSH", "jobs", "m"]);
+    assert_eq!(
+        w.cmd(&["BRPOP", "jobs", "0"]),
+        Value::Array(vec![Value::bulk("jobs"), Value::bulk("m")])
+    );
+
+    w.send(&["BRPOP", "jobs", "0"]);
+    wait_until("the pop waits once more", || {
+        info_field(&mut a, "blocked_clients") == 1
+    });
+    assert_eq!(
+        a.cmd(&["CLIENT", "KILL", "ID", &w_id.to_string()]),
+        Value::Int(1)
+    );
+    assert!(closed(&mut w));
+    assert_eq!(info_field(&mut a, "blocked_clients"), 0);
+    assert_eq!(info_field(&mut a, "connected_clients"), 1);
+}

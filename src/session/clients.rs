@@ -42,6 +42,8 @@ pub struct Entry {
     /// Closing it ends the session (`CLIENT KILL`).
     out: Arc<ClientState>,
     state: Mutex<State>,
+    /// Wakes the session out of a blocking pop for `CLIENT UNBLOCK`.
+    unblock: tokio::sync::Notify,
 }
 
 /// What changes while the client is connected.
@@ -70,6 +72,8 @@ struct State {
     upstream: Option<Watch>,
     /// Waiting in a blocking pop on a queue, which the proxy serves.
     parked: bool,
+    /// `CLIENT UNBLOCK` asked to end that wait (with an error if `true`).
+    unblock: Option<bool>,
 }
 
 /// What the session knows of itself, copied into its entry.
@@ -82,6 +86,9 @@ pub struct Snapshot {
     pub user: Bytes,
     pub upstream: Option<Watch>,
 }
+
+/// What a client unblocked with `CLIENT UNBLOCK id ERROR` gets.
+const UNBLOCKED: &[u8] = b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n";
 
 /// Where a client connected from and to.
 pub struct Origin {
@@ -144,7 +151,9 @@ impl Registry {
                 no_evict: false,
                 upstream: None,
                 parked: false,
+                unblock: None,
             }),
+            unblock: tokio::sync::Notify::new(),
         });
         self.clients.lock().unwrap().insert(id, entry.clone());
         Client {
@@ -161,11 +170,15 @@ impl Registry {
         self.clients.lock().unwrap().get(&id).cloned()
     }
 
-    /// `connected_clients` and `blocked_clients` of `INFO`.
+    /// The clients connected, and those parked in a blocking pop the
+    /// proxy serves.
     fn counts(&self) -> (usize, usize) {
         let all = self.all();
-        let blocked = all.iter().filter(|e| e.blocked()).count();
-        (all.len(), blocked)
+        let parked = all
+            .iter()
+            .filter(|e| e.state.lock().unwrap().parked)
+            .count();
+        (all.len(), parked)
     }
 
     /// Closes a client at once, as Redis frees it: it leaves the table now,
@@ -236,7 +249,28 @@ impl Client {
 
     /// The client waits in a blocking pop the proxy serves (or no longer).
     pub fn parked(&self, parked: bool) {
-        self.entry.state.lock().unwrap().parked = parked;
+        let mut s = self.entry.state.lock().unwrap();
+        s.parked = parked;
+        s.unblock = None;
+    }
+
+    /// What the session waits on while parked: resolves, to the reply
+    /// the pop gets instead of its own, when `CLIENT UNBLOCK` names the
+    /// client (`timeout` is the pop's reply when it times out).
+    pub fn unblocked(&self, timeout: Bytes) -> impl std::future::Future<Output = Bytes> + 'static {
+        let entry = self.entry.clone();
+        async move {
+            loop {
+                entry.unblock.notified().await;
+                // A wake-up left from an earlier wait asks nothing.
+                let asked = entry.state.lock().unwrap().unblock.take();
+                match asked {
+                    Some(true) => return Bytes::from_static(UNBLOCKED),
+                    Some(false) => return timeout,
+                    None => {}
+                }
+            }
+        }
     }
 
     pub fn update(&self, snap: Snapshot) {
@@ -467,7 +501,11 @@ pub fn concerns(args: Args<'_>) -> bool {
     args.is(0, "INFO")
 }
 
-/// `INFO`, with the clients section telling of the proxy's clients.
+/// `INFO`, with the clients section telling of the proxy's clients:
+/// `connected_clients` counts them, `blocked_clients` adds to Redis's count
+/// (of connections blocked there, each a client's own: blocking commands and
+/// commands held by a pause go on dedicated connections) the clients waiting
+/// in a queue pop the proxy serves, which Redis does not see.
 pub fn info(registry: &Arc<Registry>) -> Box<dyn ReplyTransform> {
     Box::new(InfoClients(registry.clone()))
 }
@@ -476,15 +514,15 @@ struct InfoClients(Arc<Registry>);
 
 impl ReplyTransform for InfoClients {
     fn apply(&mut self, reply: Bytes) -> Transformed {
-        let (connected, blocked) = self.0.counts();
-        Transformed::Done(rewrite_info(&reply, connected, blocked).unwrap_or(reply))
+        let (connected, parked) = self.0.counts();
+        Transformed::Done(rewrite_info(&reply, connected, parked).unwrap_or(reply))
     }
 }
 
-/// An INFO reply (bulk or verbatim string) with `connected_clients` and
-/// `blocked_clients` replaced; `None` when it has neither (another
-/// section, an error).
-fn rewrite_info(reply: &[u8], connected: usize, blocked: usize) -> Option<Bytes> {
+/// An INFO reply (bulk or verbatim string) with `connected_clients`
+/// replaced and `parked` added to `blocked_clients`; `None` when it has
+/// neither (another section, an error).
+fn rewrite_info(reply: &[u8], connected: usize, parked: usize) -> Option<Bytes> {
     let header_end = reply.iter().position(|&b| b == b'\n')? + 1;
     let (verbatim, body_start) = match reply.first()? {
         b'$' => (false, header_end),
@@ -499,8 +537,9 @@ fn rewrite_info(reply: &[u8], connected: usize, blocked: usize) -> Option<Bytes>
         if value("connected_clients:").is_some() {
             out.push_str(&format!("connected_clients:{connected}\r\n"));
             changed = true;
-        } else if value("blocked_clients:").is_some() {
-            out.push_str(&format!("blocked_clients:{blocked}\r\n"));
+        } else if let Some(n) = value("blocked_clients:") {
+            let n: usize = n.trim_end().parse().ok()?;
+            out.push_str(&format!("blocked_clients:{}\r\n", n + parked));
             changed = true;
         } else {
             out.push_str(line);
@@ -742,10 +781,21 @@ impl Session {
         };
         let registry = self.ctx.clients.clone();
         let target = u64::try_from(id).ok().and_then(|id| registry.get(id));
-        let upstream = match target.filter(|e| e.blocked()) {
-            Some(e) => self.upstream_id(e.id).await,
-            None => None,
+        let Some(target) = target.filter(|e| e.blocked()) else {
+            return self.table_reply(Bytes::from_static(b":0\r\n")).await;
         };
+        let parked = {
+            let mut s = target.state.lock().unwrap();
+            if s.parked {
+                s.unblock = Some(args.is(3, "ERROR"));
+            }
+            s.parked
+        };
+        if parked {
+            target.unblock.notify_one();
+            return self.table_reply(Bytes::from_static(b":1\r\n")).await;
+        }
+        let upstream = self.upstream_id(target.id).await;
         let Some(upstream) = upstream else {
             return self.table_reply(Bytes::from_static(b":0\r\n")).await;
         };
@@ -859,7 +909,7 @@ mod tests {
         let resp2 = format!("${}\r\n{body}\r\n", body.len());
         let out = rewrite_info(resp2.as_bytes(), 3, 1).unwrap();
         let want =
-            "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nblocked_clients:1\r\n";
+            "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nblocked_clients:3\r\n";
         assert_eq!(out, format!("${}\r\n{want}\r\n", want.len()).as_bytes());
         let resp3 = format!("={}\r\ntxt:{body}\r\n", body.len() + 4);
         let out = rewrite_info(resp3.as_bytes(), 3, 1).unwrap();

@@ -949,12 +949,21 @@ impl Session {
             shared: self.shared.clone(),
             client: state.clone(),
         });
+        let unblocked = self.client.unblocked(pop.timeout_reply());
+        tokio::pin!(unblocked);
         let fut = queues.blocking_pop(pop, caller);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
             tokio::select! {
                 reply = &mut fut => {
+                    self.out.answer(reply, Served::Queue);
+                    return None;
+                }
+                // CLIENT UNBLOCK: as if the pop timed out (or failed). A
+                // message leased for it meanwhile comes back when its lease
+                // expires.
+                reply = &mut unblocked => {
                     self.out.answer(reply, Served::Queue);
                     return None;
                 }
