@@ -111,7 +111,13 @@ end
 -- Writing them at every call cost a pop and an ACK a third of their
 -- commands. A FUNCTION FLUSH or a restart of Redis loses what is not
 -- written yet (fewer than PENDING_WRITE_AT per event and queue).
+-- The library is one for every database, and a queue's stats hash has the
+-- same name in each: the unwritten totals of a call made in another
+-- database than 0 are kept under that database's number and the name
+-- (DB, set by the call, see register), so that they are written in the
+-- database they were counted in.
 local PENDING, PENDING_N, PENDING_KEYS = {}, {}, 0
+local DB = nil
 local PENDING_WRITE_AT = 100
 -- Queues with unwritten totals at most; past it counts are written at once.
 local PENDING_MAX_KEYS = 10000
@@ -119,9 +125,10 @@ local PENDING_MAX_KEYS = 10000
 -- Writes the unwritten totals of queue k to its stats hash.
 local function write_pending(k)
   local key = k.stats
-  local p = PENDING[key]
+  local at = DB and DB .. key or key
+  local p = PENDING[at]
   if not p then return end
-  PENDING[key], PENDING_N[key], PENDING_KEYS = nil, nil, PENDING_KEYS - 1
+  PENDING[at], PENDING_N[at], PENDING_KEYS = nil, nil, PENDING_KEYS - 1
   for name, n in pairs(p) do redis.call('HINCRBY', key, name, n) end
   TOUCHED[key] = true
 end
@@ -133,7 +140,8 @@ local function tally_soon(k, name, n)
   local at = #TALLIED
   TALLIED[at + 1], TALLIED[at + 2], TALLIED[at + 3] = k.base, EVENT[name], n
   local key = k.stats
-  local p = PENDING[key]
+  local at = DB and DB .. key or key
+  local p = PENDING[at]
   if not p then
     if PENDING_KEYS >= PENDING_MAX_KEYS then
       redis.call('HINCRBY', key, name, n)
@@ -141,11 +149,11 @@ local function tally_soon(k, name, n)
       return
     end
     p = {}
-    PENDING[key], PENDING_N[key], PENDING_KEYS = p, 0, PENDING_KEYS + 1
+    PENDING[at], PENDING_N[at], PENDING_KEYS = p, 0, PENDING_KEYS + 1
   end
   p[name] = (p[name] or 0) + n
-  PENDING_N[key] = PENDING_N[key] + n
-  if PENDING_N[key] >= PENDING_WRITE_AT then write_pending(k) end
+  PENDING_N[at] = PENDING_N[at] + n
+  if PENDING_N[at] >= PENDING_WRITE_AT then write_pending(k) end
 end
 
 -- The reply of every function, one flat array (each nested table costs
@@ -173,10 +181,20 @@ end
 
 -- Registers operation `op` as the function ackq_<op>_<LIB>: the version in
 -- the name lets two proxy versions share a Redis during a rolling upgrade.
+-- Calls made in another database than 0 go to ackq_<op>_db_<LIB>, with the
+-- database's number as their last argument (see PENDING).
 local function register(op, f)
   redis.register_function('ackq_' .. op .. '_' .. LIB, function(keys, args)
     if #TALLIED > 0 then TALLIED = {} end
     if next(TOUCHED) then TOUCHED = {} end
+    DB = nil
+    return f(keys, args)
+  end)
+  redis.register_function('ackq_' .. op .. '_db_' .. LIB, function(keys, args)
+    if #TALLIED > 0 then TALLIED = {} end
+    if next(TOUCHED) then TOUCHED = {} end
+    DB = args[#args] .. '|'
+    args[#args] = nil
     return f(keys, args)
   end)
 end

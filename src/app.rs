@@ -6,12 +6,14 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{Cli, Config, QueueRule};
+use crate::config::{Cli, Config, QueueRule, UpstreamMode};
 use crate::embedded::EmbeddedRedis;
 use crate::error::StartError;
 use crate::queue::Queues;
 use crate::server;
 use crate::session::Context;
+use crate::upstream::sentinel::Sentinels;
+use crate::upstream::topology::Address;
 use crate::upstream::{Credentials, Endpoint};
 
 /// Runs the proxy until SIGTERM or SIGINT.
@@ -59,8 +61,10 @@ async fn start_inner(
         }
         None => None,
     };
+    let sentinel = config.upstream_mode == UpstreamMode::Sentinel;
     let embedded = match &config.upstream {
         Some(_) => None,
+        None if sentinel => None,
         None => {
             let e = EmbeddedRedis::start(&config.embedded).await?;
             config.upstream = Some(e.addr.clone());
@@ -75,8 +79,13 @@ async fn start_inner(
     let tls_error = |e: crate::net::tls::TlsError| StartError::Config(e.to_string());
     let acceptor = crate::net::tls::acceptor(&config).map_err(tls_error)?;
     let upstream_tls = crate::net::tls::UpstreamTls::from_config(&config).map_err(tls_error)?;
+    let sentinel_tls = crate::net::tls::UpstreamTls::for_sentinels(&config).map_err(tls_error)?;
+    let addr = match &config.sentinel_master {
+        Some(master) if sentinel => Address::following(master.clone()),
+        _ => Address::fixed(config.upstream.clone().expect("upstream set above")),
+    };
     let endpoint = Arc::new(Endpoint {
-        addr: config.upstream.clone().expect("upstream set above"),
+        addr,
         credentials: std::sync::RwLock::new(Credentials {
             user: config.upstream_user.clone(),
             password: config.upstream_password.clone(),
@@ -86,6 +95,13 @@ async fn start_inner(
         opened: Default::default(),
         connected: Arc::new(tokio::sync::Notify::new()),
     });
+    if sentinel {
+        // The primary first: everything below talks to it.
+        let sentinels = Sentinels::new(&config, endpoint.clone(), sentinel_tls);
+        sentinels
+            .start(config.connect_timeout() * 5, stop.clone())
+            .await;
+    }
     // Routing follows Redis's own command table when it can be read, and
     // reads it again whenever a shared connection opens.
     crate::command::table::load(&endpoint).await;
@@ -114,6 +130,15 @@ async fn start_inner(
     }
     let config = Arc::new(config);
     let queues = Arc::new(Queues::start(&config, endpoint.clone(), stop.clone()).await);
+    if endpoint.addr.follows_sentinels() {
+        let (endpoint, queues) = (endpoint.clone(), queues.clone());
+        tokio::spawn(async move {
+            loop {
+                endpoint.addr.moved_from(endpoint.addr.generation()).await;
+                queues.after_switch().await;
+            }
+        });
+    }
     let address = |tls: bool| {
         listeners
             .iter()

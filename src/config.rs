@@ -34,6 +34,39 @@ pub struct Cli {
     /// Upstream Redis `host:port`.
     #[arg(long, env = "ACKPROXY_UPSTREAM")]
     pub upstream: Option<String>,
+    /// How the upstream is found: direct (the `upstream` address) or
+    /// sentinel (the primary the sentinels name, followed across failovers).
+    #[arg(long, env = "ACKPROXY_UPSTREAM_MODE")]
+    pub upstream_mode: Option<UpstreamMode>,
+    /// The master name the sentinels monitor (`sentinel monitor <name> …`).
+    #[arg(long, env = "ACKPROXY_SENTINEL_MASTER")]
+    pub sentinel_master: Option<String>,
+    /// Sentinel addresses, `host:port`, comma-separated.
+    #[arg(long, env = "ACKPROXY_SENTINELS", value_delimiter = ',')]
+    pub sentinels: Option<Vec<String>>,
+    /// User the proxy logs in to the sentinels as (default: `default`).
+    #[arg(long, env = "ACKPROXY_SENTINEL_USER")]
+    pub sentinel_user: Option<String>,
+    /// Password the proxy logs in to the sentinels with.
+    #[arg(long, env = "ACKPROXY_SENTINEL_PASSWORD", hide_env_values = true)]
+    pub sentinel_password: Option<String>,
+    /// Talk TLS to the sentinels.
+    #[arg(long, env = "ACKPROXY_SENTINEL_TLS")]
+    pub sentinel_tls: bool,
+    /// CA certificates (PEM) the sentinels' certificates are verified
+    /// against (default: upstream_tls_ca_cert_file).
+    #[arg(long, env = "ACKPROXY_SENTINEL_TLS_CA_CERT_FILE")]
+    pub sentinel_tls_ca_cert_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) presented to the sentinels (default:
+    /// upstream_tls_cert_file).
+    #[arg(long, env = "ACKPROXY_SENTINEL_TLS_CERT_FILE")]
+    pub sentinel_tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of that certificate (default: upstream_tls_key_file).
+    #[arg(long, env = "ACKPROXY_SENTINEL_TLS_KEY_FILE")]
+    pub sentinel_tls_key_file: Option<PathBuf>,
+    /// Name the sentinels' certificates must carry (default: each one's host).
+    #[arg(long, env = "ACKPROXY_SENTINEL_TLS_SERVER_NAME")]
+    pub sentinel_tls_server_name: Option<String>,
     /// Password the proxy's own upstream connections authenticate with.
     #[arg(long, env = "ACKPROXY_UPSTREAM_PASSWORD", hide_env_values = true)]
     pub upstream_password: Option<String>,
@@ -184,8 +217,9 @@ impl Cli {
             AuthClients::No => "no",
             AuthClients::Optional => "optional",
         };
-        let defaults: [(&str, String); 9] = [
+        let defaults: [(&str, String); 10] = [
             ("listen", d.listen.clone()),
+            ("upstream_mode", "direct".into()),
             ("upstream", "none: a private redis-server is started".into()),
             ("shared_connections", d.shared_connections.to_string()),
             ("user_connections_max", d.user_connections_max.to_string()),
@@ -253,6 +287,18 @@ fn name_env_source(
     e.insert(ContextKind::InvalidArg, ContextValue::String(var));
 }
 
+/// How the proxy finds the Redis it forwards to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamMode {
+    /// The one address `upstream` (or the private redis-server).
+    #[default]
+    Direct,
+    /// The primary the sentinels name for `sentinel_master`, followed
+    /// across failovers.
+    Sentinel,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -293,6 +339,19 @@ pub struct Config {
     pub upstream_tls_cert_file: Option<PathBuf>,
     pub upstream_tls_key_file: Option<PathBuf>,
     pub upstream_tls_server_name: Option<String>,
+    pub upstream_mode: UpstreamMode,
+    /// With `upstream_mode = "sentinel"`: the master name the sentinels
+    /// monitor, and where they are.
+    pub sentinel_master: Option<String>,
+    pub sentinels: Vec<String>,
+    /// The sentinels' own login and TLS, apart from the data nodes'.
+    pub sentinel_user: Option<String>,
+    pub sentinel_password: Option<String>,
+    pub sentinel_tls: bool,
+    pub sentinel_tls_ca_cert_file: Option<PathBuf>,
+    pub sentinel_tls_cert_file: Option<PathBuf>,
+    pub sentinel_tls_key_file: Option<PathBuf>,
+    pub sentinel_tls_server_name: Option<String>,
     pub shared_connections: usize,
     /// Shared connection pairs of logged-in users kept at most.
     pub user_connections_max: usize,
@@ -341,6 +400,16 @@ impl Default for Config {
             upstream_tls_cert_file: None,
             upstream_tls_key_file: None,
             upstream_tls_server_name: None,
+            upstream_mode: UpstreamMode::Direct,
+            sentinel_master: None,
+            sentinels: Vec::new(),
+            sentinel_user: None,
+            sentinel_password: None,
+            sentinel_tls: false,
+            sentinel_tls_ca_cert_file: None,
+            sentinel_tls_cert_file: None,
+            sentinel_tls_key_file: None,
+            sentinel_tls_server_name: None,
             shared_connections: 1,
             user_connections_max: 64,
             requirepass: None,
@@ -734,6 +803,33 @@ impl Config {
         if let Some(v) = &cli.upstream_tls_server_name {
             cfg.upstream_tls_server_name = Some(v.clone());
         }
+        if let Some(v) = cli.upstream_mode {
+            cfg.upstream_mode = v;
+        }
+        if let Some(v) = &cli.sentinel_master {
+            cfg.sentinel_master = Some(v.clone());
+        }
+        if let Some(v) = &cli.sentinels {
+            cfg.sentinels.clone_from(v);
+        }
+        if let Some(v) = &cli.sentinel_user {
+            cfg.sentinel_user = Some(v.clone());
+        }
+        if let Some(v) = &cli.sentinel_password {
+            cfg.sentinel_password = Some(v.clone());
+        }
+        if cli.sentinel_tls {
+            cfg.sentinel_tls = true;
+        }
+        set(
+            &mut cfg.sentinel_tls_ca_cert_file,
+            &cli.sentinel_tls_ca_cert_file,
+        );
+        set(&mut cfg.sentinel_tls_cert_file, &cli.sentinel_tls_cert_file);
+        set(&mut cfg.sentinel_tls_key_file, &cli.sentinel_tls_key_file);
+        if let Some(v) = &cli.sentinel_tls_server_name {
+            cfg.sentinel_tls_server_name = Some(v.clone());
+        }
         let path = cli.config.as_ref().map(|p| p.display().to_string());
         let rules_from = cli.queues.as_ref().map(|v| given_by("queues", v));
         let mut origin = Origin {
@@ -774,6 +870,16 @@ impl Config {
             upstream_tls_cert_file: _,
             upstream_tls_key_file: _,
             upstream_tls_server_name: _,
+            upstream_mode: _,
+            sentinel_master: _,
+            sentinels: _,
+            sentinel_user: _,
+            sentinel_password: _,
+            sentinel_tls: _,
+            sentinel_tls_ca_cert_file: _,
+            sentinel_tls_cert_file: _,
+            sentinel_tls_key_file: _,
+            sentinel_tls_server_name: _,
             shared_connections: _,
             user_connections_max: _,
             requirepass: _,
@@ -795,6 +901,9 @@ impl Config {
             listen, tls_listen, tls_cert_file, tls_key_file, tls_ca_cert_file,
             tls_auth_clients, upstream, upstream_tls, upstream_tls_ca_cert_file,
             upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
+            upstream_mode, sentinel_master, sentinels, sentinel_user, sentinel_password,
+            sentinel_tls, sentinel_tls_ca_cert_file, sentinel_tls_cert_file,
+            sentinel_tls_key_file, sentinel_tls_server_name,
             shared_connections, user_connections_max, requirepass,
             dedicated_per_client, threads, metrics, ops_public, ops_allowed_hosts,
             ops_max_connections, admin_token,
@@ -909,6 +1018,7 @@ impl Config {
                 return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
             }
         }
+        self.validate_sentinel()?;
         if self.threads == Some(0) {
             return Err(at.setting("threads", "threads must be at least 1"));
         }
@@ -1003,6 +1113,49 @@ impl Config {
         Ok(warnings)
     }
 
+    /// The sentinel settings: all of them in sentinel mode, none otherwise.
+    fn validate_sentinel(&self) -> Result<(), String> {
+        if self.upstream_mode == UpstreamMode::Direct {
+            let any = self.sentinel_master.is_some()
+                || !self.sentinels.is_empty()
+                || self.sentinel_user.is_some()
+                || self.sentinel_password.is_some()
+                || self.sentinel_tls;
+            if any {
+                return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
+            }
+            return Ok(());
+        }
+        if self.upstream.is_some() {
+            return Err(
+                "upstream and upstream_mode = \"sentinel\" exclude each other: \
+                        the sentinels name the primary"
+                    .into(),
+            );
+        }
+        if self.sentinel_master.as_deref().is_none_or(str::is_empty) {
+            return Err(
+                "upstream_mode = \"sentinel\" needs sentinel_master, the name the \
+                        sentinels monitor the primary under"
+                    .into(),
+            );
+        }
+        if self.sentinels.is_empty() {
+            return Err(
+                "upstream_mode = \"sentinel\" needs sentinels, their host:port addresses".into(),
+            );
+        }
+        for s in &self.sentinels {
+            if let Err(why) = check_host_port(s) {
+                return Err(format!("sentinels: {why}, got {s:?}"));
+            }
+        }
+        if self.sentinel_user.is_some() && self.sentinel_password.is_none() {
+            return Err("sentinel_user needs sentinel_password".into());
+        }
+        Ok(())
+    }
+
     /// Which TLS settings go together. Whether the files can be read and
     /// hold what they should is checked when they are loaded (`net::tls`).
     fn validate_tls(&self) -> Result<(), String> {
@@ -1039,7 +1192,7 @@ impl Config {
             }
         }
         if self.upstream_tls {
-            if self.upstream.is_none() {
+            if self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct {
                 return Err("upstream_tls needs an upstream: the private redis-server \
                             speaks plain TCP"
                     .into());
@@ -1059,6 +1212,24 @@ impl Config {
             || self.upstream_tls_server_name.is_some()
         {
             return Err("upstream_tls_* settings need upstream_tls = true".into());
+        }
+        if self.sentinel_tls {
+            if self.sentinel_tls_ca_cert_file.is_none() && self.upstream_tls_ca_cert_file.is_none()
+            {
+                return Err("sentinel_tls needs sentinel_tls_ca_cert_file (or \
+                            upstream_tls_ca_cert_file), the CA the sentinels' certificates \
+                            are checked against"
+                    .into());
+            }
+            if self.sentinel_tls_cert_file.is_some() != self.sentinel_tls_key_file.is_some() {
+                return Err("sentinel_tls_cert_file and sentinel_tls_key_file go together".into());
+            }
+        } else if self.sentinel_tls_ca_cert_file.is_some()
+            || self.sentinel_tls_cert_file.is_some()
+            || self.sentinel_tls_key_file.is_some()
+            || self.sentinel_tls_server_name.is_some()
+        {
+            return Err("sentinel_tls_* settings need sentinel_tls = true".into());
         }
         Ok(())
     }
@@ -1105,6 +1276,21 @@ impl Config {
         match &self.upstream {
             Some(u) => {
                 let _ = writeln!(s, "upstream            {u}");
+            }
+            None if self.upstream_mode == UpstreamMode::Sentinel => {
+                let _ = writeln!(
+                    s,
+                    "upstream            the primary of sentinel master {:?}, from {} \
+                     (login {}, tls {})",
+                    self.sentinel_master.as_deref().unwrap_or_default(),
+                    self.sentinels.join(", "),
+                    match (&self.sentinel_user, &self.sentinel_password) {
+                        (_, None) => "none".to_string(),
+                        (Some(u), Some(_)) => format!("user {u}, password set"),
+                        (None, Some(_)) => "password set (user default)".to_string(),
+                    },
+                    if self.sentinel_tls { "on" } else { "off" }
+                );
             }
             None => {
                 let _ = writeln!(

@@ -98,6 +98,7 @@ fn check(config: &Config, warnings: &[String]) {
         say(format, Level::WARN, w);
     }
     if config.upstream.is_none()
+        && config.upstream_mode == ackproxy::config::UpstreamMode::Direct
         && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
     {
         let missing =
@@ -105,7 +106,8 @@ fn check(config: &Config, warnings: &[String]) {
         fatal(format, &missing.to_string(), 2);
     }
     let tls = ackproxy::net::tls::acceptor(config)
-        .and_then(|_| ackproxy::net::tls::UpstreamTls::from_config(config));
+        .and_then(|_| ackproxy::net::tls::UpstreamTls::from_config(config))
+        .and_then(|_| ackproxy::net::tls::UpstreamTls::for_sentinels(config));
     if let Err(e) = tls {
         fatal(format, &e.to_string(), 2);
     }

@@ -26,6 +26,14 @@ pub type Reply = Result<Bytes, UpstreamError>;
 /// client expects for the request it sent.
 pub trait ReplyTransform: Send {
     fn apply(&mut self, upstream_reply: Bytes) -> Transformed;
+
+    /// Where its further requests ([`Transformed::Retry`],
+    /// [`Transformed::Continue`]) go, if not on the client's shared
+    /// upstream: a queue operation in another database than 0 goes on that
+    /// database's connection.
+    fn resend_on(&self) -> Option<crate::upstream::shared::SharedUpstream> {
+        None
+    }
 }
 
 pub enum Transformed {
@@ -654,17 +662,22 @@ pub async fn resolve(
         let Some(t) = transform.as_deref_mut() else {
             return bytes;
         };
-        match t.apply(bytes) {
+        let (before, request) = match t.apply(bytes) {
             Transformed::Done(b) => return b,
             Transformed::Retry { before, request } if !retried => {
                 retried = true;
-                reply = resend(before, request, state.clone()).await;
+                (before, request)
             }
             Transformed::Retry { .. } => break,
-            Transformed::Continue(request) => {
-                reply = resend(Bytes::new(), request, state.clone()).await;
+            Transformed::Continue(request) => (Bytes::new(), request),
+        };
+        reply = match t.resend_on() {
+            Some(shared) => {
+                shared.send_discarded(before, 1, state);
+                shared.call(request, state.clone()).await
             }
-        }
+            None => resend(before, request, state.clone()).await,
+        };
     }
     Bytes::from_static(b"-ERR ackproxy: the queue function library could not be loaded\r\n")
 }

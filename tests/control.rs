@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use ackproxy::error::ControlCause;
+use ackproxy::upstream::topology::Address;
 use ackproxy::upstream::{Credentials, Endpoint};
 use common::*;
 
@@ -195,7 +196,7 @@ fn only_keys_with_parked_pops_are_subscribed() {
 
 fn endpoint(port: u16, password: Option<&str>) -> Endpoint {
     Endpoint {
-        addr: format!("127.0.0.1:{port}"),
+        addr: Address::fixed(format!("127.0.0.1:{port}")),
         credentials: RwLock::new(Credentials {
             user: None,
             password: password.map(str::to_string),

@@ -293,7 +293,13 @@ fn an_unreachable_redis_is_reported_not_hidden() {
 #[test]
 fn actions_are_refused_without_a_configured_token() {
     let s = start("");
-    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+    for path in [
+        "/api/queues/jobs/redrive",
+        "/api/queues/jobs/purge",
+        "/api/queues/jobs/dead/retry",
+        "/api/queues/jobs/dead/delete",
+        "/api/login",
+    ] {
         let r = post(
             s.ops,
             path,
@@ -309,13 +315,22 @@ fn actions_are_refused_without_a_configured_token() {
         json_of(&get(s.ops, "/api/queues"))["admin_actions"],
         json!(false)
     );
+    assert_eq!(
+        json_of(&get(s.ops, "/api/session")),
+        json!({"admin_actions": false, "logged_in": false, "csrf": null})
+    );
 }
 
 #[test]
 fn actions_need_the_bearer_token() {
     let s = with_token();
     let mut c = s.proxy.client();
-    for path in ["/api/queues/jobs/redrive", "/api/queues/jobs/purge"] {
+    for path in [
+        "/api/queues/jobs/redrive",
+        "/api/queues/jobs/purge",
+        "/api/queues/jobs/dead/retry",
+        "/api/queues/jobs/dead/delete",
+    ] {
         for headers in [
             vec![],
             vec![("Authorization", "Bearer wrong-token")],
@@ -351,6 +366,315 @@ fn actions_need_the_bearer_token() {
             Value::Error(e) => panic!("{cmd:?}: {e}"),
             _ => assert_eq!(r.status, 200, "{path}: {}", r.text()),
         }
+    }
+}
+
+fn post_json(port: u16, path: &str, headers: &[(&str, &str)], body: &Json) -> HttpReply {
+    let mut h = vec![("Content-Type", "application/json")];
+    h.extend_from_slice(headers);
+    http(port, "POST", path, &h, body.to_string().as_bytes()).expect("operations server answers")
+}
+
+/// `name=value` of the session cookie a reply sets, and the whole header.
+fn session_cookie(r: &HttpReply) -> (String, String) {
+    let set = r
+        .header("set-cookie")
+        .unwrap_or_else(|| panic!("no Set-Cookie: {}", r.text()))
+        .to_string();
+    let pair = set.split(';').next().unwrap().trim().to_string();
+    (pair, set)
+}
+
+/// The admin token, given once to `/api/login`, becomes a session cookie
+/// (HttpOnly, SameSite=Strict) that authorises actions only with the
+/// session's CSRF token beside it and only from this origin; logging out
+/// ends it.
+#[test]
+fn the_admin_token_logs_in_as_a_session() {
+    let s = with_token();
+    let anonymous = json_of(&get(s.ops, "/api/session"));
+    assert_eq!(
+        anonymous,
+        json!({"admin_actions": true, "logged_in": false, "csrf": null})
+    );
+
+    let wrong = post_json(s.ops, "/api/login", &[], &json!({"token": "guess"}));
+    assert_eq!(wrong.status, 401, "{}", wrong.text());
+    assert_eq!(wrong.header("set-cookie"), None);
+    // A form another site's page could post is no login.
+    let form = http(
+        s.ops,
+        "POST",
+        "/api/login",
+        &[("Content-Type", "text/plain")],
+        format!("{{\"token\": \"{TOKEN}\"}}").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(form.status, 415, "{}", form.text());
+    assert_eq!(form.header("set-cookie"), None);
+    for cross in [
+        ("Origin", "http://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        let r = post_json(s.ops, "/api/login", &[cross], &json!({ "token": TOKEN }));
+        assert_eq!(r.status, 403, "{cross:?}: {}", r.text());
+        assert_eq!(r.header("set-cookie"), None);
+    }
+
+    let origin = format!("http://127.0.0.1:{}", s.ops);
+    let ok = post_json(
+        s.ops,
+        "/api/login",
+        &[("Origin", &origin), ("Sec-Fetch-Site", "same-origin")],
+        &json!({ "token": TOKEN }),
+    );
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let (cookie, set) = session_cookie(&ok);
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.split("; ").any(|a| a == attr), "{attr} in {set}");
+    }
+    assert!(
+        cookie.starts_with("ackproxy_session=") && cookie.len() > 40,
+        "{cookie}"
+    );
+    let csrf = json_of(&ok)["csrf"].as_str().unwrap().to_string();
+    assert!(csrf.len() >= 32, "{csrf}");
+    assert!(!cookie.contains(&csrf) && !set.contains(TOKEN));
+    assert_eq!(
+        json_of(&http(s.ops, "GET", "/api/session", &[("Cookie", &cookie)], b"").unwrap()),
+        json!({"admin_actions": true, "logged_in": true, "csrf": csrf})
+    );
+
+    let redrive = "/api/queues/jobs/redrive";
+    // The cookie alone is not enough: a page elsewhere could make the
+    // browser send it (were it not SameSite), never the CSRF token.
+    for headers in [
+        vec![("Cookie", cookie.as_str())],
+        vec![("Cookie", cookie.as_str()), ("X-CSRF-Token", "0123")],
+        vec![("X-CSRF-Token", csrf.as_str())],
+        vec![
+            ("Cookie", "ackproxy_session=forged"),
+            ("X-CSRF-Token", csrf.as_str()),
+        ],
+    ] {
+        let r = post(s.ops, redrive, &headers);
+        assert_eq!(r.status, 401, "{headers:?}: {}", r.text());
+    }
+    let both = [("Cookie", cookie.as_str()), ("X-CSRF-Token", csrf.as_str())];
+    for cross in [
+        ("Origin", "http://evil.example"),
+        ("Origin", "null"),
+        ("Sec-Fetch-Site", "same-site"),
+    ] {
+        let mut h = both.to_vec();
+        h.push(cross);
+        let r = post(s.ops, redrive, &h);
+        assert_eq!(r.status, 403, "{cross:?}: {}", r.text());
+    }
+    let mut same = both.to_vec();
+    same.push(("Origin", &origin));
+    let r = post(s.ops, redrive, &same);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_of(&r), json!(0));
+
+    // Logging out ends the session for good, whatever the browser keeps.
+    let out = post(s.ops, "/api/logout", &[("Cookie", &cookie)]);
+    assert_eq!(out.status, 200);
+    let (cleared, set) = session_cookie(&out);
+    assert_eq!(cleared, "ackproxy_session=");
+    assert!(set.contains("Max-Age=0"), "{set}");
+    assert_eq!(post(s.ops, redrive, &same).status, 401);
+    assert_eq!(
+        json_of(&http(s.ops, "GET", "/api/session", &[("Cookie", &cookie)], b"").unwrap())
+            ["logged_in"],
+        json!(false)
+    );
+}
+
+/// `dead` letters of `queue` as `QUEUE DEAD` lists them: (id, payload).
+fn dead_of(c: &mut Client, queue: &str) -> Vec<(Option<String>, String)> {
+    let Value::Array(letters) = c.cmd(&["QUEUE", "DEAD", queue, "COUNT", "100"]) else {
+        panic!("QUEUE DEAD {queue}")
+    };
+    letters
+        .iter()
+        .map(|l| {
+            let m = map_of(l);
+            let id = match &m["id"] {
+                Value::Nil => None,
+                v => Some(text(v)),
+            };
+            (id, text(&m["payload"]))
+        })
+        .collect()
+}
+
+/// Pushes `payloads` to `queue`, whose rule allows one delivery, pops and
+/// NACKs each: dead letters, oldest first.
+fn kill(c: &mut Client, queue: &str, payloads: &[&str]) {
+    for p in payloads {
+        c.cmd(&["LPUSH", queue, p]);
+        assert_eq!(c.cmd(&["RPOP", queue]), Value::bulk(p));
+        let id = serde_json::from_str::<Json>(p)
+            .ok()
+            .and_then(|v| v["id"].as_str().map(String::from))
+            .unwrap_or_else(|| p.to_string());
+        assert_eq!(c.cmd(&["NACK", queue, &id]), Value::Int(1), "{p}");
+    }
+}
+
+fn list(c: &mut Client, key: &str) -> Vec<String> {
+    let Value::Array(items) = c.cmd(&["LRANGE", key, "0", "-1"]) else {
+        panic!("LRANGE {key}")
+    };
+    items.iter().map(text).collect()
+}
+
+const SHARED_RULES: &str = r#"
+[[queue]]
+pattern = "dl:*"
+max_deliveries = 1
+dead_letter = "dead-dl"
+"#;
+
+/// Retry and delete of one dead letter act on exactly the letter named by
+/// its id and whole payload, on this queue's letters only where the list
+/// is shared; a search by id finds leases and dead letters.
+#[test]
+fn one_dead_letter_is_retried_or_deleted_by_its_id_and_payload() {
+    let s = start(&format!("admin_token = \"{TOKEN}\"\n{SHARED_RULES}"));
+    let mut c = s.proxy.client();
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [("Authorization", bearer.as_str())];
+    let letters = [r#"{"id":"d1"}"#, r#"{"id":"d2","n":2}"#, r#"{"id":"d3"}"#];
+    kill(&mut c, "fragile", &letters);
+    // A second copy of d1's payload under another id is another letter.
+    let all = dead_of(&mut c, "fragile");
+    assert_eq!(all.len(), 3);
+    let letter = |id: &str, payload: &str| json!({"id": id, "payload": payload});
+    let retry = "/api/queues/fragile/dead/retry";
+    let delete = "/api/queues/fragile/dead/delete";
+
+    // Search by id: exactly the one, among leases and dead letters.
+    let found = json_of(&get(s.ops, "/api/queues/fragile/dead?id=d2"));
+    assert_eq!(found.as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(found[0]["payload"], json!(letters[1]));
+    assert_eq!(
+        json_of(&get(s.ops, "/api/queues/fragile/dead?id=d9")),
+        json!([])
+    );
+    let leased = json_of(&get(s.ops, "/api/queues/jobs/leases?id=1"));
+    assert_eq!(leased, json!([]));
+    c.cmd(&["LPUSH", "jobs", r#"{"id":"7"}"#]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(r#"{"id":"7"}"#));
+    let leased = json_of(&get(s.ops, "/api/queues/jobs/leases?id=7"));
+    assert_eq!(leased.as_array().unwrap().len(), 1, "{leased}");
+    assert_eq!(leased[0]["id"], json!("7"));
+
+    // A wrong id, a payload that differs by a byte, one that is only a
+    // prefix: nothing happens.
+    for wrong in [
+        letter("d1", letters[1]),
+        letter("d2", r#"{"id":"d2","n":3}"#),
+        letter("d2", r#"{"id":"d2""#),
+        json!({"id": null, "payload": letters[1]}),
+    ] {
+        for path in [retry, delete] {
+            let r = post_json(s.ops, path, &auth, &wrong);
+            assert_eq!(r.status, 404, "{path} {wrong}: {}", r.text());
+        }
+    }
+    assert_eq!(dead_of(&mut c, "fragile"), all);
+    assert_eq!(list(&mut c, "fragile"), Vec::<String>::new());
+
+    // Retry: that letter, and no other, is a new message of the queue.
+    let r = post_json(s.ops, retry, &auth, &letter("d2", letters[1]));
+    assert_eq!((r.status, json_of(&r)), (200, json!(1)), "{}", r.text());
+    assert_eq!(list(&mut c, "fragile"), vec![letters[1].to_string()]);
+    assert_eq!(
+        dead_of(&mut c, "fragile"),
+        vec![all[0].clone(), all[2].clone()]
+    );
+    // Done once: the same request again finds nothing.
+    assert_eq!(
+        post_json(s.ops, retry, &auth, &letter("d2", letters[1])).status,
+        404
+    );
+    let info = queue_info(&mut c, "fragile");
+    assert_eq!((int(&info["dead"]), int(&info["redriven"])), (2, 1));
+
+    // Delete: gone, the rest stays.
+    let r = post_json(s.ops, delete, &auth, &letter("d3", letters[2]));
+    assert_eq!((r.status, json_of(&r)), (200, json!(1)), "{}", r.text());
+    assert_eq!(dead_of(&mut c, "fragile"), vec![all[0].clone()]);
+    assert_eq!(list(&mut c, "fragile"), vec![letters[1].to_string()]);
+
+    // A bad body is refused, once authorised.
+    let r = http(s.ops, "POST", delete, &auth, b"{\"id\": 1}").unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // A shared list: dl:a and dl:b's letters side by side, and one that
+    // something else put there, with no history.
+    kill(&mut c, "dl:a", &["a-1"]);
+    kill(&mut c, "dl:b", &["b-1"]);
+    c.cmd(&["RPUSH", "dead-dl", "stray"]);
+    let shared = dead_of(&mut c, "dl:a");
+    let id_a = shared[0].0.clone().expect("dl:a's letter has its history");
+    assert_eq!(shared[0].1, "a-1");
+    assert_eq!(
+        shared[1],
+        (None, "b-1".to_string()),
+        "dl:b's history is not dl:a's"
+    );
+    let id_b = dead_of(&mut c, "dl:b")[1]
+        .0
+        .clone()
+        .expect("dl:b's history");
+    // dl:b's letter through dl:a, under dl:b's own id: not dl:a's.
+    for path in [
+        "/api/queues/dl:a/dead/retry",
+        "/api/queues/dl:a/dead/delete",
+    ] {
+        let r = post_json(s.ops, path, &auth, &letter(&id_b, "b-1"));
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        // Without an id it could be anyone's: refused, as REDRIVE is.
+        for payload in ["b-1", "stray"] {
+            let r = post_json(s.ops, path, &auth, &json!({"id": null, "payload": payload}));
+            assert_eq!(r.status, 502, "{path}: {}", r.text());
+            let e = json_of(&r)["error"].as_str().unwrap().to_string();
+            assert!(
+                e.contains("is shared") && e.contains("without an id"),
+                "{e}"
+            );
+        }
+    }
+    assert_eq!(list(&mut c, "dead-dl"), ["a-1", "b-1", "stray"]);
+    let r = post_json(
+        s.ops,
+        "/api/queues/dl:a/dead/retry",
+        &auth,
+        &letter(&id_a, "a-1"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(list(&mut c, "dead-dl"), ["b-1", "stray"]);
+    assert_eq!(list(&mut c, "dl:a"), ["a-1"]);
+    assert_eq!(list(&mut c, "dl:b"), Vec::<String>::new());
+    // The same through QUEUE, as any client with the rights may send it.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PURGE", "dl:b", "DEAD", "ID", &id_b, "b-1"]),
+        Value::Int(1)
+    );
+    assert_eq!(list(&mut c, "dead-dl"), ["stray"]);
+    for bad in [
+        &["QUEUE", "REDRIVE", "dl:b", "IX", "1", "p"][..],
+        &["QUEUE", "PURGE", "dl:b", "DEAD", "IX", "1", "p"],
+        &["QUEUE", "PURGE", "dl:b", "DEED", "ID", "1", "p"],
+    ] {
+        assert_eq!(
+            c.cmd(bad),
+            Value::Error("ERR syntax error".into()),
+            "{bad:?}"
+        );
     }
 }
 
@@ -887,17 +1211,28 @@ struct Browser {
     profile: PathBuf,
 }
 
+const CHROMIUM: &str = "/usr/bin/chromium";
+
 impl Browser {
-    fn start() -> Browser {
+    /// `None`, saying why, where Chromium or chromedriver is missing
+    /// (tests/setup-bench-deps.sh installs both, as CI does).
+    fn start() -> Option<Browser> {
+        if !std::path::Path::new(CHROMIUM).exists() {
+            println!("skipped: no {CHROMIUM} (tests/setup-bench-deps.sh installs chromium)");
+            return None;
+        }
         let port = free_port();
-        let driver = Command::new("chromedriver")
+        let Ok(driver) = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect(
-                "chromedriver must be installed (tests/setup-bench-deps.sh installs chromium-driver)",
+        else {
+            println!(
+                "skipped: no chromedriver (tests/setup-bench-deps.sh installs chromium-driver)"
             );
+            return None;
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = http(port, "GET", "/status", &[], b"") {
@@ -914,7 +1249,7 @@ impl Browser {
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
+                "binary": CHROMIUM,
                 "args": [
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking",
@@ -932,7 +1267,26 @@ impl Browser {
         };
         let v = b.call("POST", "/session", caps);
         b.session = v["sessionId"].as_str().expect("a session").to_string();
-        b
+        Some(b)
+    }
+
+    fn resize(&self, width: u32, height: u32) {
+        self.session(
+            "POST",
+            "/window/rect",
+            json!({ "width": width, "height": height }),
+        );
+        self.wait_for(
+            "the new width",
+            &format!("return window.outerWidth === {width} || null;"),
+        );
+    }
+
+    /// Whether the element is shown (it and its ancestors not hidden).
+    fn visible(&self, css: &str) -> bool {
+        self.js(&format!(
+            "const e = document.querySelector('{css}'); return !!(e && e.offsetParent !== null);"
+        )) == json!(true)
     }
 
     fn call(&self, method: &str, path: &str, body: Json) -> Json {
@@ -1071,12 +1425,66 @@ fn cell(key: &str, field: &str) -> String {
     )
 }
 
+/// What sticks out of a rule's card on the queue list: a table past its
+/// right edge, a card or table box that scrolls sideways, the page itself
+/// wider than the window.
+const OVERFLOW: &str = "
+    const out = [];
+    for (const card of document.querySelectorAll('section.rule')) {
+      const c = card.getBoundingClientRect();
+      const name = card.getAttribute('data-rule');
+      for (const t of card.querySelectorAll('table')) {
+        if (t.getBoundingClientRect().right > c.right + 0.5) out.push('table past the card of ' + name);
+      }
+      if (card.scrollWidth > card.clientWidth) out.push('card of ' + name + ' scrolls');
+      for (const s of card.querySelectorAll('.scroll')) {
+        if (s.scrollWidth > s.clientWidth) out.push('table of ' + name + ' scrolls');
+      }
+    }
+    const page = document.documentElement;
+    if (page.scrollWidth > page.clientWidth) out.push('page scrolls');
+    return out;";
+
+/// Every column and rate label of the queue list.
+const LABELS: &str = "
+    return [...document.querySelectorAll('section.rule th, section.rule .rates .l')]
+      .map((e) => e.textContent);";
+
+/// The ids of a list's rows, once it has `n` of them.
+fn rows(list: &str, n: usize) -> String {
+    format!(
+        "const rows = document.querySelectorAll('#{list} tbody tr'); \
+         return rows.length === {n} ? [...rows].map((r) => r.getAttribute('data-id')) : null;"
+    )
+}
+
+const RESULT_STATUS: &str =
+    "return document.getElementById('action-result').getAttribute('data-status');";
+
+fn action_status(browser: &Browser, what: &str, status: &str) -> Json {
+    browser.wait_for(
+        what,
+        &format!(
+            "const r = document.getElementById('action-result'); \
+             return r.getAttribute('data-status') === '{status}' ? r.textContent : null;"
+        ),
+    )
+}
+
 #[test]
 fn the_web_view_in_chromium() {
     let s = with_token();
     let mut c = s.proxy.client();
     fill(&mut c);
-    let browser = Browser::start();
+    let long = format!(
+        "{{\"id\":\"d2\",\"text\":\"{}\",\"tags\":[\"a\",\"b\"]}}",
+        "lorem ipsum ".repeat(30)
+    );
+    let letters = [r#"{"id":"d1"}"#, long.as_str(), r#"{"id":"d3"}"#];
+    kill(&mut c, "fragile", &letters);
+    let Some(browser) = Browser::start() else {
+        return;
+    };
     let base = format!("http://127.0.0.1:{}/", s.ops);
     browser.go(&base);
 
@@ -1101,15 +1509,45 @@ fn the_web_view_in_chromium() {
             cell("jobs", "ready")
         ),
     );
-    browser.screenshot("ops-queues.png");
+
+    // The table of every rule stays inside its card, at 1280 and at 1920
+    // pixels, with rates shown (two listings).
+    for width in [1280, 1920] {
+        browser.resize(width, 1000);
+        browser.wait_for(
+            "the rates",
+            "const r = document.querySelector('[data-rate=\"pops\"] .n'); \
+             return r && r.textContent !== '—' || null;",
+        );
+        // The README's pictures (docs/web-view-*.png) are these.
+        browser.screenshot(&format!("web-view-{width}.png"));
+        assert_eq!(browser.js(OVERFLOW), json!([]), "at {width} px");
+    }
+
+    // Labels in words, one style: no counter names with underscores.
+    let labels = browser.js(LABELS);
+    let labels: Vec<&str> = labels
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        labels.iter().any(|l| l.starts_with("late acks/s")),
+        "{labels:?}"
+    );
+    assert!(
+        labels.iter().any(|l| l.starts_with("dead dropped/s")),
+        "{labels:?}"
+    );
+    for l in &labels {
+        assert!(!l.contains('_'), "{l:?} in {labels:?}");
+    }
 
     // One queue: its leases as QUEUE LEASES lists them.
+    browser.resize(1280, 1000);
     browser.click("tr[data-key=\"jobs\"] a");
-    let ids = browser.wait_for(
-        "the leases of jobs",
-        "const rows = document.querySelectorAll('#leases tbody tr'); \
-         return rows.length ? [...rows].map((r) => r.getAttribute('data-id')) : null;",
-    );
+    let ids = browser.wait_for("the leases of jobs", &rows("leases", 1));
     assert_eq!(ids, json!(["1"]));
     assert_eq!(
         browser
@@ -1117,87 +1555,184 @@ fn the_web_view_in_chromium() {
         json!("1")
     );
 
-    // A dead letter: `fragile` allows one delivery, and its 50 ms lease
-    // runs out unacknowledged.
-    c.cmd(&["LPUSH", "fragile", "{\"id\":\"d1\"}"]);
-    assert_eq!(c.cmd(&["RPOP", "fragile"]), Value::bulk("{\"id\":\"d1\"}"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while int(&queue_info(&mut c, "fragile")["dead"]) != 1 {
-        assert!(Instant::now() < deadline, "the lease never ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Dead letters, not logged in: no action is offered.
     browser.go(&format!("{base}#queue/fragile"));
-    browser.wait_for(
-        "fragile's dead count",
-        "const d = document.querySelector('#q-info dd[data-field=\"dead\"]'); \
-         return d && d.textContent === '1' || null;",
+    let ids = browser.wait_for("fragile's dead letters", &rows("dead", 3));
+    assert_eq!(ids, json!(["d1", "d2", "d3"]));
+    assert!(browser.visible("#login"));
+    assert!(!browser.visible("#admin-actions"));
+    assert!(!browser.visible("#read-only"));
+    assert_eq!(
+        browser.js(
+            "return document.querySelectorAll('#dead button.retry, #dead button.delete').length;"
+        ),
+        json!(0)
     );
 
-    // Without the token the action is refused, in the page.
-    browser.click("#redrive");
-    let refused = browser.wait_for(
-        "the refusal",
-        "const r = document.getElementById('action-result'); \
-         return r.getAttribute('data-status') === '401' ? r.textContent : null;",
-    );
-    assert!(refused.as_str().unwrap().contains("Bearer"), "{refused}");
-    browser.type_into("#token", TOKEN);
-
-    // REDRIVE needs `QUEUE DEAD`/`QUEUE REDRIVE`, which arrive with the
-    // dead-letter commands. Until then the page must say that dead letters
-    // cannot be listed, and a redrive with the right token gets the
-    // proxy's error; once `QUEUE DEAD` exists, this step redrives for real.
-    let dead_supported = !matches!(
-        c.cmd(&["QUEUE", "DEAD", "fragile"]),
-        Value::Error(e) if e.contains("unknown subcommand")
-    );
-    if dead_supported {
-        browser.wait_for(
-            "the dead letter",
-            "return document.querySelectorAll('#dead tbody tr').length === 1 || null;",
-        );
-        browser.screenshot("ops-queue-dead.png");
-        browser.click("#redrive");
-        browser.wait_for(
-            "the redrive",
-            "const r = document.getElementById('action-result'); \
-             return r.getAttribute('data-status') === '200' || null;",
-        );
-        let info = queue_info(&mut c, "fragile");
-        assert_eq!((int(&info["dead"]), int(&info["ready"])), (0, 1));
-        browser.wait_for(
-            "no dead letters",
-            "const d = document.querySelector('#q-info dd[data-field=\"dead\"]'); \
-             return d && d.textContent === '0' || null;",
-        );
-    } else {
-        println!("QUEUE DEAD is not in this proxy yet: the redrive step checks the error path");
-        let shown = browser.wait_for(
-            "the missing QUEUE DEAD",
-            "const e = document.getElementById('dead-error'); \
-             return e.hidden ? null : e.textContent;",
-        );
-        assert!(
-            shown
-                .as_str()
-                .unwrap()
-                .contains("unknown subcommand 'DEAD'"),
-            "{shown}"
-        );
-        browser.click("#redrive");
-        let answer = browser.wait_for(
-            "the redrive's answer",
-            "const r = document.getElementById('action-result'); \
-             return r.getAttribute('data-status') === '501' ? r.textContent : null;",
-        );
-        assert!(
-            answer
-                .as_str()
-                .unwrap()
-                .contains("unknown subcommand 'REDRIVE'"),
-            "{answer}"
-        );
-        browser.screenshot("ops-queue-dead.png");
-        assert_eq!(int(&queue_info(&mut c, "fragile")["dead"]), 1);
+    // Times are dates, not epoch milliseconds (which stay in data-value).
+    let Value::Array(dead) = c.cmd(&["QUEUE", "DEAD", "fragile"]) else {
+        panic!("QUEUE DEAD")
+    };
+    let first = map_of(&dead[0]);
+    for field in ["first-delivery-ms", "last-delivery-ms", "dead-lettered-ms"] {
+        let shown = browser.js(&format!(
+            "const c = document.querySelector('#dead tr[data-id=\"d1\"] td[data-field=\"{field}\"]'); \
+             return [c.textContent, c.getAttribute('data-value')];"
+        ));
+        let text = shown[0].as_str().unwrap();
+        let ok = text.len() == 19
+            && text.bytes().enumerate().all(|(i, b)| match i {
+                4 | 7 => b == b'-',
+                10 => b == b' ',
+                13 | 16 => b == b':',
+                _ => b.is_ascii_digit(),
+            });
+        assert!(ok, "{field}: {text:?}");
+        assert_eq!(shown[1], json!(int(&first[field]).to_string()), "{field}");
     }
+    let heads =
+        browser.js("return [...document.querySelectorAll('#dead th')].map((h) => h.textContent);");
+    assert!(
+        heads.as_array().unwrap().contains(&json!("dead lettered")),
+        "{heads}"
+    );
+
+    // The payload preview: the start in the row, the whole behind "show".
+    let preview = browser.js(
+        "const c = document.querySelector('#dead tr[data-id=\"d2\"] td[data-field=\"payload\"]'); \
+         return [c.querySelector('.preview').textContent, c.querySelector('pre').hidden];",
+    );
+    let shown = preview[0].as_str().unwrap();
+    assert!(
+        shown.chars().count() <= 81 && shown.ends_with('…'),
+        "{shown}"
+    );
+    assert!(long.starts_with(shown.trim_end_matches('…')));
+    assert_eq!(preview[1], json!(true));
+    browser.click("#dead tr[data-id=\"d2\"] .toggle");
+    let full = browser.wait_for(
+        "the whole payload",
+        "const p = document.querySelector('#dead tr[data-id=\"d2\"] pre'); \
+         return p.hidden ? null : p.textContent;",
+    );
+    let full = full.as_str().unwrap();
+    assert!(full.contains("\n  \"text\""), "pretty JSON: {full}");
+    assert_eq!(
+        serde_json::from_str::<Json>(full).unwrap(),
+        serde_json::from_str::<Json>(&long).unwrap()
+    );
+
+    // Search by id.
+    browser.type_into("#find-id", "d3");
+    browser.click("#find button[type=\"submit\"]");
+    assert_eq!(browser.wait_for("only d3", &rows("dead", 1)), json!(["d3"]));
+    browser.click("#find-clear");
+    browser.wait_for("every dead letter", &rows("dead", 3));
+
+    // Log in: a wrong token is refused, the right one opens a session the
+    // page's script cannot read, and the actions appear.
+    browser.type_into("#login-token", "wrong");
+    browser.click("#login button");
+    browser.wait_for(
+        "the refused login",
+        "return document.getElementById('login-error').textContent.includes('wrong admin token') || null;",
+    );
+    assert!(!browser.visible("#admin-actions"));
+    browser.type_into("#login-token", TOKEN);
+    browser.click("#login button");
+    browser.wait_for(
+        "the actions",
+        "return document.querySelectorAll('#dead button.retry').length === 3 || null;",
+    );
+    assert!(browser.visible("#admin-actions"));
+    assert!(browser.visible("#logged-in"));
+    assert!(!browser.visible("#login"));
+    assert_eq!(browser.js("return document.cookie;"), json!(""));
+    assert_eq!(
+        browser.js("return document.getElementById('login-token').value;"),
+        json!("")
+    );
+    browser.resize(1920, 1000);
+    browser.wait_for(
+        "the preview still open",
+        "const p = document.querySelector('#dead tr[data-id=\"d2\"] pre'); return p && !p.hidden || null;",
+    );
+    browser.screenshot("web-view-queue.png");
+
+    // Retry one: d2 alone goes back to the queue.
+    browser.click("#dead tr[data-id=\"d2\"] .retry");
+    action_status(&browser, "the retry", "200");
+    assert_eq!(list(&mut c, "fragile"), vec![long.clone()]);
+    assert_eq!(
+        browser.wait_for("d1 and d3", &rows("dead", 2)),
+        json!(["d1", "d3"])
+    );
+
+    // Delete one: the first click arms, the second deletes.
+    browser.click("#dead tr[data-id=\"d3\"] .delete");
+    assert_eq!(dead_of(&mut c, "fragile").len(), 2);
+    browser.click("#dead tr[data-id=\"d3\"] .delete");
+    action_status(&browser, "the delete", "200");
+    assert_eq!(browser.wait_for("d1", &rows("dead", 1)), json!(["d1"]));
+    assert_eq!(
+        dead_of(&mut c, "fragile"),
+        vec![(Some("d1".to_string()), letters[0].to_string())]
+    );
+
+    // Redrive the rest.
+    browser.click("#redrive");
+    action_status(&browser, "the redrive", "200");
+    let info = queue_info(&mut c, "fragile");
+    assert_eq!((int(&info["dead"]), int(&info["ready"])), (0, 2));
+    browser.wait_for(
+        "no dead letters",
+        "const d = document.querySelector('#q-info dd[data-field=\"dead\"]'); \
+         return d && d.textContent === '0' || null;",
+    );
+
+    // Log out: the actions go, and the session with them.
+    browser.click("#logout");
+    browser.wait_for(
+        "the login form",
+        "const l = document.getElementById('login'); return !l.hidden || null;",
+    );
+    assert!(!browser.visible("#admin-actions"));
+    let r = browser.js(
+        "const r = await fetch('/api/queues/fragile/purge', {method: 'POST'}); return r.status;",
+    );
+    assert_eq!(r, json!(401));
+    assert_eq!(browser.js(RESULT_STATUS), json!("200"));
+}
+
+/// Without an admin token no action is offered: no buttons that would only
+/// answer 403, no login.
+#[test]
+fn the_web_view_without_admin_actions() {
+    let s = start("");
+    let mut c = s.proxy.client();
+    kill(&mut c, "fragile", &[r#"{"id":"d1"}"#]);
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.go(&format!("http://127.0.0.1:{}/#queue/fragile", s.ops));
+    browser.wait_for("the dead letter", &rows("dead", 1));
+    browser.wait_for(
+        "the read-only note",
+        "return document.getElementById('read-only').offsetParent !== null || null;",
+    );
+    for hidden in [
+        "#admin-actions",
+        "#redrive",
+        "#purge",
+        "#login",
+        "#logged-in",
+    ] {
+        assert!(!browser.visible(hidden), "{hidden} is shown");
+    }
+    assert_eq!(
+        browser.js(
+            "return document.querySelectorAll('#dead button.retry, #dead button.delete').length;"
+        ),
+        json!(0)
+    );
 }

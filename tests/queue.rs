@@ -1363,38 +1363,358 @@ fn parked_mixed_keys_woken_by_plain_key_push() {
     assert_eq!(info_int(&proxy, "wm", "leased"), 1);
 }
 
+// ------------------------------------------------------ other databases
+
+/// Short leases, and a rule that requeues on disconnect, for queues in
+/// databases other than 0.
+const DB_CONFIG: &str = r#"
+[[queue]]
+pattern = "q*"
+lease_ms = 200
+max_deliveries = 3
+ack_id = "payload"
+redeliver = "next"
+pop_end = "right"
+
+[[queue]]
+pattern = "w*"
+lease_ms = 600000
+max_deliveries = 3
+ack_id = "payload"
+redeliver = "next"
+pop_end = "right"
+
+[[queue]]
+pattern = "r*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "payload"
+requeue_on_disconnect = true
+
+[reaper]
+interval_ms = 50
+"#;
+
+fn select(c: &mut Client, db: &str) {
+    assert_eq!(
+        c.cmd(&["SELECT", db]),
+        Value::Simple("OK".into()),
+        "SELECT {db}"
+    );
+}
+
+/// A client of the proxy in database `db`.
+fn proxy_in(p: &Proxy, db: &str) -> Client {
+    let mut c = p.client();
+    select(&mut c, db);
+    c
+}
+
+/// A client of Redis itself in database `db`.
+fn redis_in(r: &Redis, db: &str) -> Client {
+    let mut c = r.client();
+    select(&mut c, db);
+    c
+}
+
+fn info_in(p: &Proxy, db: &str, q: &str) -> HashMap<String, Value> {
+    fields(&proxy_in(p, db).cmd(&["QUEUE", "INFO", q]))
+}
+
+fn info_int_in(p: &Proxy, db: &str, q: &str, field: &str) -> i64 {
+    as_int(&info_in(p, db, q)[field])
+}
+
 #[test]
-fn a_queue_operation_in_another_database_is_refused_never_answered_empty() {
+fn a_db1_worker_pops_and_acks_its_own_queue() {
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
-    let mut c = proxy.client();
-    assert_eq!(c.cmd(&["SELECT", "1"]), Value::Simple("OK".into()));
+    let mut c = proxy_in(&proxy, "1");
     assert_eq!(c.cmd(&["LPUSH", "qdb", "m"]), Value::Int(1));
-    // Queues live in database 0: the pop must not look there and say nil.
-    for words in [
-        vec!["RPOP", "qdb"],
-        vec!["BRPOP", "qdb", "0.1"],
-        vec!["ACK", "qdb", "m"],
-        vec!["QUEUE", "INFO", "qdb"],
-    ] {
-        match c.cmd(&words) {
-            Value::Error(e) => assert!(e.contains("database 0"), "{words:?}: {e}"),
-            other => panic!("{words:?} in database 1 answered {other:?}"),
-        }
-    }
-    // The message is still where the client put it.
+    // Not nil from database 0's (empty) list: the message of database 1.
+    assert_eq!(c.cmd(&["RPOP", "qdb"]), Value::bulk("m"));
+    assert_eq!(info_int_in(&proxy, "1", "qdb", "leased"), 1);
+    assert_eq!(info_int(&proxy, "qdb", "leased"), 0);
+    assert_eq!(c.cmd(&["ACK", "qdb", "m"]), Value::Int(1));
+    assert_eq!(info_int_in(&proxy, "1", "qdb", "leased"), 0);
+    // Nothing of it anywhere in database 0; nothing left in database 1.
+    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
+    assert_eq!(keys(&mut redis_in(&redis, "1"), "*"), Vec::<String>::new());
+    // A SELECT pipelined with the pop, and the blocking forms.
+    let mut p = proxy.client();
+    p.send_raw(b"LPUSH qp a b c\r\nSELECT 2\r\nLPUSH qp x\r\nRPOP qp\r\nBRPOP qp 1\r\n");
+    assert_eq!(p.read_value(), Value::Int(3));
+    assert_eq!(p.read_value(), Value::Simple("OK".into()));
+    assert_eq!(p.read_value(), Value::Int(1));
+    assert_eq!(p.read_value(), Value::bulk("x"));
+    assert_eq!(p.read_value(), Value::Nil);
+    assert_eq!(p.cmd(&["ACK", "qp", "x"]), Value::Int(1));
+    // A SELECT Redis refuses changes nothing; one a transaction runs does,
+    // one it discards does not; RESET goes back to database 0.
+    let out_of_range = p.cmd(&["SELECT", "99"]);
+    assert!(matches!(out_of_range, Value::Error(_)), "{out_of_range:?}");
+    p.cmd(&["LPUSH", "qp", "y"]);
+    assert_eq!(p.cmd(&["RPOP", "qp"]), Value::bulk("y"));
+    assert_eq!(p.cmd(&["ACK", "qp", "y"]), Value::Int(1));
+    redis_in(&redis, "4").cmd(&["LPUSH", "qp", "four"]);
+    p.send_raw(b"MULTI\r\nSELECT 4\r\nEXEC\r\nRPOP qp\r\n");
+    assert_eq!(p.read_value(), Value::Simple("OK".into()));
+    assert_eq!(p.read_value(), Value::Simple("QUEUED".into()));
     assert_eq!(
-        redis.client().cmd(&["SELECT", "1"]),
+        p.read_value(),
+        Value::Array(vec![Value::Simple("OK".into())])
+    );
+    assert_eq!(p.read_value(), Value::bulk("four"));
+    assert_eq!(p.cmd(&["ACK", "qp", "four"]), Value::Int(1));
+    p.send_raw(b"MULTI\r\nSELECT 5\r\nDISCARD\r\nLPUSH qp z\r\nRPOP qp\r\n");
+    for _ in 0..3 {
+        p.read_value();
+    }
+    assert_eq!(p.read_value(), Value::Int(1));
+    assert_eq!(p.read_value(), Value::bulk("z"));
+    assert_eq!(
+        info_int_in(&proxy, "4", "qp", "leased"),
+        1,
+        "z leased in database 4"
+    );
+    assert_eq!(p.cmd(&["RESET"]), Value::Simple("RESET".into()));
+    assert_eq!(p.cmd(&["RPOP", "qp"]), Value::bulk("a"));
+    assert_eq!(info_int(&proxy, "qp", "leased"), 1);
+}
+
+#[test]
+fn two_databases_with_the_same_queue_name_do_not_mix() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let mut zero = proxy.client();
+    let mut three = proxy_in(&proxy, "3");
+    zero.cmd(&["LPUSH", "q", "z1", "z2"]);
+    three.cmd(&["LPUSH", "q", "t1"]);
+    assert_eq!(three.cmd(&["RPOP", "q"]), Value::bulk("t1"));
+    assert_eq!(three.cmd(&["RPOP", "q"]), Value::Nil);
+    assert_eq!(zero.cmd(&["RPOP", "q"]), Value::bulk("z1"));
+    // The same payload leased in both: an ACK ends the lease of its own
+    // database only.
+    three.cmd(&["LPUSH", "q", "z2"]);
+    assert_eq!(three.cmd(&["RPOP", "q"]), Value::bulk("z2"));
+    assert_eq!(zero.cmd(&["RPOP", "q"]), Value::bulk("z2"));
+    assert_eq!(three.cmd(&["ACK", "q", "z1"]), Value::Int(0));
+    assert_eq!(three.cmd(&["ACK", "q", "z2"]), Value::Int(1));
+    assert_eq!(three.cmd(&["ACK", "q", "z2"]), Value::Int(0));
+    assert_eq!(three.cmd(&["ACK", "q", "t1"]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "q", "leased"), 2);
+    assert_eq!(info_int_in(&proxy, "3", "q", "leased"), 0);
+    assert_eq!(info_int_in(&proxy, "3", "q", "acks"), 2);
+    assert_eq!(info_int(&proxy, "q", "acks"), 0);
+    assert_eq!(zero.cmd(&["ACK", "q", "z1", "z2"]), Value::Int(2));
+    // A pop larger than one call, and one after the library went missing:
+    // their further calls stay in database 3.
+    let many: Vec<String> = (0..120).map(|i| format!("m{i}")).collect();
+    let mut push = vec!["LPUSH", "q"];
+    push.extend(many.iter().map(String::as_str));
+    zero.cmd(&push);
+    three.cmd(&push);
+    match three.cmd(&["RPOP", "q", "120"]) {
+        Value::Array(items) => assert_eq!(items.len(), 120),
+        other => panic!("RPOP q 120 in database 3: {other:?}"),
+    }
+    assert_eq!(info_int_in(&proxy, "3", "q", "leased"), 120);
+    assert_eq!(info_int(&proxy, "q", "ready"), 120);
+    assert_eq!(
+        redis.client().cmd(&["FUNCTION", "FLUSH"]),
         Value::Simple("OK".into())
     );
-    let mut direct = redis.client();
-    direct.cmd(&["SELECT", "1"]);
-    assert_eq!(direct.cmd(&["LLEN", "qdb"]), Value::Int(1));
-    // Back in database 0 queues work; RESET goes back there too.
-    assert_eq!(c.cmd(&["SELECT", "0"]), Value::Simple("OK".into()));
-    c.cmd(&["LPUSH", "qdb", "z"]);
-    assert_eq!(c.cmd(&["RPOP", "qdb"]), Value::bulk("z"));
-    c.cmd(&["SELECT", "2"]);
-    assert_eq!(c.cmd(&["RESET"]), Value::Simple("RESET".into()));
-    assert_eq!(c.cmd(&["RPOP", "qdb"]), Value::Nil);
+    three.cmd(&["LPUSH", "q", "after"]);
+    assert_eq!(three.cmd(&["RPOP", "q"]), Value::bulk("after"));
+    assert_eq!(info_int_in(&proxy, "3", "q", "leased"), 121);
+    assert_eq!(info_int(&proxy, "q", "ready"), 120);
+}
+
+#[test]
+fn an_unacked_message_in_database_3_is_redelivered_there() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let mut c = proxy_in(&proxy, "3");
+    c.cmd(&["LPUSH", "q", "m1"]);
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
+    // The reaper returns it with nobody popping, in database 3.
+    let mut direct = redis_in(&redis, "3");
+    wait_until("m1 back in database 3's list", || {
+        lrange(&mut direct, "q") == vec!["m1"]
+    });
+    assert!(info_int_in(&proxy, "3", "q", "requeued") >= 1);
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
+    let ls = fields(&match c.cmd(&["QUEUE", "LEASES", "q"]) {
+        Value::Array(items) => items[0].clone(),
+        other => panic!("QUEUE LEASES: {other:?}"),
+    });
+    assert_eq!(as_int(&ls["deliveries"]), 2);
+    assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
+    assert_no_aux_keys(&mut direct, Duration::from_secs(2));
+    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
+}
+
+#[test]
+fn dead_letters_of_database_3_stay_there() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let mut c = proxy_in(&proxy, "3");
+    c.cmd(&["LPUSH", "q1", "poison"]);
+    for _ in 0..3 {
+        assert_eq!(c.cmd(&["RPOP", "q1"]), Value::bulk("poison"));
+        assert_eq!(c.cmd(&["NACK", "q1", "poison"]), Value::Int(1));
+    }
+    let mut direct = redis_in(&redis, "3");
+    assert_eq!(lrange(&mut direct, "{q1}:dead"), vec!["poison"]);
+    assert_eq!(info_int_in(&proxy, "3", "q1", "dead"), 1);
+    let dead = c.cmd(&["QUEUE", "DEAD", "q1"]);
+    assert_eq!(
+        as_str(
+            &fields(&match dead {
+                Value::Array(items) => items[0].clone(),
+                other => panic!("QUEUE DEAD: {other:?}"),
+            })["payload"]
+        ),
+        "poison"
+    );
+    assert_eq!(info_int(&proxy, "q1", "dead"), 0);
+    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
+    // Expiries past the maximum die in database 3 too, by the reaper.
+    c.cmd(&["LPUSH", "q2", "slow"]);
+    for n in 1..=3 {
+        wait_until(&format!("delivery {n} of slow"), || {
+            c.cmd(&["RPOP", "q2"]) == Value::bulk("slow")
+        });
+    }
+    wait_until("slow dead in database 3", || {
+        lrange(&mut direct, "{q2}:dead") == vec!["slow"]
+    });
+    assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "q2"]), Value::Int(1));
+    assert_eq!(lrange(&mut direct, "q2"), vec!["slow"]);
+    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
+}
+
+#[test]
+fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let mut c = proxy_in(&proxy, "3");
+    c.send(&["BRPOP", "w", "0"]);
+    // Parked (a first try found nothing), then a push to database 0's w,
+    // which is another list.
+    let mut zero = redis.client();
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(zero.cmd(&["LPUSH", "w", "zero"]), Value::Int(1));
+    c.set_read_timeout(Some(Duration::from_millis(300)));
+    let mut probe = [0u8; 1];
+    let early = std::io::Read::read(&mut c.stream(), &mut probe);
+    assert!(early.is_err(), "woken by database 0's push: {probe:?}");
+    c.set_read_timeout(Some(Duration::from_secs(10)));
+    assert_eq!(
+        redis_in(&redis, "3").cmd(&["LPUSH", "w", "hi"]),
+        Value::Int(1)
+    );
+    assert_eq!(
+        c.read_value(),
+        Value::Array(vec![Value::bulk("w"), Value::bulk("hi")])
+    );
+    assert_eq!(info_int_in(&proxy, "3", "w", "leased"), 1);
+    assert_eq!(c.cmd(&["ACK", "w", "hi"]), Value::Int(1));
+    assert_eq!(lrange(&mut zero, "w"), vec!["zero"]);
+    // Two pops parked in two databases on the same key name: each push
+    // wakes its own database's.
+    let mut five = proxy_in(&proxy, "5");
+    five.send(&["BLPOP", "w2", "0"]);
+    c.send(&["BLPOP", "w2", "0"]);
+    thread::sleep(Duration::from_millis(300));
+    redis_in(&redis, "5").cmd(&["RPUSH", "w2", "for5"]);
+    redis_in(&redis, "3").cmd(&["RPUSH", "w2", "for3"]);
+    assert_eq!(
+        five.read_value(),
+        Value::Array(vec![Value::bulk("w2"), Value::bulk("for5")])
+    );
+    assert_eq!(
+        c.read_value(),
+        Value::Array(vec![Value::bulk("w2"), Value::bulk("for3")])
+    );
+}
+
+#[test]
+fn a_closed_connection_in_database_3_requeues_there() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    {
+        let mut c = proxy_in(&proxy, "3");
+        c.cmd(&["LPUSH", "rq", "a", "b"]);
+        assert_eq!(c.cmd(&["RPOP", "rq"]), Value::bulk("a"));
+        assert_eq!(info_int_in(&proxy, "3", "rq", "leased"), 1);
+    }
+    // Lease 10 minutes, yet a is back now.
+    let mut direct = redis_in(&redis, "3");
+    wait_until("a back in database 3's rq", || {
+        lrange(&mut direct, "rq") == vec!["b", "a"]
+    });
+    let i = info_in(&proxy, "3", "rq");
+    assert_eq!(
+        (as_int(&i["leased"]), as_int(&i["disconnects"])),
+        (0, 1),
+        "{i:?}"
+    );
+    assert_eq!(keys(&mut redis.client(), "*"), Vec::<String>::new());
+}
+
+/// redis-py, with a `redis://host:port/1` URL as Celery- and RQ-style
+/// settings give it, when it is installed.
+#[test]
+fn a_redis_py_worker_on_database_1_pops_and_acks_its_own_queue() {
+    let has_redis_py = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+        return;
+    }
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let script = r#"
+import sys, redis
+proxy, upstream = sys.argv[1], sys.argv[2]
+r = redis.Redis.from_url(f"redis://127.0.0.1:{proxy}/1", socket_timeout=30)
+producer = redis.Redis.from_url(f"redis://127.0.0.1:{upstream}/1")
+for i in range(5):
+    producer.lpush("qjobs", f"m{i}")
+got = []
+for i in range(5):
+    key, m = r.brpop("qjobs", timeout=5)
+    assert key == b"qjobs", key
+    got.append(m)
+    assert r.execute_command("ACK", "qjobs", m) == 1
+assert got == [f"m{i}".encode() for i in range(5)], got
+assert r.rpop("qjobs") is None
+producer.lpush("qjobs", "last")
+assert r.rpop("qjobs") == b"last"
+info = r.execute_command("QUEUE", "INFO", "qjobs")
+info = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+assert int(info[b"leased"]) == 1, info
+assert r.execute_command("ACK", "qjobs", "last") == 1
+left = [k for k in producer.keys("*") if not k.endswith(b":stats")]
+assert left == [], left
+assert redis.Redis(port=int(upstream)).keys("*") == []
+"#;
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &proxy.port.to_string(),
+            &redis.port.to_string(),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

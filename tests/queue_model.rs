@@ -161,11 +161,16 @@ fn check(c: &mut Client, m: &Model, step: &str) {
     );
 }
 
-fn run(seed: u64) {
+/// The model in database `db`: the client and the direct connection
+/// select it first.
+fn run(seed: u64, db: &str) {
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
     let mut c = proxy.client();
     let mut direct = redis.client();
+    for conn in [&mut c, &mut direct] {
+        assert_eq!(conn.cmd(&["SELECT", db]), Value::Simple("OK".into()));
+    }
     let mut rng = Rng(seed | 1);
     let mut m = Model::default();
     // Few distinct payloads: duplicates in flight all the time.
@@ -344,12 +349,27 @@ fn run(seed: u64) {
         .filter(|k| !is_queue_stats(k))
         .collect();
     assert!(left.is_empty(), "keys left (seed {seed}): {left:?}");
+    // Nothing of it in another database.
+    let elsewhere = bulks(&redis.client().cmd(&["KEYS", "*"]));
+    assert!(
+        db == "0" || elsewhere.is_empty(),
+        "database 0 holds keys of database {db}'s queue (seed {seed}): {elsewhere:?}"
+    );
 }
 
 #[test]
 fn random_interleavings_match_the_model() {
+    interleavings("0");
+}
+
+#[test]
+fn random_interleavings_match_the_model_in_database_3() {
+    interleavings("3");
+}
+
+fn interleavings(db: &str) {
     if let Ok(seed) = std::env::var("ACKPROXY_MODEL_SEED") {
-        run(seed.parse().expect("a number"));
+        run(seed.parse().expect("a number"), db);
         return;
     }
     let cases: u64 = std::env::var("ACKPROXY_MODEL_CASES")
@@ -363,6 +383,6 @@ fn random_interleavings_match_the_model() {
     for i in 0..cases {
         let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         println!("seed {seed}");
-        run(seed);
+        run(seed, db);
     }
 }

@@ -541,6 +541,17 @@ fn dead_letters_follow_the_users_rights() {
             &["QUEUE", "REDRIVE", q, "COUNT", "1"],
             &["QUEUE", "PURGE", q, "DEAD"],
             &["QUEUE", "INFO", q],
+            // One dead letter: the same rights as all of them.
+            &["QUEUE", "REDRIVE", q, "ID", "", &format!("{q} secret")],
+            &[
+                "QUEUE",
+                "PURGE",
+                q,
+                "DEAD",
+                "ID",
+                "",
+                &format!("{q} secret"),
+            ],
         ] {
             assert_eq!(c.raw(cmd), noperm, "{cmd:?}");
         }
@@ -603,6 +614,8 @@ fn dead_letters_follow_the_users_rights() {
     for cmd in [
         &["QUEUE", "REDRIVE", "dl:a"][..],
         &["QUEUE", "PURGE", "dl:a", "DEAD"],
+        &["QUEUE", "REDRIVE", "dl:a", "ID", "", "dl:b secret"],
+        &["QUEUE", "PURGE", "dl:a", "DEAD", "ID", "", "dl:b secret"],
     ] {
         let reply = c.raw(cmd);
         assert!(

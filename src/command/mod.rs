@@ -125,15 +125,33 @@ fn upper(name: &[u8], out: &mut [u8; 24]) -> Option<usize> {
 }
 
 pub fn classify(args: Args<'_>) -> Kind {
+    classified(args).0
+}
+
+/// [`classify`] and [`may_write`] of a request at once: for a command that
+/// only Redis's table classifies, the one lookup answers both (this is on
+/// every shared request's path).
+pub fn classify_writes(args: Args<'_>) -> (Kind, bool) {
+    match classified(args) {
+        (kind, Some(writes)) => (kind, writes),
+        (kind, None) => (kind, may_write(args)),
+    }
+}
+
+/// The kind, and whether the request may write if that came with it.
+fn classified(args: Args<'_>) -> (Kind, Option<bool>) {
     let Some(name) = args.get(0) else {
-        return Kind::Plain;
+        return (Kind::Plain, None);
     };
     let mut buf = [0u8; 24];
     let Some(n) = upper(name, &mut buf) else {
-        return Kind::Plain;
+        return (Kind::Plain, None);
     };
-    match &buf[..n] {
-        b"GET" | b"SET" | b"PING" => Kind::Plain,
+    let kind = match &buf[..n] {
+        // The commands most requests are, named here so that they cost no
+        // lookup: flags no Redis version has changed.
+        b"GET" | b"PING" => return (Kind::Plain, Some(false)),
+        b"SET" => return (Kind::Plain, Some(true)),
         b"RPOP" => Kind::Pop(PopForm::Pop { left: false }),
         b"LPOP" => Kind::Pop(PopForm::Pop { left: true }),
         b"BRPOP" => Kind::Pop(PopForm::BPop { left: false }),
@@ -177,36 +195,50 @@ pub fn classify(args: Args<'_>) -> Kind {
         b"CLIENT" => classify_client(args),
         b"RESET" => Kind::Reset,
         b"QUIT" => Kind::Quit,
-        _ => from_table(args),
-    }
+        _ => {
+            let (kind, writes) = from_table(args);
+            return (kind, Some(writes));
+        }
+    };
+    (kind, None)
 }
 
 /// A command the hand-written table does not single out: Redis's own flags
-/// say whether it can block.
-fn from_table(args: Args<'_>) -> Kind {
-    let flags = table::with_current(|t| t?.lookup(args.get(0).unwrap_or_default(), args.get(1)));
-    match flags {
+/// say whether it can block, and whether it may write.
+fn from_table(args: Args<'_>) -> (Kind, bool) {
+    let name = args.get(0).unwrap_or_default();
+    let (flags, writes) = table::with_current(|t| writes_by(t, name, args.get(1)));
+    let kind = match flags {
         Some(f) if f.blocking => Kind::Blocking,
         // Redis serves these while a script runs: they must not wait
         // behind anything (FUNCTION STATS, ...).
         Some(f) if f.allow_busy => Kind::Urgent,
         _ => Kind::Plain,
-    }
+    };
+    (kind, writes)
 }
 
 /// Whether Redis holds the command during `CLIENT PAUSE WRITE`: it may
 /// write or replicate. Without Redis's table, any command may.
 pub fn may_write(args: Args<'_>) -> bool {
     let name = args.get(0).unwrap_or_default();
-    if table::may_replicate(name) {
-        return true;
+    table::with_current(|t| writes_by(t, name, args.get(1)).1)
+}
+
+/// The command's flags in `table`, and whether it may write.
+fn writes_by(
+    table: Option<&table::Table>,
+    name: &[u8],
+    sub: Option<&[u8]>,
+) -> (Option<table::Flags>, bool) {
+    let Some(table) = table else {
+        return (None, true);
+    };
+    match table.lookup(name, sub) {
+        // The table has the commands of `table::may_replicate` flagged.
+        Some(f) => (Some(f), f.write || f.may_replicate),
+        None => (None, table::may_replicate(name)),
     }
-    table::with_current(|t| match t {
-        Some(t) => t
-            .lookup(name, args.get(1))
-            .is_some_and(|f| f.write || f.may_replicate),
-        None => true,
-    })
 }
 
 fn classify_client(args: Args<'_>) -> Kind {
@@ -299,6 +331,28 @@ mod tests {
         // Argument-dependent refinements still decide.
         assert_eq!(kind(&["XREAD", "STREAMS", "s", "0"]), Kind::Plain);
         assert_eq!(kind(&["SELECT", "0"]), Kind::Plain);
+    }
+
+    #[test]
+    fn whether_a_request_may_write_comes_with_its_kind() {
+        let writes = |words: &[&str]| with_words(words, classify_writes);
+        assert_eq!(writes(&["get", "k"]), (Kind::Plain, false));
+        assert_eq!(writes(&["PING"]), (Kind::Plain, false));
+        assert_eq!(writes(&["Set", "k", "v"]), (Kind::Plain, true));
+        // What the hand-written table singles out keeps its kind.
+        assert_eq!(writes(&["MULTI"]).0, Kind::Multi);
+        assert_eq!(writes(&["SCRIPT", "KILL"]).0, Kind::Urgent);
+        // Scripts and PUBLISH may replicate, whatever table is in use
+        // (another test installs a table of one command).
+        assert!(writes(&["EVAL_RO", "return 1", "0"]).1);
+        assert!(writes(&["PUBLISH", "c", "m"]).1);
+        for words in [
+            &["PUBLISH", "c", "m"][..],
+            &["LLEN", "k"],
+            &["XREAD", "STREAMS", "s", "0"],
+        ] {
+            assert_eq!(with_words(words, classify), writes(words).0);
+        }
     }
 
     #[test]

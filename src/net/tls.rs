@@ -88,12 +88,23 @@ pub fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, TlsError> {
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }
 
-/// How the proxy's connections to Redis speak TLS.
+/// How the proxy's connections to Redis (or to its sentinels) speak TLS.
 #[derive(Debug, Clone)]
 pub struct UpstreamTls {
     config: Arc<ClientConfig>,
-    /// What the upstream's certificate must name.
-    pub server_name: ServerName<'static>,
+    /// What the server's certificate must name; `None`: the host of the
+    /// address dialed (a primary the sentinels name changes with them).
+    pub server_name: Option<ServerName<'static>>,
+}
+
+/// The files and name of one side's TLS settings, and the prefix of their
+/// settings' names for errors.
+struct Files<'a> {
+    prefix: &'static str,
+    ca: Option<&'a Path>,
+    cert: Option<&'a Path>,
+    key: Option<&'a Path>,
+    server_name: Option<String>,
 }
 
 impl UpstreamTls {
@@ -102,61 +113,115 @@ impl UpstreamTls {
         if !config.upstream_tls {
             return Ok(None);
         }
-        let Some(ca) = &config.upstream_tls_ca_cert_file else {
-            return Err(TlsError(
-                "upstream_tls needs upstream_tls_ca_cert_file".into(),
-            ));
+        let server_name = match (&config.upstream_tls_server_name, &config.upstream) {
+            (Some(n), _) => Some(n.clone()),
+            (None, Some(u)) => Some(host(u).to_string()),
+            // Sentinel mode: whichever primary they name.
+            (None, None) => None,
         };
-        let roots = roots("upstream_tls_ca_cert_file", ca)?;
+        UpstreamTls::build(Files {
+            prefix: "upstream_tls",
+            ca: config.upstream_tls_ca_cert_file.as_deref(),
+            cert: config.upstream_tls_cert_file.as_deref(),
+            key: config.upstream_tls_key_file.as_deref(),
+            server_name,
+        })
+        .map(Some)
+    }
+
+    /// The sentinels' settings; `None` without `sentinel_tls`. Each file
+    /// not given is the upstream's.
+    pub fn for_sentinels(config: &Config) -> Result<Option<UpstreamTls>, TlsError> {
+        if !config.sentinel_tls {
+            return Ok(None);
+        }
+        let (cert, key) = match (
+            &config.sentinel_tls_cert_file,
+            &config.sentinel_tls_key_file,
+        ) {
+            (None, None) => (
+                &config.upstream_tls_cert_file,
+                &config.upstream_tls_key_file,
+            ),
+            own => own,
+        };
+        UpstreamTls::build(Files {
+            prefix: "sentinel_tls",
+            ca: config
+                .sentinel_tls_ca_cert_file
+                .as_deref()
+                .or(config.upstream_tls_ca_cert_file.as_deref()),
+            cert: cert.as_deref(),
+            key: key.as_deref(),
+            server_name: config.sentinel_tls_server_name.clone(),
+        })
+        .map(Some)
+    }
+
+    fn build(files: Files<'_>) -> Result<UpstreamTls, TlsError> {
+        let prefix = files.prefix;
+        let Some(ca) = files.ca else {
+            return Err(TlsError(format!("{prefix} needs {prefix}_ca_cert_file")));
+        };
+        let roots = roots(&format!("{prefix}_ca_cert_file"), ca)?;
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError(e.to_string()))?
             .with_root_certificates(roots);
-        let client = match (
-            &config.upstream_tls_cert_file,
-            &config.upstream_tls_key_file,
-        ) {
+        let client = match (files.cert, files.key) {
             (Some(cert), Some(key)) => builder
                 .with_client_auth_cert(
-                    certificates("upstream_tls_cert_file", cert)?,
-                    private_key("upstream_tls_key_file", key)?,
+                    certificates(&format!("{prefix}_cert_file"), cert)?,
+                    private_key(&format!("{prefix}_key_file"), key)?,
                 )
                 .map_err(|e| {
                     TlsError(format!(
-                        "upstream_tls_cert_file {} with upstream_tls_key_file {}: {e}",
+                        "{prefix}_cert_file {} with {prefix}_key_file {}: {e}",
                         cert.display(),
                         key.display()
                     ))
                 })?,
             (None, None) => builder.with_no_client_auth(),
             _ => {
-                return Err(TlsError(
-                    "upstream_tls_cert_file and upstream_tls_key_file go together".into(),
-                ))
+                return Err(TlsError(format!(
+                    "{prefix}_cert_file and {prefix}_key_file go together"
+                )))
             }
         };
-        let name = match &config.upstream_tls_server_name {
-            Some(n) => n.clone(),
-            None => host(config.upstream.as_deref().unwrap_or_default()).to_string(),
+        let server_name = match files.server_name {
+            Some(name) => Some(server_name(&name).ok_or_else(|| {
+                TlsError(format!(
+                    "{prefix}_server_name: {name:?} is not a DNS name or IP address"
+                ))
+            })?),
+            None => None,
         };
-        let server_name = ServerName::try_from(name.clone()).map_err(|_| {
-            TlsError(format!(
-                "upstream_tls_server_name: {name:?} is not a DNS name or IP address"
-            ))
-        })?;
-        Ok(Some(UpstreamTls {
+        Ok(UpstreamTls {
             config: Arc::new(client),
             server_name,
-        }))
+        })
     }
 
-    /// The TLS handshake on a connection just opened.
-    pub async fn connect(&self, tcp: TcpStream) -> std::io::Result<Stream> {
+    /// The TLS handshake on a connection just opened to `addr`.
+    pub async fn connect(&self, tcp: TcpStream, addr: &str) -> std::io::Result<Stream> {
+        let name = match &self.server_name {
+            Some(n) => n.clone(),
+            None => server_name(host(addr)).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{:?} is not a DNS name or IP address", host(addr)),
+                )
+            })?,
+        };
         let tls = TlsConnector::from(self.config.clone())
-            .connect(self.server_name.clone(), tcp)
+            .connect(name, tcp)
             .await?;
         Ok(Stream::Tls(Box::new(tls.into())))
     }
+}
+
+fn server_name(name: &str) -> Option<ServerName<'static>> {
+    ServerName::try_from(name.to_string()).ok()
 }
 
 /// The TLS handshake of a client that connected to the TLS listener.

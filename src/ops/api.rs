@@ -8,10 +8,14 @@
 //! |---|---|
 //! | `GET /api/queues` | `INFO` of every queue key found per rule, and the rule's totals |
 //! | `GET /api/queues/{key}` | `INFO key` |
-//! | `GET /api/queues/{key}/leases?count=n` | `LEASES key [COUNT n]` |
-//! | `GET /api/queues/{key}/dead?count=n` | `DEAD key [COUNT n]` |
-//! | `POST /api/queues/{key}/redrive?count=n` | `REDRIVE key [COUNT n]` (admin token) |
-//! | `POST /api/queues/{key}/purge` | `PURGE key DEAD` (admin token) |
+//! | `GET /api/queues/{key}/leases?count=n&id=i` | `LEASES key [COUNT n]`, those with id `i` |
+//! | `GET /api/queues/{key}/dead?count=n&id=i` | `DEAD key [COUNT n]`, those with id `i` |
+//! | `POST /api/queues/{key}/redrive?count=n` | `REDRIVE key [COUNT n]` (admin) |
+//! | `POST /api/queues/{key}/purge` | `PURGE key DEAD` (admin) |
+//! | `POST /api/queues/{key}/dead/retry` `{id, payload}` | `REDRIVE key ID id payload` (admin) |
+//! | `POST /api/queues/{key}/dead/delete` `{id, payload}` | `PURGE key DEAD ID id payload` (admin) |
+//!
+//! Admin routes take the bearer token or a session (see [`super::session`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::session::authorize;
 use crate::queue::Queues;
 
 /// Queue keys listed per rule at most; the page says when there are more.
@@ -44,6 +49,7 @@ pub struct Ops {
     pub queues: Arc<Queues>,
     pub admin_token: Option<String>,
     pub listing: Listing,
+    pub sessions: super::session::Sessions,
 }
 
 /// The last queue listing and when it was made. Requests that arrive while
@@ -176,6 +182,37 @@ pub struct Count {
     count: Option<u64>,
 }
 
+#[derive(Deserialize)]
+pub struct Listed {
+    count: Option<u64>,
+    /// Only the entries with this id, among the first `count` (1,000
+    /// without one, the most one QUEUE LEASES or DEAD gives).
+    id: Option<String>,
+}
+
+/// The most entries a search by id looks at.
+const SEARCHED: u64 = 1000;
+
+async fn run_listed(ops: &Ops, verb: &str, key: &str, q: Listed) -> Response {
+    let Some(id) = q.id else {
+        return run_counted(ops, verb, key, q.count).await;
+    };
+    let n = q.count.unwrap_or(SEARCHED).to_string();
+    let found = run(
+        ops,
+        &[verb.as_bytes(), key.as_bytes(), b"COUNT", n.as_bytes()],
+    )
+    .await
+    .map(|all| match all {
+        Value::Array(items) => items
+            .into_iter()
+            .filter(|i| i.get("id").and_then(Value::as_str) == Some(id.as_str()))
+            .collect(),
+        other => other,
+    });
+    respond(found)
+}
+
 /// `[verb, key]`, plus `COUNT n` when asked for.
 async fn run_counted(ops: &Ops, verb: &str, key: &str, count: Option<u64>) -> Response {
     let n = count.map(|c| c.to_string());
@@ -200,17 +237,17 @@ pub async fn info(State(ops): State<Arc<Ops>>, Path(key): Path<String>) -> Respo
 pub async fn leases(
     State(ops): State<Arc<Ops>>,
     Path(key): Path<String>,
-    Query(q): Query<Count>,
+    Query(q): Query<Listed>,
 ) -> Response {
-    run_counted(&ops, "LEASES", &key, q.count).await
+    run_listed(&ops, "LEASES", &key, q).await
 }
 
 pub async fn dead(
     State(ops): State<Arc<Ops>>,
     Path(key): Path<String>,
-    Query(q): Query<Count>,
+    Query(q): Query<Listed>,
 ) -> Response {
-    run_counted(&ops, "DEAD", &key, q.count).await
+    run_listed(&ops, "DEAD", &key, q).await
 }
 
 pub async fn redrive(
@@ -238,33 +275,66 @@ pub async fn purge(
     respond(run(&ops, &[b"PURGE", key.as_bytes(), b"DEAD"]).await)
 }
 
-fn authorize(ops: &Ops, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &ops.admin_token else {
-        return Err(ApiError::ActionsDisabled);
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim());
-    match given {
-        Some(t) if same_secret(t.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err(ApiError::Unauthorized),
-    }
+/// One dead letter, as `QUEUE DEAD` lists it: its id (`null` for one
+/// without a history) and its whole payload.
+#[derive(Deserialize)]
+pub struct Letter {
+    id: Option<String>,
+    payload: String,
 }
 
-/// Compares digests of both, in time independent of where they differ
-/// (and of the token's length).
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let (x, y) = (
-        sha1_smol::Sha1::from(a).digest().bytes(),
-        sha1_smol::Sha1::from(b).digest().bytes(),
-    );
-    x.iter()
-        .zip(y.iter())
-        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
-        == 0
+pub async fn retry_one(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    one_letter(&ops, &key, &headers, &body, true).await
+}
+
+pub async fn delete_one(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    one_letter(&ops, &key, &headers, &body, false).await
+}
+
+/// The body is read only once the request is authorised.
+async fn one_letter(
+    ops: &Ops,
+    key: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    retry: bool,
+) -> Response {
+    if let Err(e) = authorize(ops, headers) {
+        return e.into_response();
+    }
+    let l: Letter = match serde_json::from_slice(body) {
+        Ok(l) => l,
+        Err(e) => {
+            return ApiError::BadRequest(format!("expected {{\"id\": …, \"payload\": …}}: {e}"))
+                .into_response()
+        }
+    };
+    let id = l.id.unwrap_or_default();
+    let (what, args): (&str, Vec<&[u8]>) = if retry {
+        ("retry", vec![b"REDRIVE", key.as_bytes(), b"ID"])
+    } else {
+        ("delete", vec![b"PURGE", key.as_bytes(), b"DEAD", b"ID"])
+    };
+    tracing::info!(queue = %key, id = %id, "operations: {what} one dead letter");
+    let mut args = args;
+    args.extend([id.as_bytes(), l.payload.as_bytes()]);
+    match run(ops, &args).await {
+        Ok(Value::Number(n)) if n.as_i64() == Some(0) => ApiError::NotFound(format!(
+            "no dead letter of '{key}' has this id and payload (redriven, purged or dropped meanwhile?)"
+        ))
+        .into_response(),
+        r => respond(r),
+    }
 }
 
 /// Every rule with its totals and the `QUEUE INFO` of its queue keys, as
@@ -497,14 +567,6 @@ mod tests {
             let v = redis::parse_redis_value(odd).unwrap();
             assert!(scan_page(v).is_err(), "{odd:?}");
         }
-    }
-
-    #[test]
-    fn secrets_compare_by_content() {
-        assert!(same_secret(b"token", b"token"));
-        assert!(!same_secret(b"token", b"tokem"));
-        assert!(!same_secret(b"token", b"token2"));
-        assert!(!same_secret(b"", b"token"));
     }
 
     #[test]

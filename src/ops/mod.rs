@@ -8,6 +8,7 @@
 mod api;
 mod health;
 mod serve;
+mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,6 +68,7 @@ impl Prepared {
             queues,
             admin_token: config.admin_token.clone(),
             listing: api::Listing::default(),
+            sessions: session::Sessions::default(),
         });
         let listener = self.listener;
         // The bind address decides, not `ops_public`: a loopback address
@@ -104,7 +106,13 @@ fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
         .route("/api/queues/{key}/dead", get(api::dead))
         .route("/api/queues/{key}/redrive", post(api::redrive))
         .route("/api/queues/{key}/purge", post(api::purge))
+        .route("/api/queues/{key}/dead/retry", post(api::retry_one))
+        .route("/api/queues/{key}/dead/delete", post(api::delete_one))
+        .route("/api/session", get(session::status))
+        .route("/api/login", post(session::login))
+        .route("/api/logout", post(session::logout))
         .with_state(state)
+        .layer(middleware::from_fn(session::same_origin))
         .layer(middleware::from_fn_with_state(hosts, host_check))
 }
 

@@ -59,15 +59,31 @@ impl Call {
         self
     }
 
-    /// The `FCALL` request.
+    /// The `FCALL` request, for a connection in database 0.
     pub fn request(&self) -> Bytes {
+        self.encode(self.function.name(), None)
+    }
+
+    /// The `FCALL` request, for a connection in database `db`: elsewhere
+    /// than in 0 the function's variant that is told the database (the
+    /// library keeps some totals between calls, per database).
+    pub fn request_in(&self, db: i64) -> Bytes {
+        if db == 0 {
+            return self.request();
+        }
+        let index = db.to_string();
+        self.encode(self.function.name_db(), Some(index.as_bytes()))
+    }
+
+    fn encode(&self, name: &str, last: Option<&[u8]>) -> Bytes {
         let numkeys = itoa::Buffer::new().format(self.keys.len()).to_owned();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + self.keys.len() + self.argv.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + self.keys.len() + self.argv.len());
         args.push(b"FCALL");
-        args.push(self.function.name().as_bytes());
+        args.push(name.as_bytes());
         args.push(numkeys.as_bytes());
         args.extend(self.keys.iter().map(|k| &k[..]));
         args.extend(self.argv.iter().map(|a| &a[..]));
+        args.extend(last);
         let mut out = Vec::new();
         push_command(&mut out, &args);
         Bytes::from(out)
@@ -163,18 +179,20 @@ where
 }
 
 /// Where a multi-step queue operation sends its calls, in order: the shared
-/// connection of the client it runs for (or the proxy's own).
+/// connection of the client it runs for (or the proxy's own), in database
+/// `db`.
 #[derive(Clone)]
 pub struct Caller {
     pub shared: SharedUpstream,
     pub client: Arc<ClientState>,
+    pub db: i64,
 }
 
 impl Caller {
     /// Runs a call and decodes its reply, loading the library first if
     /// Redis lost it.
     pub async fn run(&self, call: &Call) -> Result<Value, CallError> {
-        let request = call.request();
+        let request = call.request_in(self.db);
         let mut reply = self.shared.call(request.clone(), self.client.clone()).await;
         if matches!(&reply, Ok(b) if library::is_missing(b)) {
             reply = self.resend(library::library().load.clone(), request).await;

@@ -31,8 +31,13 @@ pub const HELP: &[&str] = &[
     "    expiries, first and last delivery, last reason, when it was dead-lettered.",
     "REDRIVE <queue> [COUNT <n>]",
     "    Return dead letters (all, or the <n> oldest) to the queue as new messages.",
+    "REDRIVE <queue> ID <id> <payload>",
+    "    Return the one dead letter with this id (as QUEUE DEAD shows it, \"\" for none) and",
+    "    payload to the queue as a new message: 1, or 0 if there is none.",
     "PURGE <queue> DEAD",
     "    Delete the dead letters and their histories.",
+    "PURGE <queue> DEAD ID <id> <payload>",
+    "    Delete the one dead letter with this id and payload: 1, or 0 if there is none.",
     "LEASES <queue> [COUNT <n>]",
     "    The leases that expire first (default 10): id, payload, deliveries, NACKs, expiries,",
     "    ms left, destination.",
@@ -58,11 +63,12 @@ fn not_a_queue(key: &[u8]) -> Bytes {
     reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
-fn rewrite<F>(call: Call, build: F) -> Intercept
+/// `call` in database `db`, its reply made the client's by `build`.
+fn rewrite<F>(call: Call, db: i64, build: F) -> Intercept
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
-    let request = call.request();
+    let request = call.request_in(db);
     Intercept::Rewrite {
         transform: ScriptReply::boxed(call, request.clone(), build),
         request,
@@ -146,7 +152,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     let registry = registry.clone();
     if ids.len() <= IDS_PER_CALL {
         let call = ack_call(&q, &ids);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = count_acks(&q, &v);
             changed(&registry, &q, n);
             int_reply(n)
@@ -253,7 +259,7 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
         registry.touch(&q.name);
         let call = nack_call(&q, delay, &ids);
         let registry = registry.clone();
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = v.array().first().map(Value::int).unwrap_or(0);
             changed(&registry, &q, n);
             int_reply(n)
@@ -295,8 +301,9 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         "INFO" => n == 3,
         "LEASES" => n == 3 || n == 5,
         "PUSH" => n >= 4,
-        "DEAD" | "REDRIVE" => n == 3 || n == 5,
-        "PURGE" => n == 4,
+        "DEAD" => n == 3 || n == 5,
+        "REDRIVE" => n == 3 || n == 5 || n == 6,
+        "PURGE" => n == 4 || n == 7,
         _ => {
             let shown: String = String::from_utf8_lossy(sub_raw)
                 .chars()
@@ -341,6 +348,8 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
 #[derive(Clone, Copy)]
 pub struct Shape {
     pub protocol: u8,
+    /// The database the client selected.
+    pub db: i64,
     /// One script call (inside MULTI, or during a pause).
     pub one_call: bool,
 }
@@ -376,7 +385,7 @@ fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
         .queue(&q)
         .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
         .arg(ms.to_string());
-    rewrite(call, |v| int_reply(v.int()))
+    rewrite(call, registry.db, |v| int_reply(v.int()))
 }
 
 /// A map of names to integers and strings, as Redis answers `XINFO`: a map
@@ -403,7 +412,7 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
     let call = Call::new(&library::INFO).queue(&q);
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let a = v.array();
         let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
         let mut fields: Vec<(String, Field)> = vec![
@@ -463,7 +472,7 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&library::LEASES).queue(&q).arg(count.to_string());
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let leases = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, leases.len());
@@ -570,7 +579,7 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
     let registry = registry.clone();
     if payloads.len() <= PUSH_PER_CALL {
         let call = push_call(&q, due, &payloads);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             note_delayed(&registry, &q, &v);
             let n = v.array().first().map(Value::int).unwrap_or(0);
             changed(&registry, &q, n);
@@ -633,7 +642,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Interce
         .arg(Bytes::copy_from_slice(count))
         .arg(Bytes::copy_from_slice(payload));
     let (q, registry) = (q.clone(), registry.clone());
-    rewrite(call, move |v| {
+    rewrite(call, registry.db, move |v| {
         let n = v.array().first().map(Value::int).unwrap_or(0);
         changed(&registry, &q, n);
         int_reply(n)
@@ -647,7 +656,7 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Err(e) => return Intercept::Reply(e),
     };
     let call = Call::new(&library::DEAD).queue(&q).arg(count.to_string());
-    rewrite(call, move |v| {
+    rewrite(call, how.db, move |v| {
         let letters = v.array();
         let mut out = BytesMut::new();
         reply::array(&mut out, letters.len());
@@ -698,6 +707,14 @@ fn redrive_call(q: &Queue, n: i64) -> Call {
 /// them all would take other queues' too, and nothing tells which are
 /// this queue's.
 fn shared_dead_letters(sub: &str, q: &Queue) -> Option<Intercept> {
+    shared_refusal(
+        sub,
+        q,
+        "its dead letters do not say which queue they come from",
+    )
+}
+
+fn shared_refusal(sub: &str, q: &Queue, because: &str) -> Option<Intercept> {
     let why = q.dead_shared.as_ref()?;
     let show = |b: &[u8]| -> String {
         String::from_utf8_lossy(b)
@@ -707,8 +724,8 @@ fn shared_dead_letters(sub: &str, q: &Queue) -> Option<Intercept> {
     };
     Some(Intercept::Reply(reply::error(&format!(
         "ackproxy: QUEUE {sub} refused: the dead-letter list '{}' of '{}' is shared ({why}), \
-         and its dead letters do not say which queue they come from; give each queue a list \
-         of its own: $queue in the rule's dead_letter stands for the queue's name",
+         and {because}; give each queue a list of its own: $queue in the rule's dead_letter \
+         stands for the queue's name",
         show(q.keys.dead()),
         show(&q.name),
     ))))
@@ -716,6 +733,12 @@ fn shared_dead_letters(sub: &str, q: &Queue) -> Option<Intercept> {
 
 /// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
 fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> Intercept {
+    if args.len() == 6 {
+        if !args.is(3, "ID") {
+            return Intercept::Reply(reply::error("syntax error"));
+        }
+        return one_dead_letter(args, q, registry, true);
+    }
     let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
@@ -737,7 +760,7 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
     let registry = registry.clone();
     if count <= REDRIVE_PER_CALL {
         let call = redrive_call(&q, count);
-        return rewrite(call, move |v| {
+        return rewrite(call, registry.db, move |v| {
             let n = moved(&v);
             changed(&registry, &q, n);
             int_reply(n)
@@ -778,17 +801,57 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
 
 /// QUEUE PURGE queue DEAD
 fn purge(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
-    if !args.is(3, "DEAD") {
+    if !args.is(3, "DEAD") || (args.len() == 7 && !args.is(4, "ID")) {
         return Intercept::Reply(reply::error("syntax error"));
+    }
+    if args.len() == 7 {
+        return one_dead_letter(args, q, registry, false);
     }
     if let Some(refused) = shared_dead_letters("PURGE", &q) {
         return refused;
     }
     let call = Call::new(&library::PURGE).queue(&q);
     let registry = registry.clone();
-    rewrite(call, move |v| {
+    rewrite(call, registry.db, move |v| {
         changed(&registry, &q, v.int());
         int_reply(v.int())
+    })
+}
+
+/// QUEUE REDRIVE queue ID id payload (`redrive`), QUEUE PURGE queue DEAD
+/// ID id payload: the last two arguments name one dead letter. Its id, from
+/// the queue's own histories, is what makes it this queue's on a shared
+/// list; one without a history (an empty id) could be any queue's there.
+fn one_dead_letter(
+    args: Args<'_>,
+    q: Arc<Queue>,
+    registry: &Arc<Registry>,
+    redrive: bool,
+) -> Intercept {
+    let n = args.len();
+    let (id, payload) = (
+        args.get(n - 2).unwrap_or_default(),
+        args.get(n - 1).unwrap_or_default(),
+    );
+    let sub = if redrive { "REDRIVE" } else { "PURGE" };
+    if id.is_empty() {
+        let because =
+            "a dead letter without an id has no history of this queue to say it is this queue's";
+        if let Some(refused) = shared_refusal(sub, &q, because) {
+            return refused;
+        }
+    }
+    let call = Call::new(&library::DEAD_ONE)
+        .queue(&q)
+        .rule(&q)
+        .arg(Bytes::from_static(if redrive { b"R" } else { b"D" }))
+        .arg(Bytes::copy_from_slice(id))
+        .arg(Bytes::copy_from_slice(payload));
+    let registry = registry.clone();
+    rewrite(call, registry.db, move |v| {
+        let n = v.array().first().map(Value::int).unwrap_or(0);
+        changed(&registry, &q, n);
+        int_reply(n)
     })
 }
 

@@ -67,6 +67,7 @@ functions! {
     PURGE = "purge",
     DISOWN = "disown",
     RELEASE = "release",
+    DEAD_ONE = "dead_one",
 }
 
 const COMMON: &str = include_str!("../../lua/common.lua");
@@ -103,6 +104,9 @@ pub struct Library {
     pub load: Bytes,
     /// `ackq_<op>_<version>` per operation, in [`ALL`] order.
     names: Vec<String>,
+    /// `ackq_<op>_db_<version>`: the same, for calls in another database
+    /// than 0, which add its number as their last argument.
+    names_db: Vec<String>,
 }
 
 pub fn library() -> &'static Library {
@@ -124,12 +128,17 @@ pub fn library() -> &'static Library {
             .iter()
             .map(|f| format!("ackq_{}_{version}", f.op))
             .collect();
+        let names_db = ALL
+            .iter()
+            .map(|f| format!("ackq_{}_db_{version}", f.op))
+            .collect();
         Library {
             name,
             version,
             text,
             load: Bytes::from(load),
             names,
+            names_db,
         }
     })
 }
@@ -138,6 +147,11 @@ impl Function {
     /// The name to `FCALL`.
     pub fn name(&self) -> &'static str {
         &library().names[self.index]
+    }
+
+    /// The name to `FCALL` in another database than 0.
+    pub fn name_db(&self) -> &'static str {
+        &library().names_db[self.index]
     }
 }
 
@@ -199,6 +213,24 @@ impl Loader {
                 self.loaded_at.store(at + 1, Ordering::Release);
             }
         }
+    }
+}
+
+/// Loads the library on the primary of the moment through a connection of
+/// its own (not a shared one, which may still be to the previous primary
+/// right after a failover). Returns whether it is there now.
+pub async fn load_on(endpoint: &Endpoint) -> Result<(), crate::error::ControlError> {
+    use crate::upstream::control;
+    let mut conn = control::admin(endpoint).await?;
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(&library().text);
+    match control::query::<redis::Value>(&mut conn, "FUNCTION LOAD", &load).await {
+        Ok(_) => Ok(()),
+        // Loaded already (replicated before the failover, most often).
+        Err(e) if matches!(&e.cause, crate::error::ControlCause::Refused { detail, .. } if detail.starts_with("Library")) => {
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -279,6 +311,7 @@ mod tests {
         assert!(lib.text.starts_with(&format!("#!lua name={}\n", lib.name)));
         assert_eq!(lib.version.len(), 12);
         assert_eq!(POP.name(), format!("ackq_pop_{}", lib.version));
+        assert_eq!(POP.name_db(), format!("ackq_pop_db_{}", lib.version));
         for f in ALL {
             assert!(
                 lib.text.contains(&format!("register('{}', function", f.op)),

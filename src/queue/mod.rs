@@ -9,6 +9,7 @@ pub mod bounded;
 pub mod call;
 pub mod clock;
 pub mod commands;
+pub mod dbs;
 pub mod job;
 pub mod keys;
 pub mod library;
@@ -35,10 +36,10 @@ use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
 use call::{Caller, ScriptReply};
+use dbs::Dbs;
 use job::Job;
 use pop::{Parsed, Pop};
 use rules::Rules;
-use waiters::Waiters;
 
 /// How the session can carry a queue operation out.
 #[derive(Clone, Copy)]
@@ -53,6 +54,8 @@ pub struct How {
     /// The client connection, from [`owners::next_conn`]: leases on rules
     /// that track connections record it.
     pub conn: u64,
+    /// The database the client selected: its queue calls run there.
+    pub db: i64,
     /// A pop the client sent after it had the reply to its previous pop,
     /// and the first of its transaction: on `ack = "next-pop"` rules it
     /// acknowledges what the connection popped before. A pipelined pop, or
@@ -94,12 +97,10 @@ pub struct Queues {
     /// Destination → the queue's name (not the resolved queue, which can be
     /// large and is cached apart, within its own bound).
     destinations: RwLock<ByteBoundedMap<Bytes>>,
-    /// Queues with leases, for the reaper.
-    registry: Arc<registry::Registry>,
-    waiters: Waiters,
-    owners: owners::Owners,
-    /// The proxy's own connection: [`Queues::admin`], the release of a
-    /// timed-out next-pop pop.
+    /// Each database's queues with leases, parked pops and connections.
+    dbs: Arc<Dbs>,
+    /// The proxy's own connection in database 0: [`Queues::admin`], the
+    /// function library (one for every database).
     own: Caller,
     endpoint: Arc<Endpoint>,
     library: library::Loader,
@@ -117,23 +118,16 @@ impl Queues {
         // The proxy's own traffic (wake-ups, reaping) gets its own shared
         // connection so that it never queues behind clients' pipelines.
         let shared = SharedUpstream::spawn(endpoint.clone());
-        let registry = Arc::new(registry::Registry::default());
-        let waiters = Waiters::start(
+        let dbs = Arc::new(Dbs::new(
+            shared,
             rules.clone(),
             endpoint.clone(),
-            shared.clone(),
-            registry.clone(),
             stop.clone(),
-        );
-        let own = Caller {
-            shared: shared.clone(),
-            client: ClientState::new(0, usize::MAX),
-        };
+        ));
+        let own = dbs.zero().own.clone();
         let reaper = reaper::Reaper {
             rules: rules.clone(),
-            registry: registry.clone(),
-            caller: own.clone(),
-            waiters: waiters.clone(),
+            dbs: dbs.clone(),
             interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
             batch: config.reaper.batch.max(1),
         };
@@ -141,9 +135,7 @@ impl Queues {
         Queues {
             rules,
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
-            registry,
-            waiters,
-            owners: owners::Owners::default(),
+            dbs,
             own,
             endpoint,
             library: library::Loader::default(),
@@ -156,6 +148,19 @@ impl Queues {
         self.library
             .ensure(&self.endpoint, &self.own.shared, &self.own.client)
             .await;
+    }
+
+    /// The primary moved (Sentinel): the library is loaded there at once,
+    /// when queues are configured, rather than by the first calls that
+    /// find it missing.
+    pub async fn after_switch(&self) {
+        if !self.active() {
+            return;
+        }
+        match library::load_on(&self.endpoint).await {
+            Ok(()) => tracing::info!(primary = %self.endpoint.addr, "queue function library loaded on the new primary"),
+            Err(e) => tracing::warn!("queue function library not loaded on the new primary ({e}); the first queue call there loads it"),
+        }
     }
 
     /// A client's command may have removed the library from Redis.
@@ -207,8 +212,10 @@ impl Queues {
             in_multi,
             split,
             conn,
+            db,
             next,
         } = how;
+        let db = self.dbs.at(db);
         // Where a request cannot be split, it is one call, as in MULTI.
         let one_call = in_multi || !split;
         match kind {
@@ -221,23 +228,34 @@ impl Queues {
                         return Intercept::Refuse(refusal);
                     }
                 }
-                self.pop(form, args, protocol, (in_multi, one_call), (conn, next))
+                self.pop(
+                    form,
+                    args,
+                    protocol,
+                    (in_multi, one_call),
+                    (conn, next),
+                    &db,
+                )
             }
             Kind::Lrem => {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve_leased(&n)) {
-                    Some(q) => commands::lrem(args, &q, &self.registry),
+                    Some(q) => commands::lrem(args, &q, &db.registry),
                     None => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, &self.registry, one_call),
-            Kind::Nack => commands::nack(args, &self.rules, &self.registry, one_call),
+            Kind::Ack => commands::ack(args, &self.rules, &db.registry, one_call),
+            Kind::Nack => commands::nack(args, &self.rules, &db.registry, one_call),
             Kind::Queue => commands::queue(
                 args,
                 &self.rules,
-                &self.registry,
-                commands::Shape { protocol, one_call },
+                &db.registry,
+                commands::Shape {
+                    protocol,
+                    db: db.index,
+                    one_call,
+                },
             ),
             _ => Intercept::Pass,
         }
@@ -250,6 +268,7 @@ impl Queues {
         protocol: u8,
         (in_multi, one_call): (bool, bool),
         (conn, next): (u64, bool),
+        db: &dbs::Db,
     ) -> Intercept {
         let mut pop = match pop::parse(form, args, &self.rules, protocol) {
             Parsed::Pop(p) => p,
@@ -272,15 +291,15 @@ impl Queues {
         }
         pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
-            pop.owner = self.owners.owner(conn);
+            pop.owner = db.owners.owner(conn);
             for q in pop.queues().filter(|q| q.rule.requeue_on_disconnect) {
-                self.owners.note(conn, &q.name);
+                db.owners.note(conn, &q.name);
             }
         }
-        let registry = self.registry.clone();
+        let registry = db.registry.clone();
         if in_multi || (one_call && !form.is_blocking()) {
             let call = pop.single_call();
-            let request = call.request();
+            let request = call.request_in(db.index);
             return Intercept::Rewrite {
                 request: request.clone(),
                 transform: ScriptReply::boxed(call, request, move |v| {
@@ -299,7 +318,7 @@ impl Queues {
             // from the reply stream.
             let mut progress = pop::Progress::default();
             if let Some(call) = pop.next_call(&mut progress) {
-                let request = call.request();
+                let request = call.request_in(db.index);
                 return Intercept::Rewrite {
                     request: request.clone(),
                     transform: Box::new(PopCalls {
@@ -324,11 +343,25 @@ impl Queues {
     }
 
     /// Client connection `conn` closed. Unless the proxy is shutting down,
-    /// the leases it took on requeue_on_disconnect queues end now, on
-    /// `shared`, the connection its pops went on: behind them, so a pop
-    /// still in flight has leased before they are looked for.
+    /// the leases it took on requeue_on_disconnect queues end now, in each
+    /// database, on the connection its pops there went on (`shared` in
+    /// database 0): behind them, so a pop still in flight has leased
+    /// before they are looked for.
     pub fn closed(&self, conn: u64, shutting_down: bool, shared: &SharedUpstream) {
-        let names = self.owners.take(conn);
+        self.requeue_closed(self.dbs.zero(), conn, shutting_down, shared);
+        for db in self.dbs.others() {
+            self.requeue_closed(&db, conn, shutting_down, &db.clients);
+        }
+    }
+
+    fn requeue_closed(
+        &self,
+        db: &dbs::Db,
+        conn: u64,
+        shutting_down: bool,
+        shared: &SharedUpstream,
+    ) {
+        let names = db.owners.take(conn);
         if names.is_empty() || shutting_down {
             return;
         }
@@ -340,9 +373,10 @@ impl Queues {
         let caller = Caller {
             shared: shared.clone(),
             client: ClientState::new(0, usize::MAX),
+            db: db.index,
         };
-        let (owner, waiters) = (self.owners.owner(conn), self.waiters.clone());
-        let registry = self.registry.clone();
+        let (owner, waiters) = (db.owners.owner(conn), db.waiters.clone());
+        let registry = db.registry.clone();
         tokio::spawn(async move {
             // A parked pop of this connection still running leases first.
             waiters.sync().await;
@@ -373,6 +407,7 @@ impl Queues {
             split: true,
             // No client connection: nothing to acknowledge by next pop.
             conn: 0,
+            db: 0,
             next: false,
         };
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
@@ -433,17 +468,24 @@ impl Queues {
         self.rules.is_exact(pattern.as_bytes())
     }
 
-    /// Up to `limit` queues this proxy knows to have leases.
+    /// Up to `limit` queues of database 0 this proxy knows to have leases.
     pub fn leased(&self, limit: usize) -> Vec<Bytes> {
-        self.registry.names(limit)
+        self.dbs.zero().registry.names(limit)
     }
 
-    /// A blocking pop: first the call a non-blocking pop of its form makes,
-    /// on the client's shared connection (`caller`; `None`: the proxy's
-    /// own, where parked pops run), as Redis serves a blocking pop on a list
-    /// that has elements at once; only if that finds nothing does it park
-    /// until it gets a message or its timeout passes.
-    pub async fn blocking_pop(&self, pop: Pop, caller: Option<Caller>) -> Bytes {
+    /// Where clients' queue operations in database `db` go (other than 0,
+    /// where each client's own shared connection serves).
+    pub fn clients_in(&self, db: i64) -> SharedUpstream {
+        self.dbs.at(db).clients.clone()
+    }
+
+    /// A blocking pop in database `db`: first the call a non-blocking pop
+    /// of its form makes, on the client's shared connection (`caller`;
+    /// `None`: the proxy's own, where parked pops run), as Redis serves a
+    /// blocking pop on a list that has elements at once; only if that finds
+    /// nothing does it park until it gets a message or its timeout passes.
+    pub async fn blocking_pop(&self, pop: Pop, caller: Option<Caller>, db: i64) -> Bytes {
+        let db = self.dbs.at(db);
         let started = tokio::time::Instant::now();
         let timeout_reply = pop.timeout_reply();
         let next_pop: Vec<Arc<rules::Queue>> = pop
@@ -451,23 +493,23 @@ impl Queues {
             .filter(|q| q.rule.ack == config::AckPolicy::NextPop)
             .cloned()
             .collect();
-        if self.waiters.waiting_on(&pop) {
+        if db.waiters.waiting_on(&pop) {
             // What is pushed there is for the pops parked first: this one
             // parks behind them. Asking for the next message finished the
             // last one: acknowledged now, not when the dispatcher gets to
             // this pop (which may be a long time).
             if pop.next {
                 for q in &next_pop {
-                    owners::release(&self.own, q, &pop.owner).await;
+                    owners::release(&db.own, q, &pop.owner).await;
                 }
             }
         } else {
             // The call acknowledges the connection's earlier leases on
             // next-pop queues (if it is a next pop) before it pops, also
             // when it finds nothing.
-            match pop.run(caller.as_ref().unwrap_or(&self.own)).await {
+            match pop.run(caller.as_ref().unwrap_or(&db.own)).await {
                 Ok(done) => {
-                    after_pop(&self.registry, &done);
+                    after_pop(&db.registry, &done);
                     if let Some(reply) = done.reply {
                         return reply;
                     }
@@ -482,7 +524,7 @@ impl Queues {
         if deadline.is_some_and(|d| d <= tokio::time::Instant::now()) {
             return timeout_reply;
         }
-        let mut rx = self.waiters.park(pop);
+        let mut rx = db.waiters.park(pop);
         let Some(deadline) = deadline else {
             return rx.await.unwrap_or_else(|_| {
                 Bytes::from_static(b"-ERR ackproxy: blocking pop abandoned\r\n")
@@ -502,7 +544,7 @@ impl Queues {
                     return reply;
                 }
                 if !next_pop.is_empty() {
-                    self.waiters.sync().await;
+                    db.waiters.sync().await;
                 }
                 timeout_reply
             }
@@ -548,7 +590,7 @@ impl ReplyTransform for PopCalls {
             return Transformed::Done(e.to_reply());
         }
         if let Some(call) = self.pop.next_call(&mut self.progress) {
-            let request = call.request();
+            let request = call.request_in(self.registry.db);
             self.call = call;
             self.request = Some(request.clone());
             return Transformed::Continue(request);
@@ -565,5 +607,23 @@ struct Verbatim;
 impl ReplyTransform for Verbatim {
     fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
         crate::output::Transformed::Done(reply)
+    }
+}
+
+/// The reply transform of a queue operation in a database other than 0:
+/// its further calls (a library load, a pop's next bounded call) go on
+/// that database's connection, as its first did.
+pub struct InDb {
+    pub inner: Box<dyn ReplyTransform>,
+    pub shared: SharedUpstream,
+}
+
+impl ReplyTransform for InDb {
+    fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
+        self.inner.apply(reply)
+    }
+
+    fn resend_on(&self) -> Option<SharedUpstream> {
+        Some(self.shared.clone())
     }
 }

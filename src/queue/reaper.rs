@@ -13,6 +13,9 @@
 //! full is followed by the next one at once, so a backlog (a million
 //! delayed messages due together) drains as fast as the bounded calls go.
 //!
+//! Each database that has queue state (see `dbs.rs`) is reaped, scanned
+//! and sampled on its own connection; the gauges sum every database.
+//!
 //! It also samples the queue gauges (ready, leased, delayed, dead, oldest
 //! lease age per rule), every [`SAMPLE_EVERY`] while metrics are exported,
 //! never on a client's request: one bounded `info.lua` call per queue that
@@ -32,14 +35,16 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::call::{Call, Caller};
+use std::collections::HashMap;
+
+use super::call::Call;
 use super::clock;
+use super::dbs::{Db, Dbs};
 use super::keys;
 use super::library;
-use super::registry::{Registry, Sample, MAX_WAIT};
+use super::registry::{Sample, Sizes, MAX_WAIT};
 use super::rules::{Queue, Rules};
 use super::value::Value;
-use super::waiters::Waiters;
 
 /// How often Redis is scanned for queues with leases this proxy does not
 /// know of.
@@ -60,9 +65,7 @@ const REFRESH_AFTER: Duration = Duration::from_secs(60);
 
 pub struct Reaper {
     pub rules: Arc<Rules>,
-    pub registry: Arc<Registry>,
-    pub caller: Caller,
-    pub waiters: Waiters,
+    pub dbs: Arc<Dbs>,
     pub interval: Duration,
     pub batch: usize,
 }
@@ -73,7 +76,8 @@ impl Reaper {
         let mut next_sample = Instant::now();
         let sampled = crate::telemetry::latency().is_some();
         let mut reloaded = self.rules.subscribe();
-        let mut cursor = Bytes::from_static(b"0");
+        // Each database's SCAN cursor.
+        let mut cursors: HashMap<i64, Bytes> = HashMap::new();
         let mut backlog = false;
         loop {
             if backlog {
@@ -90,38 +94,69 @@ impl Reaper {
             }
             // Without rules (in force, or removed by a reload) no key is a
             // queue: Redis is not scanned.
+            let others = self.dbs.others();
+            let dbs = || std::iter::once(self.dbs.zero()).chain(others.iter().map(|d| &**d));
             if self.rules.any_leased() && Instant::now() >= next_discovery {
-                cursor = self.discover(cursor).await;
+                for db in dbs() {
+                    let cursor = cursors.remove(&db.index);
+                    let cursor = self
+                        .discover(db, cursor.unwrap_or(Bytes::from_static(b"0")))
+                        .await;
+                    cursors.insert(db.index, cursor);
+                }
                 next_discovery = Instant::now() + DISCOVER_EVERY;
             }
             backlog = false;
-            if clock::stale() && !self.registry.is_empty() {
+            if clock::stale() && dbs().any(|db| !db.registry.is_empty()) {
                 self.measure_clock().await;
             }
-            for name in self.registry.due(Instant::now()) {
-                // Also under a rule a reload removed: its leases end too.
-                match self.rules.resolve_leased(&name) {
-                    Some(q) => backlog |= self.reap(&q).await,
-                    None => self.registry.forget(&name),
+            for db in dbs() {
+                for name in db.registry.due(Instant::now()) {
+                    // Also under a rule a reload removed: its leases end too.
+                    match self.rules.resolve_leased(&name) {
+                        Some(q) => backlog |= self.reap(db, &q).await,
+                        None => db.registry.forget(&name),
+                    }
                 }
             }
             if reloaded.has_changed().unwrap_or(false) {
                 reloaded.mark_unchanged();
                 // A queue's rule, and so the gauges it adds to, may differ.
-                self.registry.all_changed();
+                for db in dbs() {
+                    db.registry.all_changed();
+                }
             }
             if sampled && Instant::now() >= next_sample {
-                self.sample().await;
+                let mut sizes: HashMap<String, Sizes> = HashMap::new();
+                for db in dbs() {
+                    self.sample(db).await;
+                    for (pattern, s) in db.registry.sizes(Instant::now()) {
+                        let sum = sizes.entry(pattern).or_default();
+                        sum.ready += s.ready;
+                        sum.leased += s.leased;
+                        sum.delayed += s.delayed;
+                        sum.dead += s.dead;
+                        sum.oldest_ms = sum.oldest_ms.max(s.oldest_ms);
+                    }
+                }
+                for (pattern, rule) in crate::telemetry::rules() {
+                    let s = sizes.remove(&pattern).unwrap_or_default();
+                    rule.ready.set(s.ready as f64);
+                    rule.leased.set(s.leased as f64);
+                    rule.delayed.set(s.delayed as f64);
+                    rule.dead.set(s.dead as f64);
+                    rule.oldest_lease_age.set(s.oldest_ms as f64 / 1000.0);
+                }
                 next_sample = Instant::now() + SAMPLE_EVERY;
             }
         }
     }
 
-    /// Samples the queues [`Registry::to_sample`] picks, one `info.lua`
-    /// call each, and sets the gauges from every known queue's last
-    /// sample. If Redis cannot be asked, the rest wait for the next round.
-    async fn sample(&self) {
-        let picked = self.registry.to_sample(
+    /// Samples the queues of `db` that [`Registry::to_sample`] picks, one
+    /// `info.lua` call each. If Redis cannot be asked, the rest wait for
+    /// the next round.
+    async fn sample(&self, db: &Db) {
+        let picked = db.registry.to_sample(
             Instant::now(),
             SAMPLES_PER_ROUND,
             REFRESHES_PER_ROUND,
@@ -129,11 +164,11 @@ impl Reaper {
         );
         for name in picked {
             let Some(q) = self.rules.resolve(&name) else {
-                self.registry.forget_known(&name);
+                db.registry.forget_known(&name);
                 continue;
             };
             let asked = Instant::now();
-            let Ok(v) = self.caller.run(&Call::new(&library::INFO).queue(&q)).await else {
+            let Ok(v) = db.own.run(&Call::new(&library::INFO).queue(&q)).await else {
                 break;
             };
             let a = v.array();
@@ -147,16 +182,7 @@ impl Reaper {
                 oldest_ms: field(3),
                 delayed: field(5),
             };
-            self.registry.sampled(&name, asked, sample);
-        }
-        let mut sizes = self.registry.sizes(Instant::now());
-        for (pattern, rule) in crate::telemetry::rules() {
-            let s = sizes.remove(&pattern).unwrap_or_default();
-            rule.ready.set(s.ready as f64);
-            rule.leased.set(s.leased as f64);
-            rule.delayed.set(s.delayed as f64);
-            rule.dead.set(s.dead as f64);
-            rule.oldest_lease_age.set(s.oldest_ms as f64 / 1000.0);
+            db.registry.sampled(&name, asked, sample);
         }
     }
 
@@ -164,12 +190,12 @@ impl Reaper {
     /// queue has leases, so ACKs can be timed.
     async fn measure_clock(&self) {
         let sent = clock::local_ms();
-        let reply = self
-            .caller
+        let own = &self.dbs.zero().own;
+        let reply = own
             .shared
             .call(
                 Bytes::from_static(b"*1\r\n$4\r\nTIME\r\n"),
-                self.caller.client.clone(),
+                own.client.clone(),
             )
             .await;
         let received = clock::local_ms();
@@ -184,14 +210,14 @@ impl Reaper {
 
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
-    async fn reap(&self, q: &Queue) -> bool {
+    async fn reap(&self, db: &Db, q: &Queue) -> bool {
         let call = Call::new(&library::REAP)
             .queue(q)
             .rule(q)
             .arg(self.batch.to_string());
-        let Ok(v) = self.caller.run(&call).await else {
+        let Ok(v) = db.own.run(&call).await else {
             // Redis is down or refused: try again later.
-            self.registry
+            db.registry
                 .reschedule(&q.name, Instant::now() + self.interval.max(MAX_WAIT / 4));
             return false;
         };
@@ -203,14 +229,14 @@ impl Reaper {
         for pair in moves.chunks(2) {
             let [token, dest] = pair else { break };
             let (a, b) =
-                super::commands::expire_move(&self.caller, q, dest.bytes(), token.bytes()).await;
+                super::commands::expire_move(&db.own, q, dest.bytes(), token.bytes()).await;
             requeued += a;
             dead += b;
         }
         let batch = self.batch as i64;
         let full = requeued + dead >= batch || promoted >= batch || moves.len() / 2 >= self.batch;
         if left == 0 {
-            self.registry.forget(&q.name);
+            db.registry.forget(&q.name);
         } else {
             // A full batch may leave more: look again at once.
             let wait = if full || next_ms < 0 {
@@ -218,22 +244,22 @@ impl Reaper {
             } else {
                 Duration::from_millis(next_ms as u64).min(MAX_WAIT)
             };
-            self.registry.reschedule(&q.name, Instant::now() + wait);
+            db.registry.reschedule(&q.name, Instant::now() + wait);
         }
         if requeued > 0 || dead > 0 || promoted > 0 {
-            self.registry.changed(&q.name);
+            db.registry.changed(&q.name);
         }
         if requeued > 0 || promoted > 0 {
             // Parked pops on this queue have something to take (the list
             // push also notifies them; this covers a lost notification).
-            self.waiters.wake(q.name.clone());
+            db.waiters.wake(q.name.clone());
         }
         full && left > 0
     }
 
-    /// One bounded SCAN pass for lease and delayed sets of queues matching a
-    /// rule.
-    async fn discover(&self, mut cursor: Bytes) -> Bytes {
+    /// One bounded SCAN pass of `db` for lease and delayed sets of queues
+    /// matching a rule.
+    async fn discover(&self, db: &Db, mut cursor: Bytes) -> Bytes {
         for _ in 0..SCAN_ROUNDS {
             let req = crate::upstream::encode_command(&[
                 b"SCAN",
@@ -243,10 +269,10 @@ impl Reaper {
                 b"COUNT",
                 b"1000",
             ]);
-            let Ok(reply) = self
-                .caller
+            let Ok(reply) = db
+                .own
                 .shared
-                .call(Bytes::from(req), self.caller.client.clone())
+                .call(Bytes::from(req), db.own.client.clone())
                 .await
             else {
                 return cursor;
@@ -259,7 +285,7 @@ impl Reaper {
             for key in items.get(1).map(Value::array).unwrap_or_default() {
                 if let Some(name) = keys::queue_of_reaped_key(key.bytes()) {
                     if self.rules.is_leased_queue(name) {
-                        self.registry
+                        db.registry
                             .found(&Bytes::copy_from_slice(name), Instant::now());
                     }
                 }

@@ -29,6 +29,8 @@ const ENTRY_OVERHEAD: usize = 64;
 /// The queues that have leases, each with when to reap it next.
 #[derive(Default)]
 pub struct Registry {
+    /// The database of its queues.
+    pub db: i64,
     inner: Mutex<Entries>,
 }
 
@@ -89,6 +91,14 @@ pub struct Sizes {
 }
 
 impl Registry {
+    /// The registry of database `db`'s queues.
+    pub fn in_db(db: i64) -> Registry {
+        Registry {
+            db,
+            ..Registry::default()
+        }
+    }
+
     /// A queue this proxy changed (a pop, a NACK, a delayed push) may have
     /// leases or messages due from `at` on.
     pub fn note(&self, name: &Bytes, at: Instant) {

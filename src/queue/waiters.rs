@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::call::Caller;
+use super::call::{CallError, Caller};
 use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
@@ -34,8 +34,11 @@ use crate::output::ClientState;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::{control, Endpoint};
 
-/// Keyspace channels of database 0, where the queues live.
-const CHANNEL_PREFIX: &[u8] = b"__keyspace@0__:";
+/// Keyspace channels of database `db`: each database's queues have
+/// waiters of their own.
+fn channel_prefix(db: i64) -> Vec<u8> {
+    format!("__keyspace@{db}__:").into_bytes()
+}
 /// Even with notifications, parked pops are retried this often, which
 /// covers events lost while the notification connection was down.
 const SAFETY_RECHECK: Duration = Duration::from_secs(1);
@@ -78,13 +81,16 @@ impl Waiters {
         shared: SharedUpstream,
         registry: Arc<Registry>,
         stop: watch::Receiver<bool>,
+        db: i64,
     ) -> Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let waiting = Waiting::default();
+        let survive_failover = endpoint.addr.follows_sentinels();
         let listener = Listener {
             endpoint,
+            prefix: channel_prefix(db),
             changed: rules.subscribe(),
             rules: rules.clone(),
             keys: HashSet::new(),
@@ -97,6 +103,7 @@ impl Waiters {
             caller: Caller {
                 shared,
                 client: ClientState::new(0, usize::MAX),
+                db,
             },
             registry,
             changed: rules.subscribe(),
@@ -115,7 +122,10 @@ impl Waiters {
             lingering: HashMap::new(),
             subs: sub_tx,
             notifications: false,
+            counted_parked: 0,
+            counted_polling: false,
             poll: POLL_MIN,
+            survive_failover,
         };
         tokio::spawn(dispatcher.run(rx, done_rx));
         Waiters { tx, waiting }
@@ -230,7 +240,15 @@ struct Dispatcher {
     lingering: HashMap<Bytes, Instant>,
     subs: mpsc::UnboundedSender<Sub>,
     notifications: bool,
+    /// What this database's dispatcher adds to the parked and polling
+    /// gauges, which sum those of every database.
+    counted_parked: usize,
+    counted_polling: bool,
     poll: Duration,
+    /// The primary may move (Sentinel): a pop that finds Redis unreachable
+    /// or no longer the primary stays parked, and is tried again on the
+    /// new one.
+    survive_failover: bool,
 }
 
 impl Dispatcher {
@@ -298,11 +316,24 @@ impl Dispatcher {
                     self.want(&keys);
                 }
                 Msg::Notifications(on) => {
-                    // Set every time: the dispatcher starts out polling,
-                    // while the gauge starts at 0.
-                    crate::telemetry::clients()
-                        .polling
-                        .set(if on { 0.0 } else { 1.0 });
+                    // Counted on every report: the dispatcher starts out
+                    // polling, while the gauge starts at 0.
+                    if on == self.counted_polling {
+                        // 1 while any database's pops poll.
+                        static POLLING: std::sync::atomic::AtomicUsize =
+                            std::sync::atomic::AtomicUsize::new(0);
+                        use std::sync::atomic::Ordering::AcqRel;
+                        let before = if on {
+                            POLLING.fetch_sub(1, AcqRel)
+                        } else {
+                            POLLING.fetch_add(1, AcqRel)
+                        };
+                        let now = if on { before - 1 } else { before + 1 };
+                        crate::telemetry::clients()
+                            .polling
+                            .set(if now > 0 { 1.0 } else { 0.0 });
+                        self.counted_polling = !on;
+                    }
                     self.notifications = on;
                 }
             }
@@ -310,10 +341,15 @@ impl Dispatcher {
         }
     }
 
-    fn gauge(&self) {
-        crate::telemetry::clients()
-            .parked
-            .set((self.parked.len() + self.running.len()) as f64);
+    fn gauge(&mut self) {
+        let now = self.parked.len() + self.running.len();
+        let parked = &crate::telemetry::clients().parked;
+        if now > self.counted_parked {
+            parked.increment((now - self.counted_parked) as f64);
+        } else if now < self.counted_parked {
+            parked.decrement((self.counted_parked - now) as f64);
+        }
+        self.counted_parked = now;
     }
 
     /// Returns the pop's keys.
@@ -443,12 +479,16 @@ impl Dispatcher {
             self.done.clone(),
             self.waiting.clone(),
         );
+        let survive_failover = self.survive_failover;
         tokio::spawn(async move {
             let reply = match p.pop.run(&caller).await {
                 Ok(popped) => {
                     super::after_pop(&registry, &popped);
                     popped.reply
                 }
+                // A lease this pop may have taken without hearing back
+                // expires and is delivered again: at-least-once holds.
+                Err(e) if survive_failover && during_failover(&e) => None,
                 // WRONGTYPE and the like end the wait, as in Redis; so
                 // does a Redis that cannot be reached, as for a plain
                 // blocking pop on a connection that is gone.
@@ -569,6 +609,8 @@ const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
 /// there is none, the dispatcher is told so, and polls.
 struct Listener {
     endpoint: Arc<Endpoint>,
+    /// The keyspace channels' prefix in this database.
+    prefix: Vec<u8>,
     /// Without rules nothing is subscribed, and Redis's notification
     /// settings are left alone.
     rules: Arc<Rules>,
@@ -586,6 +628,8 @@ enum Ended {
     Lost,
     /// The last rule went away.
     RulesChanged,
+    /// The primary moved (Sentinel).
+    Moved,
 }
 
 impl Listener {
@@ -609,11 +653,12 @@ impl Listener {
                 }
                 continue;
             }
+            let primary = self.endpoint.addr.generation();
             let e = match self.subscription(down).await {
                 Ok(Ended::Stopped) => return,
                 // Pops parked before the last rule went, on what are plain
                 // lists now, are retried by the safety recheck.
-                Ok(Ended::RulesChanged) => {
+                Ok(Ended::RulesChanged | Ended::Moved) => {
                     down = false;
                     continue;
                 }
@@ -643,10 +688,17 @@ impl Listener {
             }
             let retry = tokio::time::sleep(backoff);
             tokio::pin!(retry);
+            let moved = self.endpoint.addr.moved_from(primary);
+            tokio::pin!(moved);
             loop {
                 tokio::select! {
                     _ = self.stop.changed() => return,
                     _ = &mut retry => break,
+                    // A failover ended: the new primary is there now.
+                    () = &mut moved => {
+                        backoff = RESUBSCRIBE_MIN;
+                        break;
+                    }
                     // Kept up to date meanwhile, so that what the
                     // dispatcher asks for does not pile up here.
                     sub = self.subs.recv() => match sub {
@@ -672,9 +724,14 @@ impl Listener {
     /// and subscription changes until the connection ends or the proxy
     /// stops.
     async fn subscription(&mut self, was_down: bool) -> Result<Ended, ControlError> {
+        let moved = self
+            .endpoint
+            .addr
+            .moved_from(self.endpoint.addr.generation());
+        tokio::pin!(moved);
         let mut conn = control::subscriber(&self.endpoint).await?;
         enable_notifications(&self.endpoint).await?;
-        let keys: Vec<Vec<u8>> = self.keys.iter().map(|k| channel(k)).collect();
+        let keys: Vec<Vec<u8>> = self.keys.iter().map(|k| channel(&self.prefix, k)).collect();
         if !keys.is_empty() {
             control::request("SUBSCRIBE", conn.subscribe(&keys)).await?;
         }
@@ -688,6 +745,9 @@ impl Listener {
         loop {
             tokio::select! {
                 _ = self.stop.changed() => return Ok(Ended::Stopped),
+                // A failover: subscribed again on the new primary, with
+                // its notifications enabled there.
+                () = &mut moved => return Ok(Ended::Moved),
                 _ = self.changed.changed() => {
                     if self.rules.is_empty() {
                         return Ok(Ended::RulesChanged);
@@ -698,7 +758,7 @@ impl Listener {
                         // Kept first: if this fails, the next subscription
                         // has it.
                         self.keys.insert(k.clone());
-                        let done = control::request("SUBSCRIBE", sink.subscribe(channel(&k)));
+                        let done = control::request("SUBSCRIBE", sink.subscribe(channel(&self.prefix, &k)));
                         tolerate_refusal(done.await)?;
                         // A push between the pop that found nothing and
                         // now brought no event: pop again.
@@ -706,14 +766,14 @@ impl Listener {
                     }
                     Some(Sub::Unsubscribe(k)) => {
                         self.keys.remove(&k);
-                        let done = control::request("UNSUBSCRIBE", sink.unsubscribe(channel(&k)));
+                        let done = control::request("UNSUBSCRIBE", sink.unsubscribe(channel(&self.prefix, &k)));
                         tolerate_refusal(done.await)?;
                     }
                     None => return Ok(Ended::Stopped),
                 },
                 event = events.next() => match event {
                     Some(event) => {
-                        if let Some(key) = event_key(&event) {
+                        if let Some(key) = event_key(&self.prefix, &event) {
                             let _ = self.dispatcher.send(Msg::Wake(key));
                         }
                     }
@@ -737,6 +797,20 @@ fn tolerate_refusal(done: Result<(), ControlError>) -> Result<(), ControlError> 
     }
 }
 
+/// What a pop meets while the sentinels fail the primary over: no
+/// connection, a lost one, or the previous primary turned replica.
+fn during_failover(e: &CallError) -> bool {
+    match e {
+        CallError::Upstream(_) => true,
+        CallError::Redis(reply) => {
+            reply.starts_with(b"-READONLY")
+                || reply.starts_with(b"-LOADING")
+                || reply.starts_with(b"-MASTERDOWN")
+        }
+        CallError::Unexpected => false,
+    }
+}
+
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -744,16 +818,16 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-fn channel(key: &[u8]) -> Vec<u8> {
-    let mut ch = CHANNEL_PREFIX.to_vec();
+fn channel(prefix: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut ch = prefix.to_vec();
     ch.extend_from_slice(key);
     ch
 }
 
 /// The key a keyspace event is about.
-fn event_key(event: &redis::Msg) -> Option<Bytes> {
+fn event_key(prefix: &[u8], event: &redis::Msg) -> Option<Bytes> {
     let channel: Vec<u8> = event.get_channel().ok()?;
-    let name = channel.strip_prefix(CHANNEL_PREFIX)?;
+    let name = channel.strip_prefix(prefix)?;
     Some(Bytes::copy_from_slice(name))
 }
 

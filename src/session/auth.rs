@@ -289,7 +289,7 @@ impl Session {
         } else {
             // After the client's reads still in flight: it goes on the
             // writes lane.
-            self.take_lane(true).await;
+            self.enter_writes_lane().await;
             let shared = self.member.as_ref().map_or(&self.shared, |m| m.shared());
             let reply = shared.call(frame, self.out.clone()).await;
             let ok = matches!(&reply, Ok(b) if b.starts_with(b"+"));

@@ -596,7 +596,7 @@ impl Session {
             name: self.meta.name.clone(),
             lib_name: self.meta.lib_name.clone(),
             lib_ver: self.meta.lib_ver.clone(),
-            db: self.db,
+            db: self.db(),
             resp: self.protocol(),
             user: match &self.auth {
                 Auth::User(u) => u.clone(),
@@ -806,7 +806,7 @@ impl Session {
         if self.pinned {
             self.settle().await;
         }
-        self.send_shared(request, 1, true).await;
+        self.send_shared(request, 1, true);
         Some(None)
     }
 

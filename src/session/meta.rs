@@ -203,7 +203,8 @@ impl Session {
         let (protocol, name) = match parse_hello(args) {
             Hello::Login => return false,
             Hello::Refused => {
-                self.send_shared(frame.clone(), 1, true).await;
+                self.enter_writes_lane().await;
+                self.send_shared(frame.clone(), 1, true);
                 return true;
             }
             Hello::Accept { protocol, name } => (protocol, name),

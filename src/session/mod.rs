@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
-use crate::command::{classify, may_write, Args, Kind};
+use crate::command::{classify, classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
@@ -237,7 +237,6 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         started: Instant::now(),
         pending_at_read: false,
         pops_this_read: 0,
-        db: 0,
         popped_in_multi: false,
         ctx,
     };
@@ -299,8 +298,6 @@ struct Session {
     pops_this_read: u32,
     /// The open transaction has a pop queued.
     popped_in_multi: bool,
-    /// The database the client selected (as its SELECT asked).
-    db: i64,
 }
 
 impl Session {
@@ -398,17 +395,20 @@ impl Session {
                         self.maybe_unpin();
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
-                    let kind = classify(args);
+                    let (kind, may_write) = classify_writes(args);
                     self.client.command(kind, args);
                     if route(kind, args, &self.facts()) == Route::Shared
                         && self.batchable(kind, args)
                     {
-                        writes = writes || may_write(args);
+                        writes |= may_write;
                         pos += n;
                         batch += 1;
                         continue;
                     }
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     (pos, batch, writes) = (0, 0, false);
                     let ranges = self.scanner.args().to_vec();
                     let frame = self.buf.split_to(n).freeze();
@@ -417,7 +417,10 @@ impl Session {
                     }
                 }
                 Scan::Inline { consumed, encoded } => {
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     (pos, batch, writes) = (0, 0, false);
                     self.buf.advance(consumed);
                     let ranges = self.scanner.args().to_vec();
@@ -429,17 +432,32 @@ impl Session {
                     }
                 }
                 Scan::Error(e) => {
-                    self.flush_batch(pos, batch, writes).await;
+                    if self.waits_for_reads(batch, writes) {
+                        self.out.shared_drained().await;
+                    }
+                    self.flush_batch(pos, batch, writes);
                     self.answer(Bytes::from(e.to_reply())).await;
                     return Some(Stop::Finish);
                 }
             }
         }
-        self.flush_batch(pos, batch, writes).await;
+        if self.waits_for_reads(batch, writes) {
+            self.out.shared_drained().await;
+        }
+        self.flush_batch(pos, batch, writes);
         None
     }
 
-    async fn flush_batch(&mut self, len: usize, count: u32, writes: bool) {
+    /// Whether `count` requests for the shared pair, which may write if
+    /// `writes`, must wait until the client's reads in flight are answered
+    /// (see [`route::lane`]). Checked here, so that the common path awaits
+    /// nothing.
+    fn waits_for_reads(&self, count: u32, writes: bool) -> bool {
+        count > 0 && writes && self.lane == Lane::Reads && !self.out.shared_idle()
+    }
+
+    /// Sends the batch (after [`Session::waits_for_reads`]).
+    fn flush_batch(&mut self, len: usize, count: u32, writes: bool) {
         if count == 0 {
             if len > 0 {
                 self.buf.advance(len);
@@ -447,43 +465,43 @@ impl Session {
             return;
         }
         let bytes = self.buf.split_to(len).freeze();
-        self.send_shared(bytes, count, writes).await;
+        self.send_shared(bytes, count, writes);
     }
 
     /// Stateless requests, on the connection of the client's user: its
     /// pool's, or the proxy's (its RESP3 pair for a client that speaks
-    /// RESP3); `writes` if some of them may write.
-    async fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
+    /// RESP3); `writes` if some of them may write (after
+    /// [`Session::waits_for_reads`]).
+    fn send_shared(&mut self, bytes: Bytes, count: u32, writes: bool) {
         if self.member.is_none() && self.meta.protocol != 3 {
             self.avoid_congestion();
         }
-        let lane = self.take_lane(writes).await;
+        let inflight = (!self.out.shared_idle()).then_some(self.lane);
+        self.lane = route::lane(writes, inflight);
+        debug_assert!(inflight != Some(Lane::Reads) || self.lane == Lane::Reads);
         if self.member.is_none() && self.meta.protocol == 3 {
             let shared = self.protocol_shared();
-            match lane {
+            match self.lane {
                 Lane::Writes => shared.send(bytes, count, &self.out, None),
                 Lane::Reads => shared.send_reads(bytes, count, &self.out),
             }
             return;
         }
         let shared = self.member.as_ref().map_or(&self.shared, |m| m.shared());
-        match lane {
+        match self.lane {
             Lane::Writes => shared.send(bytes, count, &self.out, None),
             Lane::Reads => shared.send_reads(bytes, count, &self.out),
         }
     }
 
-    /// The lane of the shared pair the client's next requests go on (see
-    /// [`route::lane`]), once the client's reads in flight are answered if
-    /// they must be.
-    async fn take_lane(&mut self, writes: bool) -> Lane {
-        let inflight = (!self.out.shared_idle()).then_some(self.lane);
-        let lane = route::lane(writes, inflight);
-        if inflight == Some(Lane::Reads) && lane == Lane::Writes {
+    /// Before a request of the client's goes on the writes lane by another
+    /// way than [`Session::send_shared`] (a queue operation, CONFIG SET
+    /// requirepass): its reads in flight are answered first.
+    pub(super) async fn enter_writes_lane(&mut self) {
+        if self.waits_for_reads(1, true) {
             self.out.shared_drained().await;
         }
-        self.lane = lane;
-        lane
+        self.lane = Lane::Writes;
     }
 
     async fn handle(
@@ -497,12 +515,7 @@ impl Session {
             self.popped_in_multi = false;
         }
         if kind == Kind::Reset {
-            self.db = 0;
             self.reset_meta().await;
-        } else if args.is(0, "SELECT") {
-            if let Some(n) = args.get(1).and_then(crate::command::parse_i64) {
-                self.db = n;
-            }
         }
         // Metadata and protocol are the proxy's to keep, unless the request
         // is queued in a transaction (or replies no longer pair).
@@ -551,20 +564,6 @@ impl Session {
                     return None;
                 }
                 let in_multi = self.pinned && self.mode.multi;
-                if self.db != 0 {
-                    // Queues, their leases and the reaper live in database 0:
-                    // a pop there would answer from another database's list
-                    // (an empty queue, forever). Refused, never wrong.
-                    let reply = format!(
-                        "-ERR ackproxy: queue operations run in database 0, and this connection selected database {} (SELECT 0 first)\r\n",
-                        self.db
-                    );
-                    self.answer_as(Bytes::from(reply), Served::Queue).await;
-                    if in_multi {
-                        self.fail_transaction().await;
-                    }
-                    return None;
-                }
                 if self.pinned && !in_multi {
                     // Redis would run this after everything the client
                     // sent before; that also settles the protocol and
@@ -584,6 +583,9 @@ impl Session {
                     in_multi,
                     split: !paused,
                     conn: self.conn,
+                    // Settled above (outside MULTI): the database the
+                    // client's earlier SELECTs left it in.
+                    db: self.db(),
                     next: self.next_pop(kind, in_multi),
                 };
                 let intercept = queues.intercept(kind, args, how);
@@ -647,7 +649,10 @@ impl Session {
             self.send_dedicated(kind, args, &frame, None, None).await;
         } else {
             let writes = may_write(args);
-            self.send_shared(frame, 1, writes).await;
+            if self.waits_for_reads(1, writes) {
+                self.out.shared_drained().await;
+            }
+            self.send_shared(frame, 1, writes);
         }
         None
     }
@@ -763,6 +768,26 @@ impl Session {
         }
     }
 
+    /// The database the client is in: its dedicated connection's, as Redis
+    /// confirmed its SELECTs (exact once that connection is idle). A client
+    /// that is not pinned is in database 0: a SELECT of another keeps it
+    /// pinned until RESET, which selects 0 again.
+    fn db(&self) -> i64 {
+        match &self.dedicated {
+            Some(d) if self.pinned => d.db(),
+            _ => 0,
+        }
+    }
+
+    /// The connection a queue operation of the client's goes on, if not
+    /// the client's shared one: that of the database it is in.
+    fn queue_shared(&self) -> Option<SharedUpstream> {
+        match self.db() {
+            0 => None,
+            db => Some(self.ctx.queues.clients_in(db)),
+        }
+    }
+
     /// In RESP2 a subscribed connection accepts only the pub/sub commands.
     fn subscribed_resp2(&self) -> bool {
         self.dedicated
@@ -778,7 +803,8 @@ impl Session {
         let in_multi = self.pinned && self.mode.multi;
         match view {
             View::Request(request) if routed == Route::Shared => {
-                self.send_shared(request, 1, true).await
+                self.enter_writes_lane().await;
+                self.send_shared(request, 1, true)
             }
             View::Request(request) => {
                 self.send_dedicated(kind, args, &request, None, None).await;
@@ -841,7 +867,7 @@ impl Session {
         transform: Box<dyn ReplyTransform>,
     ) {
         // FUNCTION requests may write: the writes lane.
-        self.take_lane(true).await;
+        self.enter_writes_lane().await;
         match &self.member {
             Some(m) => m.shared().send(bytes, count, &self.out, Some(transform)),
             // The reply is rewritten as it comes: in the client's protocol.
@@ -886,15 +912,23 @@ impl Session {
             )
             .await;
         } else {
-            // Queues live in database 0, where the proxy's own connections
-            // are; a client pinned for SELECT n, AUTH or HELLO still pops
-            // there, once what it sent on its dedicated connection is done.
+            // A client pinned for SELECT n, AUTH or HELLO pops on a shared
+            // connection of its database, once what it sent on its
+            // dedicated connection is done.
             if let Some(d) = &self.dedicated {
                 if self.pinned {
                     d.idle().await;
                 }
             }
-            if self.member.is_some() || self.meta.protocol == 3 {
+            if let Some(shared) = self.queue_shared() {
+                // (Its next request, on its dedicated connection, waits
+                // for this: see `switch_to_dedicated`.)
+                let transform = Box::new(crate::queue::InDb {
+                    inner: transform,
+                    shared: shared.clone(),
+                });
+                shared.send(request, 1, &self.out, Some(transform));
+            } else if self.member.is_some() || self.meta.protocol == 3 {
                 // Two connections (its user's, or RESP3): what the client
                 // sent on the other runs first, and what it sends next
                 // waits for this.
@@ -903,7 +937,7 @@ impl Session {
                 self.out.shared_drained().await;
             } else {
                 self.avoid_congestion();
-                self.take_lane(true).await;
+                self.enter_writes_lane().await;
                 self.shared.send(request, 1, &self.out, Some(transform));
             }
         }
@@ -912,8 +946,8 @@ impl Session {
     /// A queue operation made of several script calls: the client's next
     /// request waits for it, so its requests take effect in order.
     async fn run_job(&mut self, job: crate::queue::job::Job) {
-        // Queues live in database 0, on the shared connection: what the
-        // client sent on its dedicated connection runs first.
+        // Its calls go on a shared connection of the client's database:
+        // what the client sent on its dedicated connection runs first.
         if self.pinned {
             if let Some(d) = &self.dedicated {
                 d.idle().await;
@@ -922,8 +956,9 @@ impl Session {
         // And what it sent on its user's shared connection.
         self.out.shared_drained().await;
         let caller = crate::queue::call::Caller {
-            shared: self.shared.clone(),
+            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
             client: self.out.clone(),
+            db: self.db(),
         };
         let reply = job.run(caller).await;
         self.out.answer(reply, Served::Queue);
@@ -945,13 +980,15 @@ impl Session {
         // A pause would hold the pop's call on the shared connection, and
         // every other client's request behind it there.
         let paused = self.ctx.pause().is_some();
+        let db = self.db();
         let caller = (!paused).then(|| crate::queue::call::Caller {
-            shared: self.shared.clone(),
+            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
             client: state.clone(),
+            db,
         });
         let unblocked = self.client.unblocked(pop.timeout_reply());
         tokio::pin!(unblocked);
-        let fut = queues.blocking_pop(pop, caller);
+        let fut = queues.blocking_pop(pop, caller, db);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
@@ -1049,6 +1086,21 @@ impl Session {
     ) {
         if !self.switch_to_dedicated().await {
             return;
+        }
+        // The database a SELECT chooses, which queue operations follow.
+        let select = (queued.is_none() && expect.is_none() && args.is(0, "SELECT"))
+            .then(|| args.get(1).and_then(crate::command::parse_i64))
+            .flatten();
+        let mut queued = queued;
+        let mut expect = expect;
+        if let (Some(db), Some(d)) = (select, &self.dedicated) {
+            if self.mode.unpaired {
+                d.assume_db(db);
+            } else if self.mode.multi {
+                queued = Some(d.select_in_exec(db));
+            } else {
+                expect = Some(Expect::Select(db));
+            }
         }
         let unpaired_before = self.mode.unpaired;
         let exec = self.mode.apply(kind, args, queued);

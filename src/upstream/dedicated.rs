@@ -51,6 +51,9 @@ pub enum Expect {
     /// Forwarded as is; whether Redis accepted it is sent (AUTH, HELLO with
     /// AUTH, CONFIG SET: the session's state follows Redis's answer).
     Checked(Option<u8>, tokio::sync::oneshot::Sender<bool>),
+    /// `SELECT db`, forwarded as is: the connection is in that database
+    /// from now on only if Redis accepted it.
+    Select(i64),
 }
 
 struct Shared {
@@ -64,6 +67,8 @@ struct Shared {
     protocol: AtomicU8,
     /// Channels and patterns subscribed, from Redis's confirmations.
     subscriptions: AtomicI64,
+    /// The database selected, as confirmed by Redis.
+    db: Arc<AtomicI64>,
     by_kind: ByKind,
 }
 
@@ -141,7 +146,8 @@ impl Dedicated {
         endpoint: &Endpoint,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        Ok(Dedicated::start(endpoint.connect().await?, out))
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
+        Ok(Dedicated::start(endpoint.connect().await?, out, moved))
     }
 
     /// A connection opened without the proxy's credentials.
@@ -149,7 +155,12 @@ impl Dedicated {
         endpoint: &Endpoint,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        Ok(Dedicated::start(endpoint.connect_plain().await?, out))
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
+        Ok(Dedicated::start(
+            endpoint.connect_plain().await?,
+            out,
+            moved,
+        ))
     }
 
     /// A connection logged in as a client's user, with the credentials the
@@ -159,13 +170,22 @@ impl Dedicated {
         credentials: &super::Credentials,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
+        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
         Ok(Dedicated::start(
             endpoint.connect_as(credentials).await?,
             out,
+            moved,
         ))
     }
 
-    fn start(stream: Stream, out: Arc<ClientState>) -> Dedicated {
+    /// `moved` completes when the primary the connection was opened to is
+    /// no longer the primary (Sentinel): the connection is then lost to
+    /// its client, as if Redis had closed it.
+    fn start(
+        stream: Stream,
+        out: Arc<ClientState>,
+        moved: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Dedicated {
         let local = match &stream {
             Stream::Plain(s) => s.local_addr().ok(),
             Stream::Tls(s) => s.get_ref().0.local_addr().ok(),
@@ -178,9 +198,10 @@ impl Dedicated {
             bound: AtomicBool::new(false),
             protocol: AtomicU8::new(2),
             subscriptions: AtomicI64::new(0),
+            db: Arc::new(AtomicI64::new(0)),
             by_kind: ByKind::default(),
         });
-        let reader = tokio::spawn(read_loop(rd, shared.clone(), out));
+        let reader = tokio::spawn(read_loop(rd, shared.clone(), out, moved));
         crate::telemetry::upstream().dedicated.increment(1.0);
         Dedicated {
             local,
@@ -238,6 +259,27 @@ impl Dedicated {
 
     pub fn protocol(&self) -> u8 {
         self.shared.protocol.load(Ordering::Acquire)
+    }
+
+    /// The database selected, as of the last confirmation that arrived
+    /// (exact once the connection is idle).
+    pub fn db(&self) -> i64 {
+        self.shared.db.load(Ordering::Acquire)
+    }
+
+    /// A `SELECT` whose reply cannot be told from the others (replies do
+    /// not pair with requests): taken as accepted.
+    pub fn assume_db(&self, db: i64) {
+        self.shared.db.store(db, Ordering::Release);
+    }
+
+    /// The transform of a `SELECT db` queued in a transaction: if EXEC
+    /// runs it and Redis accepts it, the connection is in that database.
+    pub fn select_in_exec(&self, db: i64) -> Box<dyn ReplyTransform> {
+        Box::new(SelectedInExec {
+            db,
+            cell: self.shared.db.clone(),
+        })
     }
 
     /// Channels, patterns and shard channels the connection is subscribed
@@ -314,12 +356,22 @@ impl Drop for Dedicated {
     }
 }
 
-async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>) {
+async fn read_loop(
+    mut rd: ReadHalf,
+    shared: Arc<Shared>,
+    out: Arc<ClientState>,
+    moved: impl std::future::Future<Output = ()>,
+) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
+    tokio::pin!(moved);
     let failure = 'outer: loop {
         crate::resp::grow(&mut buf, 16 * 1024);
-        match rd.read_buf(&mut buf).await {
+        let read = tokio::select! {
+            r = rd.read_buf(&mut buf) => r,
+            () = &mut moved => break UpstreamError::ConnectionLost,
+        };
+        match read {
             Ok(0) | Err(_) => break UpstreamError::ConnectionLost,
             Ok(_) => {}
         }
@@ -342,6 +394,7 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 shared.subscriptions.store(0, Ordering::Release);
                 shared.by_kind.clear();
                 shared.protocol.store(2, Ordering::Release);
+                shared.db.store(0, Ordering::Release);
             }
             // A reply that is not the last of a joined expectation goes
             // into it; the expectation stays queued (the connection is not
@@ -390,6 +443,13 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
                 Some(Expect::Protocol(p)) => {
                     if buf[start] != b'-' {
                         shared.protocol.store(p, Ordering::Release);
+                    }
+                    raw_len += len;
+                    raw_count += 1;
+                }
+                Some(Expect::Select(db)) => {
+                    if buf[start] != b'-' {
+                        shared.db.store(db, Ordering::Release);
                     }
                     raw_len += len;
                     raw_count += 1;
@@ -456,7 +516,7 @@ const CUT_SHORT: &[u8] =
 
 fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
-        Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) => reply,
+        Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) | Expect::Select(_) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
         Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
         Expect::Joined {
@@ -477,6 +537,22 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
             // Only operations that fit one call are sent here.
             Transformed::Continue(_) => Bytes::from_static(CUT_SHORT),
         },
+    }
+}
+
+/// Notes the database of a `SELECT` that a transaction ran, from its
+/// element of EXEC's reply; the element passes unchanged.
+struct SelectedInExec {
+    db: i64,
+    cell: Arc<AtomicI64>,
+}
+
+impl ReplyTransform for SelectedInExec {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if reply.first() != Some(&b'-') {
+            self.cell.store(self.db, Ordering::Release);
+        }
+        Transformed::Done(reply)
     }
 }
 

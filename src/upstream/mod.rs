@@ -4,7 +4,9 @@
 
 pub mod control;
 pub mod dedicated;
+pub mod sentinel;
 pub mod shared;
+pub mod topology;
 pub mod users;
 
 use std::sync::Arc;
@@ -21,7 +23,8 @@ use crate::net::Stream;
 /// Where Redis is and how the proxy's own connections log in.
 #[derive(Debug)]
 pub struct Endpoint {
-    pub addr: String,
+    /// Where the primary is now: every connection dials it when it opens.
+    pub addr: topology::Address,
     /// Read at each connect: CONFIG SET requirepass through the proxy and
     /// SIGHUP replace them (see `crate::auth`).
     pub credentials: std::sync::RwLock<Credentials>,
@@ -72,23 +75,29 @@ impl Endpoint {
         UpstreamError::Unavailable(format!("{}: {why}", self.addr))
     }
 
-    /// Opens a connection, TLS when configured, that has not logged in.
+    /// Opens a connection, TLS when configured, that has not logged in, to
+    /// the primary of the moment.
     pub async fn connect_stream(&self) -> Result<Stream, UpstreamError> {
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
+        let Some(addr) = self.addr.current() else {
+            return Err(self.unavailable("no sentinel has named it yet"));
+        };
+        let unavailable = |why: String| UpstreamError::Unavailable(format!("{addr}: {why}"));
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&addr))
             .await
-            .map_err(|_| self.unavailable("connect timed out"))?
-            .map_err(|e| self.unavailable(e))?;
-        tcp.set_nodelay(true).map_err(|e| self.unavailable(e))?;
+            .map_err(|_| unavailable("connect timed out".into()))?
+            .map_err(|e| unavailable(e.to_string()))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| unavailable(e.to_string()))?;
         let Some(tls) = &self.tls else {
             return Ok(Stream::Plain(tcp));
         };
         // Boxed: a handshake in progress holds a whole rustls connection,
         // and this future is part of every session's state (it may open a
         // dedicated connection), TLS or not.
-        tokio::time::timeout(self.connect_timeout, Box::pin(tls.connect(tcp)))
+        tokio::time::timeout(self.connect_timeout, Box::pin(tls.connect(tcp, &addr)))
             .await
-            .map_err(|_| self.unavailable("TLS handshake timed out"))?
-            .map_err(|e| self.unavailable(format!("TLS handshake: {e}")))
+            .map_err(|_| unavailable("TLS handshake timed out".into()))?
+            .map_err(|e| unavailable(format!("TLS handshake: {e}")))
     }
 
     /// Opens a connection that logs in with `credentials` (none: as nobody).

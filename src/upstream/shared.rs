@@ -118,7 +118,18 @@ impl SharedUpstream {
     /// One connection, for the proxy's own requests.
     pub fn spawn(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (writes, rx) = lane();
-        tokio::spawn(manage(endpoint, rx, false));
+        tokio::spawn(manage(endpoint, rx, Setup::None));
+        SharedUpstream {
+            writes,
+            reads: None,
+        }
+    }
+
+    /// One connection, for queue calls in database `db` (not 0): it
+    /// selects it as it opens, and again each time it opens.
+    pub fn spawn_in(endpoint: Arc<Endpoint>, db: i64) -> SharedUpstream {
+        let (writes, rx) = lane();
+        tokio::spawn(manage(endpoint, rx, Setup::Select(db)));
         SharedUpstream {
             writes,
             reads: None,
@@ -130,8 +141,8 @@ impl SharedUpstream {
     pub fn spawn_resp3(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (writes, w) = lane();
         let (reads, r) = lane();
-        tokio::spawn(manage(endpoint.clone(), w, true));
-        tokio::spawn(manage(endpoint, r, true));
+        tokio::spawn(manage(endpoint.clone(), w, Setup::Resp3));
+        tokio::spawn(manage(endpoint, r, Setup::Resp3));
         SharedUpstream {
             writes,
             reads: Some(reads),
@@ -143,8 +154,8 @@ impl SharedUpstream {
     pub fn spawn_pair(endpoint: Arc<Endpoint>) -> SharedUpstream {
         let (writes, w) = lane();
         let (reads, r) = lane();
-        tokio::spawn(manage(endpoint.clone(), w, false));
-        tokio::spawn(manage(endpoint, r, false));
+        tokio::spawn(manage(endpoint.clone(), w, Setup::None));
+        tokio::spawn(manage(endpoint, r, Setup::None));
         SharedUpstream {
             writes,
             reads: Some(reads),
@@ -247,7 +258,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const PART: usize = 256 * 1024;
 const WRITE_BATCH: usize = 256 * 1024;
 
-async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
+/// What a shared connection is switched to as it opens.
+#[derive(Clone, Copy)]
+enum Setup {
+    None,
+    Resp3,
+    /// A database other than 0.
+    Select(i64),
+}
+
+async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
     let LaneRx { mut rx, congested } = lane;
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -256,7 +276,8 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
         let Some(first) = rx.recv().await else {
             return;
         };
-        match connect(&endpoint, resp3).await {
+        let primary = endpoint.addr.generation();
+        match connect(&endpoint, setup).await {
             Ok(stream) => {
                 backoff = Duration::from_millis(10);
                 outage::ended();
@@ -264,7 +285,12 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
-                let result = run(stream, Some(first), &mut rx, &congested).await;
+                // A failover closes it (what is in flight gets an error);
+                // the next request opens one to the new primary.
+                let result = tokio::select! {
+                    r = run(stream, Some(first), &mut rx, &congested) => r,
+                    _ = endpoint.addr.moved_from(primary) => Ok(()),
+                };
                 m.shared.decrement(1.0);
                 congested.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
@@ -280,9 +306,13 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
                 // Until the next attempt every request fails at once rather
                 // than waiting for a Redis that may be gone for long.
                 let retry_at = tokio::time::Instant::now() + backoff;
+                let moved = endpoint.addr.moved_from(primary);
+                tokio::pin!(moved);
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep_until(retry_at) => break,
+                        // A new primary: no reason to wait any longer.
+                        () = &mut moved => break,
                         req = rx.recv() => match req {
                             Some(req) => req.pending.deliver(Err(e.clone())),
                             None => return,
@@ -295,36 +325,46 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, resp3: bool) {
     }
 }
 
-/// Opens a shared connection, switched to RESP3 if `resp3`.
-async fn connect(endpoint: &Endpoint, resp3: bool) -> Result<Stream, UpstreamError> {
+/// Opens a shared connection, switched as `setup` says.
+async fn connect(endpoint: &Endpoint, setup: Setup) -> Result<Stream, UpstreamError> {
     let mut stream = endpoint.connect().await?;
-    if resp3 {
-        let hello = async {
-            stream
-                .write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-                .await?;
-            stream.flush().await?;
-            let mut buf = BytesMut::with_capacity(512);
-            let mut scanner = ReplyScanner::new();
-            loop {
-                if stream.read_buf(&mut buf).await? == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-                match scanner.scan(&buf) {
-                    Ok(Some(n)) if n == buf.len() => return Ok::<_, std::io::Error>(buf),
-                    Ok(None) => {}
-                    _ => return Err(std::io::ErrorKind::InvalidData.into()),
-                }
-            }
-        };
-        let reply = tokio::time::timeout(endpoint.connect_timeout, hello)
-            .await
-            .map_err(|_| endpoint.unavailable("HELLO 3 timed out"))?
-            .map_err(|e| endpoint.unavailable(format!("HELLO 3: {e}")))?;
-        if reply.first() == Some(&b'-') {
-            let why = String::from_utf8_lossy(&reply);
-            return Err(endpoint.unavailable(format!("HELLO 3: {}", why.trim_end())));
+    let (request, what) = match setup {
+        Setup::None => return Ok(stream),
+        Setup::Resp3 => (
+            b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n".to_vec(),
+            "HELLO 3".to_string(),
+        ),
+        Setup::Select(db) => {
+            let n = db.to_string();
+            (
+                super::encode_command(&[b"SELECT", n.as_bytes()]),
+                format!("SELECT {db}"),
+            )
         }
+    };
+    let exchange = async {
+        stream.write_all(&request).await?;
+        stream.flush().await?;
+        let mut buf = BytesMut::with_capacity(512);
+        let mut scanner = ReplyScanner::new();
+        loop {
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            match scanner.scan(&buf) {
+                Ok(Some(n)) if n == buf.len() => return Ok::<_, std::io::Error>(buf),
+                Ok(None) => {}
+                _ => return Err(std::io::ErrorKind::InvalidData.into()),
+            }
+        }
+    };
+    let reply = tokio::time::timeout(endpoint.connect_timeout, exchange)
+        .await
+        .map_err(|_| endpoint.unavailable(format!("{what} timed out")))?
+        .map_err(|e| endpoint.unavailable(format!("{what}: {e}")))?;
+    if reply.first() == Some(&b'-') {
+        let why = String::from_utf8_lossy(&reply);
+        return Err(endpoint.unavailable(format!("{what}: {}", why.trim_end())));
     }
     Ok(stream)
 }
@@ -345,9 +385,10 @@ async fn manage_once(
     if first_write.is_none() && first_read.is_none() {
         return;
     }
-    // Both logins now: one made later could be refused, and a pair with
-    // one connection would end its clients' session for a reason Redis
-    // never gives them.
+    // Both logins now: one made later could be refused (a changed
+    // password), which would disconnect the pool's clients where Redis
+    // keeps their connections.
+    let primary = endpoint.addr.generation();
     let connected = match endpoint.connect_as(&credentials).await {
         Ok(w) => endpoint.connect_as(&credentials).await.map(|r| (w, r)),
         Err(e) => Err(e),
@@ -359,9 +400,13 @@ async fn manage_once(
             let m = crate::telemetry::upstream();
             m.connects.increment(2);
             m.user.increment(2.0);
+            // After a failover the pool ends as when its connection is
+            // lost: the user's login on the new primary is not the proxy's
+            // to make.
             let result = tokio::select! {
                 r = run(w, first_write, &mut writes.rx, &writes.congested) => r,
                 r = run(r, first_read, &mut reads.rx, &reads.congested) => r,
+                _ = endpoint.addr.moved_from(primary) => Err(UpstreamError::ConnectionLost),
             };
             m.user.decrement(2.0);
             if let Err(e) = result {

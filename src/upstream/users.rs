@@ -270,7 +270,7 @@ mod tests {
     fn endpoint() -> Arc<Endpoint> {
         // Nothing listens there; these tests never send a request.
         Arc::new(Endpoint {
-            addr: "127.0.0.1:1".into(),
+            addr: crate::upstream::topology::Address::fixed("127.0.0.1:1"),
             credentials: Default::default(),
             connect_timeout: std::time::Duration::from_millis(100),
             tls: None,
