@@ -707,7 +707,11 @@ fn a_client_pulling_big_replies_leaves_the_shared_connection() {
     let big = vec![b'x'; 2 * 1024 * 1024];
     puller.cmd_bin(&[b"SET", b"big", &big]);
     let shared = upstream_id(&redis, &mut puller);
-    assert_eq!(upstream_id(&redis, &mut other), shared, "one shared connection");
+    assert_eq!(
+        upstream_id(&redis, &mut other),
+        shared,
+        "one shared connection"
+    );
     let Value::Bulk(got) = puller.cmd(&["GET", "big"]) else {
         panic!("GET big");
     };

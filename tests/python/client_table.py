@@ -115,6 +115,10 @@ def populate(port):
     return keep, observer
 
 
+# Connections populate() opens: seven clients (one with a pub/sub
+# connection besides its own) and the observer.
+POPULATION = 8
+
 # Fields whose values must be equal for clients in equal states.
 SAME_VALUE = ["name", "db", "flags", "sub", "psub", "ssub", "multi", "obl", "oll",
               "omem", "events", "cmd", "user", "redir", "resp"]
@@ -164,6 +168,10 @@ def main():
             for label, port in [("direct", direct_port), ("proxy", proxy_port)]:
                 clients, observer = populate(port)
                 keep.append((clients, observer))
+                # The start-up check's connection may be listed for a moment.
+                deadline = time.time() + 20
+                while len(raw_list(observer)) != POPULATION and time.time() < deadline:
+                    time.sleep(0.02)
                 lists[label] = raw_list(observer)
                 infos[label] = observer.info("clients")
 
