@@ -344,6 +344,16 @@ fn client_no_evict_is_the_clients_own() {
     let mine = id(&mut a);
     let fields = &by_id(&text(&a.cmd(&["CLIENT", "INFO"])))[&mine];
     assert_eq!(fields["flags"], "e");
+    // RESET leaves it on, as in Redis.
+    assert_eq!(a.cmd(&["RESET"]), Value::Simple("RESET".into()));
+    direct.cmd(&["RESET"]);
+    let flags = |c: &mut Client| {
+        let info = text(&c.cmd(&["CLIENT", "INFO"]));
+        let line = parse_list(&info).remove(0);
+        line.into_iter().find(|(k, _)| k == "flags").unwrap().1
+    };
+    assert_eq!(flags(&mut a), flags(&mut direct));
+    assert_eq!(flags(&mut a), "e");
     assert_eq!(
         a.cmd(&["CLIENT", "NO-EVICT", "off"]),
         Value::Simple("OK".into())

@@ -61,8 +61,8 @@ struct State {
     user: Bytes,
     /// Commands queued and their argument bytes, in MULTI.
     multi: Option<(u32, usize)>,
-    /// The last command may block: while its reply is unwritten the client
-    /// counts as blocked.
+    /// The last command may block: while it waits (for its dedicated
+    /// connection's reply, or parked) the client counts as blocked.
     blocking: bool,
     /// The last command's arguments' bytes.
     argv_mem: usize,
@@ -239,9 +239,9 @@ impl Client {
                 }
             }
         }
+        // RESET ends MONITOR; NO-EVICT stays, as in Redis.
         if kind == Kind::Reset {
             s.monitor = false;
-            s.no_evict = false;
         } else if kind == Kind::StickyUnpaired && args.is(0, "MONITOR") && s.multi.is_none() {
             s.monitor = true;
         }
