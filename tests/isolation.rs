@@ -674,17 +674,28 @@ fn pops_after_script_flush_keep_their_place_in_a_pipeline() {
     );
 }
 
-/// The id of the upstream connection that ran `CLIENT LIST` for `c`.
-fn upstream_id(c: &mut Client) -> String {
-    let Value::Bulk(list) = c.cmd(&["CLIENT", "LIST"]) else {
-        panic!("CLIENT LIST");
-    };
-    text(&list)
-        .lines()
-        .find(|l| l.contains("cmd=client|list"))
-        .and_then(|l| l.split(' ').next())
-        .expect("the connection running CLIENT LIST")
-        .to_string()
+/// The upstream connection that runs `c`'s next request (an `ECHO`), by
+/// its address as Redis's `MONITOR` shows it. (`CLIENT LIST` through the
+/// proxy lists the proxy's clients, not its upstream connections.)
+fn upstream_id(redis: &Redis, c: &mut Client) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let token = format!(
+        "which-connection-{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut monitor = redis.client();
+    assert_eq!(monitor.cmd(&["MONITOR"]), Value::Simple("OK".into()));
+    assert_eq!(c.cmd(&["ECHO", &token]), Value::bulk(&token));
+    loop {
+        let Value::Simple(line) = monitor.read_value() else {
+            panic!("MONITOR");
+        };
+        if line.contains(&token) {
+            let at = line.find('[').expect("MONITOR line") + 1;
+            let end = at + line[at..].find(']').expect("MONITOR line");
+            return line[at..end].to_string();
+        }
+    }
 }
 
 #[test]
@@ -695,15 +706,19 @@ fn a_client_pulling_big_replies_leaves_the_shared_connection() {
     let mut other = proxy.client();
     let big = vec![b'x'; 2 * 1024 * 1024];
     puller.cmd_bin(&[b"SET", b"big", &big]);
-    let shared = upstream_id(&mut puller);
-    assert_eq!(upstream_id(&mut other), shared, "one shared connection");
+    let shared = upstream_id(&redis, &mut puller);
+    assert_eq!(
+        upstream_id(&redis, &mut other),
+        shared,
+        "one shared connection"
+    );
     let Value::Bulk(got) = puller.cmd(&["GET", "big"]) else {
         panic!("GET big");
     };
     assert_eq!(got.len(), big.len());
     // Its next requests, which may well pull more, run on a connection of
     // its own; the other client's stay shared.
-    assert_ne!(upstream_id(&mut puller), shared);
+    assert_ne!(upstream_id(&redis, &mut puller), shared);
     assert_eq!(puller.cmd(&["STRLEN", "big"]), Value::Int(big.len() as i64));
-    assert_eq!(upstream_id(&mut other), shared);
+    assert_eq!(upstream_id(&redis, &mut other), shared);
 }

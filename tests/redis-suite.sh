@@ -72,7 +72,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument: $1" ;;
   esac
 done
-[ ${#UNITS[@]} -gt 0 ] || UNITS=(unit/multi unit/scripting unit/functions unit/pause)
+[ ${#UNITS[@]} -gt 0 ] || UNITS=(unit/multi unit/scripting unit/functions unit/pause unit/introspection)
 # Units in which the proxy's function library could show, for the modes
 # that have one in Redis.
 RULE_UNITS=" unit/scripting unit/functions "

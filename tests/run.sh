@@ -27,4 +27,6 @@ fi
 # Release build: some tests move 10 MB values and 100k-element replies, and
 # the release build is also what bench/run.sh needs next.
 cargo test --release -- --test-threads=2
+# Tests written with redis-py, against the release build just made.
+python3 tests/python/client_table.py --proxy "${CARGO_TARGET_DIR:-target}/release/ackproxy"
 bash bench/run.sh --smoke

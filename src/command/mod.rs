@@ -65,7 +65,8 @@ pub enum Kind {
     /// SELECT n, ...
     Sticky,
     /// CLIENT SETNAME, SETINFO, GETNAME: connection metadata the proxy
-    /// keeps for the client itself.
+    /// keeps for the client itself; CLIENT ID, INFO, LIST, KILL, NO-EVICT,
+    /// UNBLOCK: the proxy's table of its clients.
     Meta,
     /// Like `Sticky`, and replies stop matching requests one to one
     /// (SUBSCRIBE family, MONITOR, CLIENT REPLY OFF|SKIP).
@@ -257,8 +258,9 @@ fn classify_client(args: Args<'_>) -> Kind {
         // shared upstream connection would be somebody else's.
         b"PAUSE" | b"UNPAUSE" => Kind::Urgent,
         b"SETNAME" | b"SETINFO" | b"GETNAME" => Kind::Meta,
-        b"ID" | b"INFO" | b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR"
-        | b"NO-EVICT" | b"NO-TOUCH" => Kind::Sticky,
+        // The proxy's table of clients answers these (`session::clients`).
+        b"ID" | b"INFO" | b"LIST" | b"KILL" | b"NO-EVICT" | b"UNBLOCK" => Kind::Meta,
+        b"TRACKING" | b"TRACKINGINFO" | b"CACHING" | b"GETREDIR" | b"NO-TOUCH" => Kind::Sticky,
         _ => Kind::Plain,
     }
 }
@@ -309,7 +311,8 @@ mod tests {
         assert_eq!(kind(&["CLIENT", "setname", "x"]), Kind::Meta);
         assert_eq!(kind(&["CLIENT", "GETNAME"]), Kind::Meta);
         assert_eq!(kind(&["CLIENT", "REPLY", "OFF"]), Kind::StickyUnpaired);
-        assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Plain);
+        assert_eq!(kind(&["CLIENT", "LIST"]), Kind::Meta);
+        assert_eq!(kind(&["CLIENT", "HELP"]), Kind::Plain);
         assert_eq!(kind(&["SUBSCRIBE", "c"]), Kind::StickyUnpaired);
         assert_eq!(kind(&["evalsha_ro", "x", "0"]), Kind::Script);
         assert_eq!(kind(&["SCRIPT", "kill"]), Kind::Urgent);

@@ -73,7 +73,7 @@ fn valid_attr(value: &[u8]) -> bool {
 
 /// Whether Redis has `CLIENT SETINFO` (7.2 and later), from its command
 /// table. Without the table the proxy does not know, and leaves it to Redis.
-fn redis_has_setinfo() -> bool {
+pub(super) fn redis_has_setinfo() -> bool {
     crate::command::table::with_current(|t| t.is_some_and(|t| t.knows(b"client|setinfo")))
 }
 

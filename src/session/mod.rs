@@ -5,6 +5,7 @@
 
 mod auth;
 mod buffers;
+pub mod clients;
 mod meta;
 pub mod mode;
 pub mod route;
@@ -55,6 +56,8 @@ pub struct Context {
     users: Arc<Users>,
     /// The proxy's own password for clients, if it asks for one.
     requirepass: Option<crate::auth::Password>,
+    /// Every client connected, as `CLIENT LIST` shows them.
+    pub clients: Arc<clients::Registry>,
 }
 
 impl Context {
@@ -90,6 +93,7 @@ impl Context {
             pause: Mutex::new(None),
             maybe_paused: std::sync::atomic::AtomicBool::new(false),
             permissions: Default::default(),
+            clients: Default::default(),
         }
     }
 
@@ -195,6 +199,7 @@ enum Stop {
 }
 
 pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::SocketAddr>) {
+    let origin = clients::Origin::of(&stream, peer);
     let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
     let limits = ctx.limits();
@@ -212,8 +217,10 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         })
     });
     let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
+    let conn = crate::queue::owners::next_conn();
     let mut session = Session {
-        conn: crate::queue::owners::next_conn(),
+        conn,
+        client: ctx.clients.register(conn, origin, out.clone()),
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
         rd,
@@ -256,8 +263,11 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
 }
 
 struct Session {
-    /// Names the connection for queue rules that track leases by connection.
+    /// Names the connection for queue rules that track leases by connection,
+    /// and is the client's id.
     conn: u64,
+    /// The client's entry in the table of clients.
+    client: clients::Client,
     ctx: Arc<Context>,
     rd: ReadHalf,
     buf: BytesMut,
@@ -344,6 +354,7 @@ impl Session {
             if let Some(stop) = self.process().await {
                 return stop;
             }
+            self.client.update(self.snapshot());
             if self.out.unwritten() >= self.out.inflight_limit() {
                 self.out.below_inflight_limit().await;
             }
@@ -385,6 +396,7 @@ impl Session {
                     }
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
                     let (kind, may_write) = classify_writes(args);
+                    self.client.command(kind, args);
                     if route(kind, args, &self.facts()) == Route::Shared
                         && self.batchable(kind, args)
                     {
@@ -414,6 +426,7 @@ impl Session {
                     let ranges = self.scanner.args().to_vec();
                     let frame = Bytes::from(encoded);
                     let kind = classify(Args::new(&frame, &ranges));
+                    self.client.command(kind, Args::new(&frame, &ranges));
                     if let Some(stop) = self.handle(kind, frame, &ranges).await {
                         return Some(stop);
                     }
@@ -516,6 +529,7 @@ impl Session {
             return None;
         }
         if kind == Kind::Meta && self.shares() && !in_mode && self.client_meta(args).await {
+            self.client.update(self.snapshot());
             return None;
         }
         // A RESET logs out a client that needed no login when it connected
@@ -523,6 +537,11 @@ impl Session {
         // client's commands go on.
         if self.auth != crate::auth::State::Open || matches!(kind, Kind::Reset | Kind::Sticky) {
             if let Some(done) = self.guard(kind, args, &frame).await {
+                return done;
+            }
+        }
+        if kind == Kind::Meta && !in_mode {
+            if let Some(done) = self.client_table(args, &frame).await {
                 return done;
             }
         }
@@ -588,7 +607,10 @@ impl Session {
                         return None;
                     }
                     Intercept::Block(pop) => {
-                        return self.blocking_pop(&queues, pop).await;
+                        self.client.parked(true);
+                        let stop = self.blocking_pop(&queues, pop).await;
+                        self.client.parked(false);
+                        return stop;
                     }
                     Intercept::Job(job) => {
                         self.run_job(job).await;
@@ -612,6 +634,15 @@ impl Session {
         }
         if let Some(view) = crate::queue::visible::view(args) {
             self.viewed(kind, args, frame.clone(), view).await;
+            return None;
+        }
+        if clients::concerns(args) {
+            let view = View::Reply(clients::info(&self.ctx.clients));
+            self.viewed(kind, args, frame.clone(), view).await;
+            return None;
+        }
+        if let Some(request) = self.tracking_redirect(args).await {
+            self.send_dedicated(kind, args, &request, None, None).await;
             return None;
         }
         if route(kind, args, &self.facts()) != Route::Shared {
@@ -675,6 +706,7 @@ impl Session {
             Kind::Plain => {
                 !crate::queue::library::may_unload(args)
                     && !crate::queue::visible::concerns(args)
+                    && !clients::concerns(args)
                     && crate::auth::sets_requirepass(args).is_none()
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
@@ -954,12 +986,21 @@ impl Session {
             client: state.clone(),
             db,
         });
+        let unblocked = self.client.unblocked(pop.timeout_reply());
+        tokio::pin!(unblocked);
         let fut = queues.blocking_pop(pop, caller, db);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
             tokio::select! {
                 reply = &mut fut => {
+                    self.out.answer(reply, Served::Queue);
+                    return None;
+                }
+                // CLIENT UNBLOCK: as if the pop timed out (or failed). A
+                // message leased for it meanwhile comes back when its lease
+                // expires.
+                reply = &mut unblocked => {
                     self.out.answer(reply, Served::Queue);
                     return None;
                 }

@@ -69,9 +69,73 @@ struct Shared {
     subscriptions: AtomicI64,
     /// The database selected, as confirmed by Redis.
     db: Arc<AtomicI64>,
+    by_kind: ByKind,
+}
+
+/// Channels, patterns and shard channels apart, as `CLIENT LIST` shows
+/// them. A confirmation of a channel or pattern tells the total of both,
+/// one of a shard channel the shard channels alone.
+#[derive(Default)]
+struct ByKind {
+    channels: AtomicI64,
+    patterns: AtomicI64,
+    shard: AtomicI64,
+}
+
+impl ByKind {
+    fn confirmed(&self, frame: &[u8], n: i64) {
+        // The kind is the first element, after "*3\r\n$N\r\n".
+        let Some(at) = frame[4..].windows(2).position(|w| w == b"\r\n") else {
+            return;
+        };
+        let kind = frame[4 + at + 2..].to_ascii_lowercase();
+        if kind.starts_with(b"p") {
+            let channels = self.channels.load(Ordering::Acquire);
+            self.patterns.store(n - channels, Ordering::Release);
+        } else if kind.starts_with(b"ss") || kind.starts_with(b"sun") {
+            self.shard.store(n, Ordering::Release);
+        } else {
+            let patterns = self.patterns.load(Ordering::Acquire);
+            self.channels.store(n - patterns, Ordering::Release);
+        }
+    }
+
+    fn clear(&self) {
+        for n in [&self.channels, &self.patterns, &self.shard] {
+            n.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// See [`Dedicated::watch`].
+#[derive(Clone)]
+pub struct Watch {
+    shared: Arc<Shared>,
+    local: Option<std::net::SocketAddr>,
+}
+
+impl Watch {
+    /// Channels, patterns and shard channels subscribed to, apart.
+    pub fn subscriptions(&self) -> [i64; 3] {
+        let k = &self.shared.by_kind;
+        [&k.channels, &k.patterns, &k.shard].map(|n| n.load(Ordering::Acquire).max(0))
+    }
+
+    /// Some request sent on the connection has no reply yet.
+    pub fn busy(&self) -> bool {
+        !self.shared.expect.lock().unwrap().is_empty() && !self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// The connection's own address, by which Redis's `CLIENT LIST` names it.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local
+    }
 }
 
 pub struct Dedicated {
+    /// The connection's own address: Redis's `CLIENT LIST` names the
+    /// connection by it.
+    local: Option<std::net::SocketAddr>,
     wr: WriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
@@ -122,6 +186,10 @@ impl Dedicated {
         out: Arc<ClientState>,
         moved: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Dedicated {
+        let local = match &stream {
+            Stream::Plain(s) => s.local_addr().ok(),
+            Stream::Tls(s) => s.get_ref().0.local_addr().ok(),
+        };
         let (rd, wr) = stream.split();
         let shared = Arc::new(Shared {
             expect: Mutex::new(VecDeque::new()),
@@ -131,10 +199,16 @@ impl Dedicated {
             protocol: AtomicU8::new(2),
             subscriptions: AtomicI64::new(0),
             db: Arc::new(AtomicI64::new(0)),
+            by_kind: ByKind::default(),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out, moved));
         crate::telemetry::upstream().dedicated.increment(1.0);
-        Dedicated { wr, shared, reader }
+        Dedicated {
+            local,
+            wr,
+            shared,
+            reader,
+        }
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
@@ -212,6 +286,15 @@ impl Dedicated {
     /// to, as of the last confirmation that arrived.
     pub fn subscriptions(&self) -> i64 {
         self.shared.subscriptions.load(Ordering::Acquire)
+    }
+
+    /// A view of the connection's state for others to read while it
+    /// changes (the table of clients).
+    pub fn watch(&self) -> Watch {
+        Watch {
+            shared: self.shared.clone(),
+            local: self.local,
+        }
     }
 
     pub fn is_bound(&self) -> bool {
@@ -305,9 +388,11 @@ async fn read_loop(
             let is_push = buf[start] == b'>';
             if let Some(n) = subscription_count(&buf[start..start + len]) {
                 shared.subscriptions.store(n, Ordering::Release);
+                shared.by_kind.confirmed(&buf[start..start + len], n);
             } else if &buf[start..start + len] == b"+RESET\r\n" {
                 // Only RESET answers so; it ends subscriptions silently.
                 shared.subscriptions.store(0, Ordering::Release);
+                shared.by_kind.clear();
                 shared.protocol.store(2, Ordering::Release);
                 shared.db.store(0, Ordering::Release);
             }
