@@ -68,6 +68,7 @@ functions! {
     DISOWN = "disown",
     RELEASE = "release",
     DEAD_ONE = "dead_one",
+    HOLD = "hold",
 }
 
 const COMMON: &str = include_str!("../../lua/common.lua");
