@@ -2032,7 +2032,9 @@ mod tests {
         assert!(!q.requeue_on_disconnect);
         assert_eq!(q.max_hold_ms(), DEFAULT_MAX_HOLD_MS);
         assert_eq!(q.poison_after, 3);
-        let plain = &Config::from_toml("[[queue]]\npattern = \"q\"\n").unwrap().queues[0];
+        let plain = &Config::from_toml("[[queue]]\npattern = \"q\"\n")
+            .unwrap()
+            .queues[0];
         assert!(!plain.holds() && !plain.requeues_on_disconnect());
         let e = rule("hold = \"connection\"\nlease_ms = 100\n").unwrap_err();
         assert!(
@@ -2048,7 +2050,10 @@ mod tests {
         // longer lease is named at the rule's pattern.
         let e = rule("hold = \"connection\"\nmax_hold_ms = 2592000001\n").unwrap_err();
         assert!(e.starts_with("line 4: queue \"q\": max_hold_ms:"), "{e}");
-        assert!(e.contains("and 2592000000 (30 days), got 2592000001"), "{e}");
+        assert!(
+            e.contains("and 2592000000 (30 days), got 2592000001"),
+            "{e}"
+        );
         let e = rule("hold = \"connection\"\nlease_ms = 7200000\n").unwrap_err();
         assert!(e.starts_with("line 2: queue \"q\": max_hold_ms:"), "{e}");
         assert!(rule("hold = \"connection\"\nmax_hold_ms = 2592000000\n").is_ok());
