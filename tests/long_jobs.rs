@@ -211,6 +211,36 @@ fn a_held_lease_ends_at_max_hold_ms_however_long_the_connection_lives() {
 }
 
 #[test]
+fn a_connection_holding_more_than_one_renewal_call_takes_keeps_them_all() {
+    // 1,200 leases: three bounded hold calls per renewal, each going on
+    // where the one before stopped.
+    let s = start();
+    let mut worker = s.proxy.client();
+    let mut other = s.proxy.client();
+    let jobs: Vec<String> = (0..1200).map(|i| format!("job{i}")).collect();
+    for chunk in jobs.chunks(100) {
+        let mut push = vec!["LPUSH", "held3"];
+        push.extend(chunk.iter().map(String::as_str));
+        worker.cmd(&push);
+    }
+    let mut taken = 0;
+    while taken < jobs.len() {
+        // A split pop may stop early (half the lease): pop until all are.
+        match worker.cmd(&["RPOP", "held3", "1200"]) {
+            Value::Array(items) => taken += items.len(),
+            other => panic!("RPOP held3 1200: {other:?}"),
+        }
+    }
+    stays_leased(&mut other, "held3", Duration::from_millis(3 * 600));
+    let i = info(&s.proxy, "held3");
+    let got: Vec<i64> = ["leased", "ready", "expiries"]
+        .iter()
+        .map(|f| as_int(&i[*f]))
+        .collect();
+    assert_eq!(got, vec![1200, 0, 0], "{i:?}");
+}
+
+#[test]
 fn a_longer_queue_extend_outlasts_max_hold_ms() {
     let s = start();
     let mut worker = s.proxy.client();
