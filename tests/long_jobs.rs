@@ -90,7 +90,12 @@ fn as_int(v: &Value) -> i64 {
 }
 
 fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
-    let v = p.client().cmd(&["QUEUE", "INFO", q]);
+    info_on(&mut p.client(), q)
+}
+
+/// QUEUE INFO in the database `c` selected.
+fn info_on(c: &mut Client, q: &str) -> HashMap<String, Value> {
+    let v = c.cmd(&["QUEUE", "INFO", q]);
     let Value::Array(items) = &v else {
         panic!("QUEUE INFO {q}: {v:?}")
     };
@@ -184,6 +189,51 @@ fn a_held_lease_comes_back_once_its_connection_closes() {
         .map(|f| as_int(&i[*f]))
         .collect();
     assert_eq!(got, vec![1, 0, 1], "{i:?}");
+}
+
+#[test]
+fn held_leases_are_renewed_in_every_database_their_connection_holds_them() {
+    let s = start();
+    let in_db = |db: &str| {
+        let mut c = s.proxy.client();
+        assert_eq!(c.cmd(&["SELECT", db]), Value::Simple("OK".into()));
+        c
+    };
+    let mut worker = in_db("3");
+    let (mut other3, mut other0) = (in_db("3"), in_db("0"));
+    // One connection, leases in two databases: held4 in 3 and its
+    // namesake in 0 are two queues.
+    worker.cmd(&["LPUSH", "held4", "job-in-3"]);
+    assert_eq!(worker.cmd(&["RPOP", "held4"]), Value::bulk("job-in-3"));
+    assert_eq!(worker.cmd(&["SELECT", "0"]), Value::Simple("OK".into()));
+    worker.cmd(&["LPUSH", "held4", "job-in-0"]);
+    assert_eq!(worker.cmd(&["RPOP", "held4"]), Value::bulk("job-in-0"));
+    let until = Instant::now() + Duration::from_millis(3 * 600);
+    while Instant::now() < until {
+        assert_eq!(other3.cmd(&["RPOP", "held4"]), Value::Nil, "db 3");
+        assert_eq!(other0.cmd(&["RPOP", "held4"]), Value::Nil, "db 0");
+        thread::sleep(Duration::from_millis(50));
+    }
+    for c in [&mut other3, &mut other0] {
+        let i = info_on(c, "held4");
+        let got: Vec<i64> = ["leased", "expiries", "disconnects"]
+            .iter()
+            .map(|f| as_int(&i[*f]))
+            .collect();
+        assert_eq!(got, vec![1, 0, 0], "{i:?}");
+    }
+    drop(worker);
+    // Each ends at once, in its own database.
+    assert_eq!(pop_eventually(&mut other3, "held4"), "job-in-3");
+    assert_eq!(pop_eventually(&mut other0, "held4"), "job-in-0");
+    for c in [&mut other3, &mut other0] {
+        let i = info_on(c, "held4");
+        let got: Vec<i64> = ["disconnects", "expiries", "redeliveries"]
+            .iter()
+            .map(|f| as_int(&i[*f]))
+            .collect();
+        assert_eq!(got, vec![1, 0, 1], "{i:?}");
+    }
 }
 
 #[test]
