@@ -10,15 +10,18 @@
 -- prefix of its aux keys and its dead-letter list, read with group(KEYS, i),
 -- which names every key of the queue: q (list), leases (zset), mleases
 -- (zset), msgs (hash), ids (zset), retry (hash), dead (list), delayed
--- (zset), stats (hash), history (hash) (an aux key's name is made when first
--- read); `base` is i. A queue's rule arrives as RULE_SIZE ARGV (one
+-- (zset), stats (hash), history (hash), poison (zset) (an aux key's name is
+-- made when first read); `base` is i. A queue's rule arrives as RULE_SIZE ARGV (one
 -- MessagePack sequence), read with rule(ARGV, i), which decodes each rule
 -- version once and keeps it:
 -- lease, max, field ('' = whole payload), redeliver ('next' | 'last'),
 -- pop_end ('L' | 'R'), backoff ('none' | 'fixed' | 'exp'), base, cap (ms),
 -- jitter (0..1), dead_max (0: no limit), ack ('explicit' | 'next-pop'),
 -- track (1: record which connection holds each lease), shadow (1: nothing
--- is redelivered, only counted).
+-- is redelivered, only counted), hold (1: the proxy renews the leases of
+-- open connections, see hold.lua), max_hold (ms: no lease is renewed past
+-- this long after its delivery), poison (disconnect-ended deliveries that
+-- flag a message, 0: never).
 --
 -- A lease's token is its id key (see id_key: 'j'..ack_id for a short id
 -- without ':', else 'i'..sha1(ack_id)): ACK finds it without an index. A
@@ -26,7 +29,9 @@
 -- (seq DUP_DIGITS digits, one more than the highest in flight), which is
 -- indexed in ids.
 -- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
---       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay]),
+--       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay
+--       [, disconnects]]) (disconnects: deliveries so far that ended with
+--       the holder's connection closing, written only once there is one),
 --       or, for a first delivery by a plain pop on a rule that does not
 --       track connections (the common case), text (packing it cost a pop
 --       more than any command it makes): 's'..started_ms..'|'..payload
@@ -49,7 +54,7 @@
 -- retry: id key -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued, nacks,
 --        expiries, first delivery, delayed member of a copy waiting for its
---        backoff or false);
+--        backoff or false, late-ACK member or false, disconnects);
 --        '#cancelled' -> cancelled copies still in the list, all ids together.
 -- delayed: score = when due (ms), member = a 15-digit sequence number, a
 --        flag ('p': enters where producers push, 'n': where consumers pop),
@@ -60,6 +65,11 @@
 --        letter list, ack id, deliveries, nacks, expiries, first and last
 --        delivery (ms), last reason, when dead-lettered (ms)); at most
 --        DEAD_HISTORY of them.
+-- poison: score = when flagged (ms), member = the id key of a message
+--        flagged as poison (see expire); an index only: whether the message
+--        is still there and still poison is read from its lease or retry
+--        entry (poison_ids), and entries that are not are removed then. The
+--        ACK and pop paths never touch it.
 --
 -- Every function returns reply(result): what it tallied (see tally below),
 -- for the proxy's counters, and its result, in one flat array.
@@ -462,8 +472,9 @@ end
 -- A lease record's fields: payload, id, deliveries, dest, dest_end,
 -- started, nacks, expiries, first delivery, owner, and, for a move lease
 -- that a NACK or a closed connection ended, why it ends and the delay ('' =
--- the rule's backoff). Records written before the history was kept lack
--- the fields after started.
+-- the rule's backoff), then the deliveries that ended with the holder's
+-- connection closing (nil: none). Records written before the history was
+-- kept lack the fields after started.
 local function lease_fields(raw)
   local c = string.byte(raw, 1)
   if c == 115 or c == 116 then
@@ -478,12 +489,12 @@ local function lease_fields(raw)
     return string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), 1, '', '', started, 0, 0,
       started, ''
   end
-  local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = cmsgpack.unpack(raw)
+  local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13 = cmsgpack.unpack(raw)
   if a4 == nil then
     -- The short form of a first plain delivery: payload, started[, id].
     return a1, a3 or a1, 1, '', '', a2, 0, 0, a2, ''
   end
-  return a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12
+  return a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13
 end
 
 -- The first lease with this id key and its record (see lease_fields), or
@@ -510,9 +521,9 @@ local function tokens_in_dest(k, dest, payload, n)
 end
 
 -- Leases payload, whose ack id is id (id key token). h: its history as
--- the lease carries it (deliveries so far, this one included, NACKs and
--- expiries so far, when it was first delivered), or true for a first
--- delivery. owner: the connection taking it, on a rule that tracks it,
+-- the lease carries it (deliveries so far, this one included, NACKs,
+-- expiries and disconnects so far, when it was first delivered), or true
+-- for a first delivery. owner: the connection taking it, on a rule that tracks it,
 -- else ''.
 local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner)
   local rec
@@ -524,7 +535,12 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     end
   else
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
-    rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
+    if h.dc and h.dc > 0 then
+      rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner,
+        nil, nil, h.dc)
+    else
+      rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
+    end
   end
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
@@ -555,7 +571,7 @@ local function mark_ending(k, token, why, delay_ms)
   local f = { record(k, token) }
   f[7], f[8], f[9], f[10] = f[7] or 0, f[8] or 0, f[9] or f[6], f[10] or ''
   f[11], f[12] = why, delay_ms
-  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 12)))
+  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 13)))
   redis.call('ZADD', k.mleases, 0, token)
 end
 
@@ -601,17 +617,19 @@ end
 -- The retry entry of an id: copies back in the list (or waiting to be),
 -- the highest delivery count, copies a late ACK cancelled, the last payload
 -- requeued, NACKs, expiries, first delivery, the delayed-set member of the
--- last copy that waits for a backoff (false if none), and the ids
+-- last copy that waits for a backoff (false if none), the ids
 -- member by which the next pop of the connection whose lease ran out can
--- still acknowledge it (next-pop rules; false if none).
+-- still acknowledge it (next-pop rules; false if none), and the deliveries
+-- that ended with the holder's connection closing.
 local function retry_entry(k, rk)
   local e = { pending = 0, seen = 0, cancelled = 0, last = false, nacks = 0, expiries = 0,
-    first = false, waiting = false, late = false }
+    first = false, waiting = false, late = false, dc = 0 }
   local raw = redis.call('HGET', k.retry, rk)
   if raw then
     local f = { cmsgpack.unpack(raw) }
     e.pending, e.seen, e.cancelled, e.last = f[1], f[2], f[3], f[4]
     e.nacks, e.expiries, e.first, e.waiting, e.late = f[5] or 0, f[6] or 0, f[7] or false, f[8] or false, f[9] or false
+    e.dc = f[10] or 0
   end
   return e
 end
@@ -631,9 +649,37 @@ local function set_retry(k, rk, e)
     if e.late then redis.call('ZREM', k.ids, e.late) end
   else
     redis.call('HSET', k.retry, rk, cmsgpack.pack(e.pending, e.seen, e.cancelled, e.last, e.nacks,
-      e.expiries, e.first, e.waiting, e.late))
+      e.expiries, e.first, e.waiting, e.late, e.dc))
   end
   retry_changed(k)
+end
+
+-- The ack id of the message with id key ik if it is still poison: leased,
+-- or back in the queue, with at least the rule's threshold of deliveries
+-- ended by a closed connection. Else nil.
+local function poison_id(k, r, ik)
+  if r.poison < 1 then return nil end
+  local token, _, id, _, _, _, _, _, _, _, _, _, _, dc = first_lease(k, ik)
+  if token and (dc or 0) >= r.poison then return id end
+  local e = retry_entry(k, ik)
+  if e.pending > 0 and e.dc >= r.poison and e.last then return ack_id(e.last, r.field) end
+  return nil
+end
+
+-- Looks at up to n entries of the poison index, oldest first, and removes
+-- those whose message is gone (acknowledged, dead-lettered) or no longer
+-- poison. Returns the ack ids of the ones that are.
+local function poison_ids(k, r, n)
+  local ids = {}
+  for _, ik in ipairs(redis.call('ZRANGE', k.poison, 0, n - 1)) do
+    local id = poison_id(k, r, ik)
+    if id then
+      ids[#ids + 1] = id
+    else
+      redis.call('ZREM', k.poison, ik)
+    end
+  end
+  return ids
 end
 
 local function history_key(payload) return 'h' .. redis.sha1hex(payload) end
@@ -685,9 +731,11 @@ end
 -- delay_ms: the wait asked for, or nil for the rule's backoff. The message
 -- goes back to the list, at once or after the wait (and a retry entry keeps
 -- its history), or past max deliveries its raw payload goes to the
--- dead-letter list. Returns requeued, deadlettered.
+-- dead-letter list. A message each of whose deliveries so far ended with
+-- its worker's connection closing is flagged as poison when they reach
+-- the rule's threshold. Returns requeued, deadlettered.
 local function expire(k, r, token, why, delay_ms, now)
-  local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay = record(k, token)
+  local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay, dc = record(k, token)
   if not payload then
     redis.call('ZREM', k.leases, token)
     redis.call('ZREM', k.mleases, token)
@@ -710,6 +758,16 @@ local function expire(k, r, token, why, delay_ms, now)
     tally(k, 'would_redeliver', 1)
     return 0, 0
   end
+  dc = dc or 0
+  local poisoned = false
+  if why == 'disconnected' then
+    dc = dc + 1
+    -- Counted once, when the last of the threshold's deliveries ends.
+    if dc == deliveries and dc == r.poison then
+      tally(k, 'poisoned', 1)
+      poisoned = true
+    end
+  end
   -- A dead-letter key holding another type cannot take it: the message is
   -- redelivered rather than lost.
   if deliveries >= r.max and is_list_or_none(k.dead) then
@@ -729,6 +787,13 @@ local function expire(k, r, token, why, delay_ms, now)
   local e = retry_entry(k, rk)
   if deliveries > e.seen then e.seen = deliveries end
   e.pending, e.last, e.nacks, e.expiries, e.first, e.waiting = e.pending + 1, payload, nacks, expiries, first, waiting
+  e.dc = dc
+  if poisoned then
+    redis.call('ZADD', k.poison, now, rk)
+    -- Entries are removed as their messages go (poison_ids); the key
+    -- goes on its own if nothing looks at it any more.
+    redis.call('PEXPIRE', k.poison, STATS_TTL_MS)
+  end
   if why == 'expired' and owner and owner ~= '' and r.ack == 'next-pop' then
     -- A slow worker may still pop again: that is then a late ACK.
     if e.late then redis.call('ZREM', k.ids, e.late) end
@@ -755,7 +820,7 @@ local function popped(k, payload, rk, now, retried)
   -- A new message that reuses the id is none of the copies counted here
   -- (a skip mark cancels only the copy it was made for).
   if e.last and payload ~= e.last then return true end
-  local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now }
+  local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now, dc = e.dc }
   if e.cancelled > 0 then
     e.cancelled = e.cancelled - 1
     h = nil

@@ -1,14 +1,21 @@
 -- info.lua: QUEUE INFO queue
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
+-- ARGV: the queue's rule (RULE_SIZE values).
 -- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none), distinct
 -- ids with copies back in the list after an expiry, delayed, {totals in
--- tally::EVENTS order}}. Ready does not count copies a late ACK cancelled.
--- The age looks at the 10 leases due first of each kind, so the work stays
--- bounded.
+-- tally::EVENTS order}, messages flagged as poison, {the ack ids of the
+-- first POISON_SHOWN of them}}. Ready does not count copies a late ACK
+-- cancelled. The age looks at the 10 leases due first of each kind, and
+-- the poison index is checked POISON_LOOK entries at a time (see
+-- poison_ids), so the work stays bounded.
+
+local POISON_LOOK = 100
+local POISON_SHOWN = 10
 
 register('info', function(KEYS, ARGV)
   local k = group(KEYS, 1)
+  local r = rule(ARGV, 1)
   local function len(key)
     local t = redis.call('TYPE', key)['ok']
     if t == 'list' then return redis.call('LLEN', key) end
@@ -28,6 +35,12 @@ register('info', function(KEYS, ARGV)
   for _, score in ipairs(redis.call('ZMSCORE', k.leases, RETRY_MARK, DELAYED_MARK)) do
     if score then marks = marks + 1 end
   end
+  local poisoned = poison_ids(k, r, POISON_LOOK)
+  -- Those looked at are known poison now; any past them are counted as
+  -- the index has them.
+  local poison_count = redis.call('ZCARD', k.poison)
+  local shown = {}
+  for i = 1, math.min(#poisoned, POISON_SHOWN) do shown[i] = poisoned[i] end
   write_pending(k)
   local names = event_names()
   local totals = redis.call('HMGET', k.stats, unpack(names))
@@ -40,5 +53,7 @@ register('info', function(KEYS, ARGV)
     requeued,
     redis.call('ZCARD', k.delayed),
     totals,
+    poison_count,
+    shown,
   })
 end)

@@ -4,13 +4,16 @@
 -- KEYS: the queue group (GROUP_SIZE keys).
 -- ARGV: the queue's rule (RULE_SIZE values), then the batch size.
 -- Due delayed messages (at most batch) enter the list; expired plain leases
--- (at most batch) go back to the list or to the dead-letter list. Expired
+-- (at most batch) go back to the list or to the dead-letter list; up to
+-- POISON_REAP entries of the poison index are checked (see poison_ids). Expired
 -- move leases are only listed: their destination is a key this script was
 -- not given (see expire_move.lua).
 -- Returns {requeued, deadlettered, leases and delayed messages left, ms
 -- until the next deadline or due time (-1: none), promoted, token1, dest1,
 -- token2, dest2, ...}.
 -- Safe to run from several proxies at once.
+
+local POISON_REAP = 10
 
 register('reap', function(KEYS, ARGV)
   local k = group(KEYS, 1)
@@ -20,6 +23,9 @@ register('reap', function(KEYS, ARGV)
   write_pending(k)
   local promoted = promote_and_mark(k, r, now, batch)
   local requeued, dead = requeue_expired(k, r, now, batch)
+  -- Poison entries whose messages went (acknowledged, say) leave the index
+  -- here too, a few per call, so it empties without QUEUE INFO.
+  poison_ids(k, r, POISON_REAP)
   local out = { requeued, dead, 0, -1, promoted }
   for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
     local payload, _, _, dest = record(k, token)

@@ -574,6 +574,18 @@ pub enum Backoff {
     Exp,
 }
 
+/// How long a lease lasts while its worker is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Hold {
+    /// `lease_ms` from the pop (or from the last `QUEUE EXTEND`).
+    #[default]
+    Lease,
+    /// As long as the connection that popped stays open (the proxy renews
+    /// the lease), up to `max_hold_ms`; ended at once when it closes.
+    Connection,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckId {
     /// The whole payload is the ack id.
@@ -653,12 +665,50 @@ pub struct QueueRule {
     /// would lose without enforcement.
     #[serde(default)]
     pub shadow: bool,
+    /// `connection`: a lease lasts while the connection that took it is
+    /// open, renewed by the proxy, for jobs of unknown length.
+    #[serde(default)]
+    pub hold: Hold,
+    /// With `hold = "connection"`, no lease is held longer than this from
+    /// its delivery (default [`DEFAULT_MAX_HOLD_MS`]).
+    #[serde(default)]
+    pub max_hold_ms: Option<u64>,
+    /// A message is flagged as poison once this many of its deliveries,
+    /// and every one so far, ended with its worker's connection closing
+    /// (0: never).
+    #[serde(default = "default_poison_after")]
+    pub poison_after: u32,
 }
+
+/// How long a connection holds a lease at most, unless the rule says.
+pub const DEFAULT_MAX_HOLD_MS: u64 = 3_600_000;
+/// The shortest lease a held rule takes: the proxy renews held leases
+/// every `lease_ms / 3`, and a shorter interval would cost Redis a call per
+/// queue every few milliseconds.
+pub const MIN_HELD_LEASE_MS: u64 = 300;
+/// The longest duration the proxy accepts anywhere (30 days): leases of
+/// `QUEUE EXTEND`, `NACK … DELAY`, `QUEUE PUSH … DELAY`, `max_hold_ms`.
+pub const MAX_DURATION_MS: u64 = 30 * 24 * 3600 * 1000;
 
 impl QueueRule {
     /// Whether each lease records the connection that took it.
     pub fn tracks_connections(&self) -> bool {
-        self.ack == AckPolicy::NextPop || self.requeue_on_disconnect
+        self.ack == AckPolicy::NextPop || self.requeues_on_disconnect()
+    }
+
+    /// Whether the leases a connection holds end when it closes.
+    pub fn requeues_on_disconnect(&self) -> bool {
+        self.requeue_on_disconnect || self.holds()
+    }
+
+    /// Whether leases last while their connection is open.
+    pub fn holds(&self) -> bool {
+        self.hold == Hold::Connection
+    }
+
+    /// The longest a connection holds a lease (see [`QueueRule::holds`]).
+    pub fn max_hold_ms(&self) -> u64 {
+        self.max_hold_ms.unwrap_or(DEFAULT_MAX_HOLD_MS)
     }
 
     /// The dead-letter list named without `$queue`: the same list, whatever
@@ -691,6 +741,9 @@ fn default_retry_jitter() -> f64 {
 }
 fn default_max_deliveries() -> u32 {
     5
+}
+fn default_poison_after() -> u32 {
+    3
 }
 fn default_ack_id() -> AckId {
     AckId::Payload
@@ -1046,6 +1099,9 @@ impl Config {
                     ));
                 }
             }
+            if let Err((key, why)) = check_hold(rule) {
+                return Err(format!("{}queue {p:?}: {key}: {why}", at.rule(i, key)));
+            }
             if let Some(first) = rules[..i].iter().position(|r| r.pattern == *p) {
                 return Err(format!(
                     "{}queue {p:?}: pattern: the rule {} has the same pattern, and only \
@@ -1084,6 +1140,15 @@ impl Config {
                     rule.pattern,
                     fixed.unwrap_or_default(),
                     at.rule_place(first),
+                ));
+            }
+        }
+        for (i, rule) in rules.iter().enumerate() {
+            if rule.max_hold_ms.is_some() && !rule.holds() {
+                warnings.push(format!(
+                    "{}queue {:?}: max_hold_ms: has no effect without hold = \"connection\"",
+                    at.rule(i, "max_hold_ms"),
+                    rule.pattern,
                 ));
             }
         }
@@ -1461,7 +1526,7 @@ impl Config {
             };
             let _ = writeln!(
                 s,
-                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, ack {}{}, \
+                "queue {:?}: lease {} ms, max deliveries {}, ack id {}, ack {}{}{}, \
                  redeliver {}, retries {retry}, consumers pop from the {}, dead letters {} ({})",
                 q.pattern,
                 q.lease_ms,
@@ -1478,6 +1543,14 @@ impl Config {
                     (_, true) => ", shadow mode (nothing redelivered)",
                     (true, false) => ", requeued on disconnect",
                     (false, false) => "",
+                },
+                if q.holds() {
+                    format!(
+                        ", held while the connection is open (at most {} ms)",
+                        q.max_hold_ms()
+                    )
+                } else {
+                    String::new()
                 },
                 match q.redeliver {
                     Redeliver::Next => "next (popped next)",
@@ -1642,6 +1715,35 @@ fn check_host_port(addr: &str) -> Result<(), String> {
 }
 
 /// Whether a pattern is a glob, as the rules tell (`queue::rules`).
+/// What a held rule needs: a lease the proxy can renew in time, and a
+/// bound within the one on every duration. Err: the key at fault and why.
+fn check_hold(rule: &QueueRule) -> Result<(), (&'static str, String)> {
+    if !rule.holds() {
+        return Ok(());
+    }
+    if rule.lease_ms < MIN_HELD_LEASE_MS {
+        return Err((
+            "lease_ms",
+            format!(
+                "must be at least {MIN_HELD_LEASE_MS} with hold = \"connection\" (the proxy \
+                 renews held leases every lease_ms / 3), got {}",
+                rule.lease_ms
+            ),
+        ));
+    }
+    let max = rule.max_hold_ms();
+    if max < rule.lease_ms || max > MAX_DURATION_MS {
+        return Err((
+            "max_hold_ms",
+            format!(
+                "must be between lease_ms ({}) and {MAX_DURATION_MS} (30 days), got {max}",
+                rule.lease_ms
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn is_glob(pattern: &str) -> bool {
     pattern
         .bytes()
@@ -1916,6 +2018,54 @@ mod tests {
         let next = Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"next-pop\"\n").unwrap();
         assert!(next.queues[0].tracks_connections());
         assert!(Config::from_toml("[[queue]]\npattern = \"q\"\nack = \"never\"\n").is_err());
+    }
+
+    #[test]
+    fn held_rules_are_checked_where_they_are_written() {
+        let rule = |extra: &str| {
+            Config::from_toml_with_warnings(&format!("[[queue]]\npattern = \"q\"\n{extra}"))
+        };
+        let (cfg, warnings) = rule("hold = \"connection\"\nlease_ms = 1000\n").unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let q = &cfg.queues[0];
+        assert!(q.holds() && q.requeues_on_disconnect() && q.tracks_connections());
+        assert!(!q.requeue_on_disconnect);
+        assert_eq!(q.max_hold_ms(), DEFAULT_MAX_HOLD_MS);
+        assert_eq!(q.poison_after, 3);
+        let plain = &Config::from_toml("[[queue]]\npattern = \"q\"\n")
+            .unwrap()
+            .queues[0];
+        assert!(!plain.holds() && !plain.requeues_on_disconnect());
+        let e = rule("hold = \"connection\"\nlease_ms = 100\n").unwrap_err();
+        assert!(
+            e.starts_with("line 4: queue \"q\": lease_ms: must be at least 300"),
+            "{e}"
+        );
+        let e = rule("hold = \"connection\"\nlease_ms = 1000\nmax_hold_ms = 500\n").unwrap_err();
+        assert!(
+            e.starts_with("line 5: queue \"q\": max_hold_ms: must be between lease_ms (1000)"),
+            "{e}"
+        );
+        // The one bound on every duration; the default (an hour) below a
+        // longer lease is named at the rule's pattern.
+        let e = rule("hold = \"connection\"\nmax_hold_ms = 2592000001\n").unwrap_err();
+        assert!(e.starts_with("line 4: queue \"q\": max_hold_ms:"), "{e}");
+        assert!(
+            e.contains("and 2592000000 (30 days), got 2592000001"),
+            "{e}"
+        );
+        let e = rule("hold = \"connection\"\nlease_ms = 7200000\n").unwrap_err();
+        assert!(e.starts_with("line 2: queue \"q\": max_hold_ms:"), "{e}");
+        assert!(rule("hold = \"connection\"\nmax_hold_ms = 2592000000\n").is_ok());
+        assert!(rule("hold = \"forever\"\n").is_err());
+        // Accepted, but it says nothing without hold.
+        let (_, warnings) = rule("max_hold_ms = 5000\n").unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("line 3: queue \"q\": max_hold_ms: has no effect"),
+            "{}",
+            warnings[0]
+        );
     }
 
     #[test]

@@ -122,6 +122,10 @@ fn assert_info_matches(
                 );
             }
             Value::Int(n) => assert_eq!(api[name], json!(n), "{name}"),
+            Value::Array(items) => {
+                let want: Vec<String> = items.iter().map(text).collect();
+                assert_eq!(api[name], json!(want), "{name}");
+            }
             other => assert_eq!(api[name], json!(text(other)), "{name}"),
         }
     }

@@ -368,6 +368,9 @@ async fn list(ops: &Ops) -> Value {
             "lease_ms": rule.lease_ms,
             "max_deliveries": rule.max_deliveries,
             "dead_letter": rule.dead_letter,
+            "hold": if rule.holds() { "connection" } else { "lease" },
+            "max_hold_ms": rule.max_hold_ms(),
+            "poison_after": rule.poison_after,
             "totals": totals(&scrape, &rule.pattern),
             "key_limit": KEYS_PER_RULE,
         });

@@ -14,7 +14,7 @@ use super::tally;
 use super::value::Value;
 use super::Intercept;
 use crate::command::{parse_i64, Args};
-use crate::config::{AckPolicy, Backoff};
+use crate::config::{AckPolicy, Backoff, Hold};
 use crate::resp::reply;
 
 pub const HELP: &[&str] = &[
@@ -100,7 +100,7 @@ pub const IDS_PER_CALL: usize = 50;
 /// EXTEND grants, NACK's DELAY and QUEUE PUSH's DELAY. A lease that never
 /// ends would keep its message from everyone for good, and a delay of
 /// centuries is a mistake, not a plan.
-pub const MAX_DURATION_MS: i64 = 30 * 24 * 3600 * 1000;
+pub const MAX_DURATION_MS: i64 = crate::config::MAX_DURATION_MS as i64;
 /// The latest time QUEUE PUSH's AT accepts: 3000-01-01T00:00:00Z. AT is a
 /// point on Redis's clock, which the proxy does not read, so it cannot be
 /// held to [`MAX_DURATION_MS`] from now; this only refuses the absurd.
@@ -394,6 +394,7 @@ enum Field {
     Int(i64),
     Str(Bytes),
     Nil,
+    List(Vec<Bytes>),
 }
 
 fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
@@ -404,13 +405,19 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
             Field::Int(n) => reply::integer(out, *n),
             Field::Str(s) => reply::bulk(out, s),
             Field::Nil => reply::null_bulk(out, protocol),
+            Field::List(items) => {
+                reply::array(out, items.len());
+                for item in items {
+                    reply::bulk(out, item);
+                }
+            }
         }
     }
 }
 
 /// QUEUE INFO queue
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
-    let call = Call::new(&library::INFO).queue(&q);
+    let call = Call::new(&library::INFO).queue(&q).rule(&q);
     let suggested = suggested_lease_ms(&q.rule.pattern);
     rewrite(call, how.db, move |v| {
         let a = v.array();
@@ -422,6 +429,7 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
             ("dead".into(), int(2)),
             ("oldest-lease-age-ms".into(), int(3)),
             ("requeued".into(), int(4)),
+            ("poison".into(), int(7)),
         ];
         let totals = a.get(6).map(Value::array).unwrap_or_default();
         fields
@@ -454,11 +462,31 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
             ),
             (
                 "requeue-on-disconnect".into(),
-                Field::Int(rule.requeue_on_disconnect as i64),
+                Field::Int(rule.requeues_on_disconnect() as i64),
             ),
             ("shadow".into(), Field::Int(rule.shadow as i64)),
+            (
+                "hold".into(),
+                Field::Str(Bytes::from_static(match rule.hold {
+                    Hold::Lease => b"lease",
+                    Hold::Connection => b"connection",
+                })),
+            ),
+            ("max-hold-ms".into(), Field::Int(rule.max_hold_ms() as i64)),
+            ("poison-after".into(), Field::Int(rule.poison_after.into())),
             ("suggested-lease-ms".into(), Field::Int(suggested)),
         ]);
+        // Last: a nested array, after every flat field.
+        let poison_ids = a.get(8).map(Value::array).unwrap_or_default();
+        fields.push((
+            "poison-ids".into(),
+            Field::List(
+                poison_ids
+                    .iter()
+                    .map(|v| Bytes::copy_from_slice(v.bytes()))
+                    .collect(),
+            ),
+        ));
         let mut out = BytesMut::new();
         map_reply(&mut out, &fields, how.protocol);
         out.freeze()

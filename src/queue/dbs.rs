@@ -14,7 +14,7 @@
 use std::ops::Deref;
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::call::Caller;
 use super::owners::Owners;
@@ -47,6 +47,7 @@ impl Db {
         rules: &Arc<Rules>,
         endpoint: &Arc<Endpoint>,
         stop: &watch::Receiver<bool>,
+        noted: &Arc<Notify>,
     ) -> Db {
         let registry = Arc::new(Registry::in_db(index));
         let waiters = Waiters::start(
@@ -61,7 +62,7 @@ impl Db {
             index,
             registry,
             waiters,
-            owners: Owners::default(),
+            owners: Owners::telling(noted.clone()),
             own: Caller {
                 shared: own,
                 client: ClientState::new(0, usize::MAX),
@@ -81,6 +82,9 @@ pub struct Dbs {
     rules: Arc<Rules>,
     endpoint: Arc<Endpoint>,
     stop: watch::Receiver<bool>,
+    /// Told when a connection, in any database, pops from a queue it had
+    /// not (see `owners::Holder`).
+    noted: Arc<Notify>,
 }
 
 /// A database's state: database 0's borrowed (its path costs nothing
@@ -108,13 +112,15 @@ impl Dbs {
         endpoint: Arc<Endpoint>,
         stop: watch::Receiver<bool>,
     ) -> Dbs {
-        let zero = Db::open(0, own.clone(), own, &rules, &endpoint, &stop);
+        let noted = Arc::new(Notify::new());
+        let zero = Db::open(0, own.clone(), own, &rules, &endpoint, &stop, &noted);
         Dbs {
             zero,
             others: RwLock::new(Vec::new()),
             rules,
             endpoint,
             stop,
+            noted,
         }
     }
 
@@ -141,6 +147,7 @@ impl Dbs {
             &self.rules,
             &self.endpoint,
             &self.stop,
+            &self.noted,
         ));
         others.push(d.clone());
         DbRef::Other(d)
@@ -150,6 +157,12 @@ impl Dbs {
     pub fn find(&self, index: i64) -> Option<Arc<Db>> {
         let others = self.others.read().unwrap();
         others.iter().find(|d| d.index == index).cloned()
+    }
+
+    /// Told when a connection pops from a queue it had not, in any
+    /// database.
+    pub fn noted(&self) -> &Notify {
+        &self.noted
     }
 
     /// The databases other than 0 that have been used.

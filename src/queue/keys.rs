@@ -20,6 +20,7 @@
 //! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
 //! | dead letter | list | raw payloads past max deliveries |
 //! | `…:history` | hash | `h`+sha1(payload) → the history of that dead letter (copies, counts, times, reason), at most [`DEAD_HISTORY`] |
+//! | `…:poison` | zset | id key → when the message was flagged as poison (an index, pruned as its messages go); expires [`STATS_TTL_MS`] after the last flag |
 //!
 //! The default dead-letter list is `{Q}:dead` for a queue without a hash tag
 //! (`{jobs}:dead`), `Q:dead` for one with a tag (`{user1}jobs:dead`), and
@@ -47,7 +48,7 @@ pub enum Role {
 /// number and length of its keys, more than with anything the scripts do
 /// on the common paths, so indexes share a key where their members cannot
 /// meet (see `ids`).
-pub const GROUP: [(&str, Role); 10] = [
+pub const GROUP: [(&str, Role); 11] = [
     ("q", Role::Queue),
     ("leases", Role::Aux("leases")),
     ("mleases", Role::Aux("mleases")),
@@ -58,6 +59,7 @@ pub const GROUP: [(&str, Role); 10] = [
     ("delayed", Role::Aux("delayed")),
     ("stats", Role::Aux("stats")),
     ("history", Role::Aux("history")),
+    ("poison", Role::Aux("poison")),
 ];
 
 /// Names in a queue's layout.

@@ -68,6 +68,7 @@ functions! {
     DISOWN = "disown",
     RELEASE = "release",
     DEAD_ONE = "dead_one",
+    HOLD = "hold",
 }
 
 impl Function {

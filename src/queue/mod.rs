@@ -131,7 +131,12 @@ impl Queues {
             interval: Duration::from_millis(config.reaper.interval_ms.max(1)),
             batch: config.reaper.batch.max(1),
         };
-        tokio::spawn(reaper.run(stop));
+        tokio::spawn(reaper.run(stop.clone()));
+        let holder = owners::Holder {
+            rules: rules.clone(),
+            dbs: dbs.clone(),
+        };
+        tokio::spawn(holder.run(stop));
         Queues {
             rules,
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
@@ -292,7 +297,7 @@ impl Queues {
         pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
             pop.owner = db.owners.owner(conn);
-            for q in pop.queues().filter(|q| q.rule.requeue_on_disconnect) {
+            for q in pop.queues().filter(|q| q.rule.requeues_on_disconnect()) {
                 db.owners.note(conn, &q.name);
             }
         }
@@ -343,10 +348,10 @@ impl Queues {
     }
 
     /// Client connection `conn` closed. Unless the proxy is shutting down,
-    /// the leases it took on requeue_on_disconnect queues end now, in each
-    /// database, on the connection its pops there went on (`shared` in
-    /// database 0): behind them, so a pop still in flight has leased
-    /// before they are looked for.
+    /// the leases it took on requeue_on_disconnect and held queues end now
+    /// (and are no longer renewed), in each database, on the connection its
+    /// pops there went on (`shared` in database 0): behind them, so a pop
+    /// still in flight has leased before they are looked for.
     pub fn closed(&self, conn: u64, shutting_down: bool, shared: &SharedUpstream) {
         self.requeue_closed(self.dbs.zero(), conn, shutting_down, shared);
         for db in self.dbs.others() {
@@ -368,7 +373,7 @@ impl Queues {
         let queues: Vec<Arc<rules::Queue>> = names
             .iter()
             .filter_map(|n| self.rules.resolve_leased(n))
-            .filter(|q| q.rule.requeue_on_disconnect)
+            .filter(|q| q.rule.requeues_on_disconnect())
             .collect();
         let caller = Caller {
             shared: shared.clone(),

@@ -1,23 +1,29 @@
 //! Leases by client connection, for the rules that track them
-//! (`ack = "next-pop"`, `requeue_on_disconnect`). Each client connection
-//! has a name, unique across proxies and restarts, which the leases it takes
-//! on such rules record (in the queue's `ids` index). A next-pop pop
-//! acknowledges what its connection holds on the queue inside its own
-//! script; when a connection closes, its leases on requeue_on_disconnect
-//! queues end at once. For that the proxy remembers, per connection, the
-//! queues it popped from under such rules, within a byte budget.
+//! (`ack = "next-pop"`, `requeue_on_disconnect`, `hold = "connection"`).
+//! Each client connection has a name, unique across proxies and restarts,
+//! which the leases it takes on such rules record (in the queue's `ids`
+//! index). A next-pop pop acknowledges what its connection holds on the
+//! queue inside its own script; when a connection closes, its leases on
+//! requeue_on_disconnect and held queues end at once; while it is open, its
+//! leases on held queues are renewed ([`Holder`]). For that the proxy
+//! remembers, per connection, the queues it popped from under such rules,
+//! within a byte budget.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 use super::call::{Call, Caller};
+use super::dbs::Dbs;
 use super::library;
 use super::pop::Pop;
-use super::rules::Queue;
+use super::rules::{Queue, Rules};
 use super::value::Value;
 use crate::config::AckPolicy;
 
@@ -28,8 +34,8 @@ pub fn next_conn() -> u64 {
 }
 
 /// Queues remembered per connection at most; a connection popping from
-/// more (on requeue_on_disconnect rules) has its leases on the others
-/// expire as usual when it closes.
+/// more (on requeue_on_disconnect or held rules) has its leases on the
+/// others expire as usual when it closes, and not renewed while it is open.
 const QUEUES_PER_CONN: usize = 16;
 /// Bytes of queue names remembered for all connections together.
 const NAMES_BYTES: usize = 8 << 20;
@@ -40,6 +46,10 @@ pub struct Owners {
     /// before and after a restart) never meet.
     instance: String,
     conns: Mutex<Conns>,
+    /// Told when a connection pops from a queue it had not: the holder
+    /// learns of a held queue before its first lease runs out. One for
+    /// every database (see `Dbs::noted`), which the holder waits on.
+    noted: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -50,24 +60,30 @@ struct Conns {
 
 impl Default for Owners {
     fn default() -> Self {
+        Owners::telling(Arc::new(Notify::new()))
+    }
+}
+
+impl Owners {
+    /// Owners whose new queues are told to `noted`.
+    pub fn telling(noted: Arc<Notify>) -> Self {
         let random = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish();
         Owners {
             instance: format!("{random:016x}"),
             conns: Mutex::default(),
+            noted,
         }
     }
-}
 
-impl Owners {
     /// The name connection `conn` goes by in Redis (no `|` in it).
     pub fn owner(&self, conn: u64) -> Bytes {
         Bytes::from(format!("{}.{conn:x}", self.instance))
     }
 
     /// Connection `conn` pops from `queue`, whose rule requeues on
-    /// disconnect.
+    /// disconnect (held rules do too).
     pub fn note(&self, conn: u64, queue: &Bytes) {
         let mut c = self.conns.lock().unwrap();
         let cost = queue.len() + ENTRY_OVERHEAD;
@@ -80,6 +96,20 @@ impl Owners {
         }
         *bytes += cost;
         queues.entry(conn).or_default().push(queue.clone());
+        drop(c);
+        self.noted.notify_one();
+    }
+
+    /// The open connections that popped from each queue remembered.
+    fn by_queue(&self) -> HashMap<Bytes, Vec<u64>> {
+        let c = self.conns.lock().unwrap();
+        let mut out: HashMap<Bytes, Vec<u64>> = HashMap::new();
+        for (conn, names) in &c.queues {
+            for name in names {
+                out.entry(name.clone()).or_default().push(*conn);
+            }
+        }
+        out
     }
 
     /// Forgets connection `conn`; returns the queues it popped from.
@@ -126,6 +156,113 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
         }
     }
     ended
+}
+
+/// Leases renewed per hold call at most: a read and a write each.
+const HOLD_PER_CALL: usize = 500;
+/// Connections per hold call at most: a range read each.
+const HOLD_OWNERS_PER_CALL: usize = 100;
+
+/// Renews the leases that `owners`, connections still open, hold on `q` (a
+/// held rule), in bounded calls (see `lua/hold.lua`). Returns how many.
+pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
+    let mut renewed = 0;
+    let mut rest = owners;
+    let mut after = Bytes::new();
+    for _ in 0..MAX_CALLS {
+        if rest.is_empty() {
+            break;
+        }
+        let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
+        let mut call = Call::new(&library::HOLD)
+            .queue(q)
+            .rule(q)
+            .arg(HOLD_PER_CALL.to_string())
+            .arg(after.clone());
+        for owner in chunk {
+            call = call.arg(owner.clone());
+        }
+        let Ok(v) = caller.run(&call).await else {
+            // Redis is away: the leases run out as any other.
+            return renewed;
+        };
+        let items = v.array();
+        renewed += items.first().map(Value::int).unwrap_or(0);
+        match items.get(1).map(Value::int).unwrap_or(0) {
+            // The budget ran out at the next-th connection of the chunk.
+            next @ 1.. if (next as usize) <= chunk.len() => {
+                rest = &rest[next as usize - 1..];
+                after = Bytes::copy_from_slice(items.get(2).map(Value::bytes).unwrap_or_default());
+            }
+            _ => {
+                rest = &rest[chunk.len()..];
+                after = Bytes::new();
+            }
+        }
+    }
+    renewed
+}
+
+/// A held queue is looked at again this long after its last renewal at
+/// the most, whatever its lease.
+const HOLD_IDLE: Duration = Duration::from_secs(1);
+
+/// Keeps the leases of open connections on held queues (`hold =
+/// "connection"`) alive: every `lease_ms / 3` one bounded renewal per queue
+/// and database for all the connections of this proxy that popped there,
+/// on the proxy's own connection in that database, so a lease has two
+/// thirds of `lease_ms` to spare when a renewal is late. A connection that
+/// closes is forgotten first (its leases then end at once, see
+/// `Queues::closed`); a proxy that stops renewing (stopped, killed) leaves
+/// the leases to run out `lease_ms` later, as any other; a lease is never
+/// renewed past `max_hold_ms` from its delivery.
+pub struct Holder {
+    pub rules: Arc<Rules>,
+    pub dbs: Arc<Dbs>,
+}
+
+impl Holder {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        // When each held queue was last renewed, by database and name.
+        let mut last: HashMap<(i64, Bytes), Instant> = HashMap::new();
+        let mut wait = HOLD_IDLE;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.dbs.noted().notified() => {}
+            }
+            let mut next = Instant::now() + HOLD_IDLE;
+            // Queues no connection holds any more are dropped with this.
+            let mut kept = HashMap::new();
+            let others = self.dbs.others();
+            for db in std::iter::once(self.dbs.zero()).chain(others.iter().map(|d| &**d)) {
+                for (name, conns) in db.owners.by_queue() {
+                    // Also under a rule a reload removed: its leases stay held.
+                    let Some(q) = self.rules.resolve_leased(&name).filter(|q| q.rule.holds())
+                    else {
+                        continue;
+                    };
+                    let every = Duration::from_millis(q.rule.lease_ms / 3);
+                    let key = (db.index, name);
+                    let started = Instant::now();
+                    let at = match last.get(&key) {
+                        Some(at) if *at + every > started => *at,
+                        _ => {
+                            let owners: Vec<Bytes> =
+                                conns.iter().map(|c| db.owners.owner(*c)).collect();
+                            hold(&db.own, &q, &owners).await;
+                            started
+                        }
+                    };
+                    next = next.min(at + every);
+                    kept.insert(key, at);
+                }
+            }
+            last = kept;
+            wait = next.saturating_duration_since(Instant::now());
+        }
+    }
 }
 
 /// Acknowledges the leases `owner` holds on `q` (a next-pop rule), in

@@ -168,7 +168,11 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(v) = db.own.run(&Call::new(&library::INFO).queue(&q)).await else {
+            let Ok(v) = db
+                .own
+                .run(&Call::new(&library::INFO).queue(&q).rule(&q))
+                .await
+            else {
                 break;
             };
             let a = v.array();

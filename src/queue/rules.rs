@@ -32,7 +32,7 @@ pub enum RuleValue {
 /// pop and ACK, cost Redis more CPU than the rest of the lease bookkeeping
 /// added together.
 #[allow(clippy::type_complexity)]
-pub const RULE: [(&str, fn(&QueueRule) -> RuleValue); 13] = [
+pub const RULE: [(&str, fn(&QueueRule) -> RuleValue); 16] = [
     ("lease", |r| RuleValue::Int(r.lease_ms)),
     ("max", |r| RuleValue::Int(r.max_deliveries.into())),
     // '' = the whole payload is the ack id.
@@ -72,6 +72,11 @@ pub const RULE: [(&str, fn(&QueueRule) -> RuleValue); 13] = [
     }),
     ("track", |r| RuleValue::Int(r.tracks_connections().into())),
     ("shadow", |r| RuleValue::Int(r.shadow.into())),
+    // 1: leases last while their connection is open, up to max_hold ms.
+    ("hold", |r| RuleValue::Int(r.holds().into())),
+    ("max_hold", |r| RuleValue::Int(r.max_hold_ms())),
+    // Disconnect-ended deliveries that flag a message as poison (0: never).
+    ("poison", |r| RuleValue::Int(r.poison_after.into())),
 ];
 
 /// ARGV values a script takes per queue for its rule.

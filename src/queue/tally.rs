@@ -29,6 +29,7 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("dead_dropped", "ackproxy_dead_dropped_total"),
     ("disconnects", "ackproxy_disconnect_requeues_total"),
     ("would_redeliver", "ackproxy_shadow_would_redeliver_total"),
+    ("poisoned", "ackproxy_poison_messages_total"),
 ];
 
 /// The queues of one script call: where each one's key group starts in

@@ -251,6 +251,10 @@ pub const QUEUE_COUNTERS: &[(&str, &str)] = &[
         "ackproxy_shadow_would_redeliver_total",
         "Shadow mode: leases that ended without an ACK, whose message would have been redelivered.",
     ),
+    (
+        "ackproxy_poison_messages_total",
+        "Messages flagged as poison: poison_after of their deliveries, and every one so far, ended with the worker's connection closing.",
+    ),
 ];
 
 const QUEUE_GAUGES: &[(&str, &str)] = &[
