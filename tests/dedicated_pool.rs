@@ -267,3 +267,39 @@ fn no_ready_connections_when_the_pool_is_off() {
         Value::Array(vec![Value::bulk("k"), Value::bulk("v")])
     );
 }
+
+/// Redis lost with a client's first request on its own connection still
+/// unanswered, and the requests of the proxy's own written with it (the
+/// client's name): the client gets one error, for its one request, and its
+/// next request's reply after it.
+#[test]
+fn a_lost_connection_answers_only_the_clients_requests() {
+    let mut redis = Redis::start();
+    let port = redis.port;
+    let m = free_port();
+    let proxy = Proxy::start(port, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let mut a = proxy.client();
+    assert_eq!(
+        a.cmd(&["CLIENT", "SETNAME", "reader"]),
+        Value::Simple("OK".into())
+    );
+    // Redis holds every request from now on, then dies.
+    assert_eq!(
+        redis.client().cmd(&["CLIENT", "PAUSE", "60000", "ALL"]),
+        Value::Simple("OK".into())
+    );
+    a.send(&["BLPOP", "k", "0"]);
+    // Written (with the name) on a connection of its own.
+    await_metric(m, &gauge("dedicated"), 1.0);
+    redis.kill();
+    let Value::Error(e) = a.read_value() else {
+        panic!("an error for BLPOP");
+    };
+    assert!(e.starts_with("ERR upstream"), "{e}");
+
+    let _again = Redis::start_on(port, redis.dir.clone(), &[]);
+    wait_until("the proxy to reach Redis again", || {
+        Client::connect(proxy.port).cmd(&["PING"]) == Value::Simple("PONG".into())
+    });
+    assert_eq!(a.cmd(&["ECHO", "after"]), Value::bulk("after"));
+}

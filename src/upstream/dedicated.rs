@@ -373,8 +373,12 @@ async fn read_loop(mut rd: ReadHalf, shared: Arc<Shared>, out: Arc<ClientState>)
         // before closing is delivered, and nothing else.
         out.finish();
     } else {
-        for _ in pending {
-            out.ready(Bytes::from(failure.to_reply()), 1);
+        // One error per request of the client's; the proxy's own get none
+        // (the client never sent them, and counts no reply for them).
+        for e in pending {
+            if !matches!(e, Expect::Drop | Expect::Sentinel(..)) {
+                out.ready(Bytes::from(failure.to_reply()), 1);
+            }
         }
     }
     shared.idle.notify_waiters();
