@@ -178,8 +178,7 @@ impl Dedicated {
     }
 
     /// The protocol a HELLO sent with `send_dropped` or in the prelude
-    /// switches to: the
-    /// requests sent after it are answered in it.
+    /// switches to: the requests sent after it are answered in it.
     pub fn assume_protocol(&self, protocol: u8) {
         self.shared.protocol.store(protocol, Ordering::Release);
     }
