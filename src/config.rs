@@ -78,6 +78,11 @@ pub struct Cli {
     /// and password; 0: logged-in clients keep a connection of their own).
     #[arg(long, env = "ACKPROXY_USER_CONNECTIONS_MAX")]
     pub user_connections_max: Option<usize>,
+    /// Upstream connections kept open and logged in ahead of need, for
+    /// clients that need one of their own (per login: the proxy's, and
+    /// each logged-in user's); 0: each is opened when needed.
+    #[arg(long, env = "ACKPROXY_DEDICATED_POOL")]
+    pub dedicated_pool: Option<usize>,
     /// Password clients must give (AUTH) while Redis itself needs no login.
     #[arg(long, env = "ACKPROXY_REQUIREPASS", hide_env_values = true)]
     pub requirepass: Option<String>,
@@ -217,12 +222,13 @@ impl Cli {
             AuthClients::No => "no",
             AuthClients::Optional => "optional",
         };
-        let defaults: [(&str, String); 10] = [
+        let defaults: [(&str, String); 11] = [
             ("listen", d.listen.clone()),
             ("upstream_mode", "direct".into()),
             ("upstream", "none: a private redis-server is started".into()),
             ("shared_connections", d.shared_connections.to_string()),
             ("user_connections_max", d.user_connections_max.to_string()),
+            ("dedicated_pool", d.dedicated_pool.to_string()),
             ("threads", d.threads.unwrap_or(1).to_string()),
             ("metrics", "none: no operations server".into()),
             ("ops_max_connections", d.ops_max_connections.to_string()),
@@ -355,6 +361,8 @@ pub struct Config {
     pub shared_connections: usize,
     /// Shared connection pairs of logged-in users kept at most.
     pub user_connections_max: usize,
+    /// Ready connections kept for clients' own, per login.
+    pub dedicated_pool: usize,
     /// The password of the `default` user as clients of the proxy see it,
     /// for a Redis that needs no login (empty: none, as in Redis).
     pub requirepass: Option<String>,
@@ -412,6 +420,7 @@ impl Default for Config {
             sentinel_tls_server_name: None,
             shared_connections: 1,
             user_connections_max: 64,
+            dedicated_pool: 2,
             requirepass: None,
             dedicated_per_client: false,
             threads: None,
@@ -803,6 +812,9 @@ impl Config {
         if let Some(v) = cli.user_connections_max {
             cfg.user_connections_max = v;
         }
+        if let Some(v) = cli.dedicated_pool {
+            cfg.dedicated_pool = v;
+        }
         if let Some(v) = &cli.requirepass {
             cfg.requirepass = Some(v.clone());
         }
@@ -935,6 +947,7 @@ impl Config {
             sentinel_tls_server_name: _,
             shared_connections: _,
             user_connections_max: _,
+            dedicated_pool: _,
             requirepass: _,
             dedicated_per_client: _,
             threads: _,
@@ -957,7 +970,7 @@ impl Config {
             upstream_mode, sentinel_master, sentinels, sentinel_user, sentinel_password,
             sentinel_tls, sentinel_tls_ca_cert_file, sentinel_tls_cert_file,
             sentinel_tls_key_file, sentinel_tls_server_name,
-            shared_connections, user_connections_max, requirepass,
+            shared_connections, user_connections_max, dedicated_pool, requirepass,
             dedicated_per_client, threads, metrics, ops_public, ops_allowed_hosts,
             ops_max_connections, admin_token,
             log_format, connect_timeout_ms, embedded, reaper)
@@ -1031,6 +1044,11 @@ impl Config {
         }
         if self.shared_connections == 0 {
             return Err("shared_connections must be at least 1".into());
+        }
+        // Per login, so a few; each is a file descriptor here and a client
+        // in Redis.
+        if self.dedicated_pool > 1024 {
+            return Err("dedicated_pool must be at most 1024".into());
         }
         if self.limits.max_inline_len == 0 || self.limits.max_bulk_len == 0 {
             return Err("limits must be positive".into());
@@ -1404,8 +1422,8 @@ impl Config {
                 "one upstream connection per client".to_string()
             } else {
                 format!(
-                    "{} shared, dedicated when stateful",
-                    self.shared_connections
+                    "{} shared, dedicated when stateful ({} kept ready)",
+                    self.shared_connections, self.dedicated_pool
                 )
             }
         );

@@ -63,6 +63,10 @@ fn superuser(r: &Redis) -> Client {
 /// may write, one for reads).
 const PAIR: usize = 2;
 
+/// Redis's connections of one login the proxy keeps: its shared pair, and
+/// those kept ready for its clients' own (`dedicated_pool`, default 2).
+const LOGIN: usize = PAIR + 2;
+
 /// Redis's connections logged in as `user`.
 fn connections_of(r: &Redis, user: &str) -> usize {
     let Value::Bulk(list) = superuser(r).cmd(&["CLIENT", "LIST"]) else {
@@ -282,7 +286,7 @@ fn run_matrix(extra: &[&str], guard: bool) {
         clients.push(b);
     }
     let own_each = extra.contains(&"--dedicated-per-client");
-    settles(&behind, "restricted", if own_each { 20 } else { PAIR });
+    settles(&behind, "restricted", if own_each { 20 } else { LOGIN });
     for (i, c) in clients.iter_mut().enumerate() {
         let key = format!("allowed:{i}");
         assert_eq!(c.cmd(&["GET", &key]), Value::bulk(&i.to_string()));
@@ -896,12 +900,12 @@ fn logging_in_as_another_user_moves_the_client() {
         );
     }
     // One pair per user, kept for the next client of that login.
-    settles(&r, "restricted", PAIR);
-    settles(&r, "worker", PAIR);
+    settles(&r, "restricted", LOGIN);
+    settles(&r, "worker", LOGIN);
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
     assert_eq!(again.cmd(&["GET", "allowed:a"]), Value::bulk("1"));
-    settles(&r, "restricted", PAIR);
+    settles(&r, "restricted", LOGIN);
 }
 
 /// A client in a pool pipelines a push on its user's connection and a pop
@@ -971,7 +975,10 @@ fn a_deleted_user_is_disconnected_as_by_redis() {
         let setuser = ["ACL", "SETUSER", user, "on", ">pw", "~*", "+@all"];
         assert_eq!(adm.cmd(&setuser), ok());
     }
-    let p = proxy(&r, &[]);
+    // Clients' own connections opened when needed: one opened after a
+    // password change is refused (a ready one, opened before, would
+    // still be logged in, as a client's own connection is directly).
+    let p = proxy(&r, &["--dedicated-pool", "0"]);
     let login = |c: &mut Client, user: &str| {
         assert_eq!(c.raw(&["AUTH", user, "pw"]), b"+OK\r\n");
         assert_eq!(c.cmd(&["SET", user, user]), ok());
@@ -1048,7 +1055,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     let mut other = p.client();
     assert_eq!(other.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
     assert_eq!(other.cmd(&["LPUSH", "jobs", "m"]), Value::Int(1));
-    settles(&r, "restricted", PAIR + 1);
+    settles(&r, "restricted", LOGIN + 1);
     let mut adm = admin(&r);
     let Value::Bulk(list) = adm.cmd(&["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST");
@@ -1072,7 +1079,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
     assert_eq!(again.cmd(&["GET", "allowed:x"]), Value::Nil);
-    settles(&r, "restricted", PAIR);
+    settles(&r, "restricted", LOGIN);
 }
 
 /// At most `user_connections_max` users' connections: past it, the least
@@ -1093,7 +1100,7 @@ fn user_connections_are_bounded() {
         second.cmd(&["ACL", "WHOAMI"]),
         Value::Error("NOPERM this user has no permissions to run the 'acl|whoami' command".into())
     );
-    settles(&r, "restricted", PAIR);
+    settles(&r, "restricted", LOGIN);
     // Its own connection: no pool can take it.
     settles(&r, "worker", 1);
     drop(first);
@@ -1116,7 +1123,7 @@ fn user_connections_are_bounded() {
         assert!(Instant::now() < deadline, "the idle connection stays");
         std::thread::sleep(Duration::from_millis(20));
     }
-    settles(&r, "worker", PAIR);
+    settles(&r, "worker", LOGIN);
 }
 
 /// With the proxy's password, queue operations wait for it like

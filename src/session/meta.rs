@@ -306,15 +306,16 @@ impl Session {
         }
     }
 
-    /// Gives a newly opened dedicated connection the client's metadata.
-    pub(super) async fn apply_meta(&mut self) {
+    /// Gives a newly opened dedicated connection the client's metadata,
+    /// in the same write as the request it was opened for.
+    pub(super) fn apply_meta(&mut self) {
         if self.meta == Meta::default() {
             return;
         }
         let (request, count) = self.meta.commands(redis_has_setinfo());
         let protocol = self.meta.protocol;
         if let Some(d) = &mut self.dedicated {
-            d.send_dropped(&request, count).await;
+            d.prelude(&request, count);
             d.assume_protocol(protocol);
         }
     }

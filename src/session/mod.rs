@@ -26,6 +26,7 @@ use crate::queue::{Intercept, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::telemetry::Route as Served;
 use crate::upstream::dedicated::{Dedicated, Expect};
+use crate::upstream::ready::Ready;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::users::{Member, Users};
 use crate::upstream::Endpoint;
@@ -54,6 +55,8 @@ pub struct Context {
     permissions: crate::auth::Permissions,
     /// Shared connections of logged-in users.
     users: Arc<Users>,
+    /// Connections logged in as the proxy, ready for clients' own.
+    ready: Ready,
     /// The proxy's own password for clients, if it asks for one.
     requirepass: Option<crate::auth::Password>,
     /// Every client connected, as `CLIENT LIST` shows them.
@@ -75,12 +78,14 @@ impl Context {
         } else {
             config.user_connections_max
         };
-        let users = Users::new(endpoint.clone(), pools);
+        let users = Users::new(endpoint.clone(), pools, config.dedicated_pool);
+        let ready = Ready::start(endpoint.clone(), None, config.dedicated_pool);
         let requirepass = config
             .client_password()
             .map(|p| crate::auth::Password::new(p.as_bytes()));
         Context {
             users,
+            ready,
             requirepass,
             limits: std::sync::RwLock::new(Arc::new(config.limits.clone())),
             config,
@@ -1040,13 +1045,14 @@ impl Session {
             return true;
         }
         // A client in a pool logs in again with the pool's credentials,
-        // which it proved.
-        let pool_login = self.member.as_ref().and_then(Member::credentials);
+        // which it proved. A ready connection is taken without waiting, so
+        // the request is written before any other client's next one.
+        let pool_login = self.member.as_ref().and_then(Member::ready);
         let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
         let opened = if self.auth == crate::auth::State::Open {
-            Dedicated::open(&self.ctx.endpoint, self.out.clone()).await
-        } else if let Some(credentials) = pool_login {
-            Dedicated::open_as(&self.ctx.endpoint, &credentials, self.out.clone()).await
+            Dedicated::open_ready(&self.ctx.ready, self.out.clone()).await
+        } else if let Some(ready) = pool_login {
+            Dedicated::open_ready(&ready, self.out.clone()).await
         } else {
             if self.dedicated.is_some() || self.member.is_some() {
                 // The connection the client logged in on is gone (or its
@@ -1061,7 +1067,7 @@ impl Session {
             Ok(d) => {
                 self.dedicated = Some(d);
                 if logged_in {
-                    self.apply_meta().await;
+                    self.apply_meta();
                 }
                 true
             }

@@ -98,7 +98,11 @@ pub struct Upstream {
     pub errors: Counter,
     pub reconnects: Counter,
     pub shared: Gauge,
+    /// Clients' own connections, in use.
     pub dedicated: Gauge,
+    /// Connections opened ahead of need, for clients' own (see
+    /// `upstream::ready`); in no client's use yet.
+    pub pooled: Gauge,
     /// Shared connections of logged-in users (one per user and password).
     pub user: Gauge,
 }
@@ -321,7 +325,7 @@ pub fn register(rules: &[QueueRule], timed: bool) {
     metrics::describe_counter!(COMMANDS, "Client requests, by route.");
     metrics::describe_gauge!(
         "ackproxy_upstream_connections",
-        "Upstream connections open now, by kind (shared, dedicated, user)."
+        "Upstream connections open now, by kind (shared, dedicated, pooled, user)."
     );
     for (name, help) in QUEUE_COUNTERS.iter().chain(QUEUE_GAUGES) {
         if name.ends_with("_total") {
@@ -337,6 +341,7 @@ pub fn register(rules: &[QueueRule], timed: bool) {
     let up = upstream();
     up.shared.set(0.0);
     up.dedicated.set(0.0);
+    up.pooled.set(0.0);
     up.user.set(0.0);
     if timed {
         let _ = LATENCY.set(Latency {
@@ -391,6 +396,7 @@ pub fn upstream() -> &'static Upstream {
         reconnects: metrics::counter!("ackproxy_upstream_reconnects_total"),
         shared: metrics::gauge!("ackproxy_upstream_connections", "kind" => "shared"),
         dedicated: metrics::gauge!("ackproxy_upstream_connections", "kind" => "dedicated"),
+        pooled: metrics::gauge!("ackproxy_upstream_connections", "kind" => "pooled"),
         user: metrics::gauge!("ackproxy_upstream_connections", "kind" => "user"),
     })
 }

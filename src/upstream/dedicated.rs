@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::ready::Ready;
 use super::Endpoint;
 use crate::error::UpstreamError;
 use crate::net::{ReadHalf, Stream, WriteHalf};
@@ -139,17 +140,13 @@ pub struct Dedicated {
     wr: WriteHalf,
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
+    /// Requests of the proxy's own not yet written, whose replies are
+    /// dropped (see [`Dedicated::prelude`]), and how many.
+    prelude: Vec<u8>,
+    prelude_count: usize,
 }
 
 impl Dedicated {
-    pub async fn open(
-        endpoint: &Endpoint,
-        out: Arc<ClientState>,
-    ) -> Result<Dedicated, UpstreamError> {
-        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
-        Ok(Dedicated::start(endpoint.connect().await?, out, moved))
-    }
-
     /// A connection opened without the proxy's credentials.
     pub async fn open_plain(
         endpoint: &Endpoint,
@@ -163,19 +160,16 @@ impl Dedicated {
         ))
     }
 
-    /// A connection logged in as a client's user, with the credentials the
-    /// client proved (see `users`).
-    pub async fn open_as(
-        endpoint: &Endpoint,
-        credentials: &super::Credentials,
+    /// A connection logged in from `ready` (the proxy's login, or a
+    /// user's that a client proved, see `users`): one of its ready ones
+    /// if it has one.
+    pub async fn open_ready(
+        ready: &Ready,
         out: Arc<ClientState>,
     ) -> Result<Dedicated, UpstreamError> {
-        let moved = endpoint.addr.moved_from(endpoint.addr.generation());
-        Ok(Dedicated::start(
-            endpoint.connect_as(credentials).await?,
-            out,
-            moved,
-        ))
+        let (stream, generation) = ready.connect().await?;
+        let moved = ready.moved_from(generation);
+        Ok(Dedicated::start(stream, out, moved))
     }
 
     /// `moved` completes when the primary the connection was opened to is
@@ -208,7 +202,18 @@ impl Dedicated {
             wr,
             shared,
             reader,
+            prelude: Vec::new(),
+            prelude_count: 0,
         }
+    }
+
+    /// `count` requests of the proxy's own, whose replies are dropped,
+    /// written with the next request in the same write: setting up a new
+    /// connection for its client costs no round trip, and no write of its
+    /// own before the client's request.
+    pub fn prelude(&mut self, bytes: &[u8], count: usize) {
+        self.prelude.extend_from_slice(bytes);
+        self.prelude_count += count;
     }
 
     /// Writes a request; `expect` is `None` for requests whose replies do not
@@ -223,8 +228,14 @@ impl Dedicated {
         if self.is_dead() {
             return Err(UpstreamError::ConnectionLost);
         }
-        if let Some(e) = expect {
-            self.shared.expect.lock().unwrap().push_back(e);
+        {
+            // The prelude goes with this write, its replies first.
+            let prelude = std::mem::take(&mut self.prelude_count);
+            let mut q = self.shared.expect.lock().unwrap();
+            q.extend(std::iter::repeat_with(|| Expect::Drop).take(prelude));
+            if let Some(e) = expect {
+                q.push_back(e);
+            }
         }
         if self.write(bytes).await.is_err() {
             // Stop writing; the reader still gets what Redis sent.
@@ -234,25 +245,30 @@ impl Dedicated {
     }
 
     async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.wr.write_all(bytes).await?;
+        if self.prelude.is_empty() {
+            self.wr.write_all(bytes).await?;
+        } else {
+            let mut joined = std::mem::take(&mut self.prelude);
+            joined.extend_from_slice(bytes);
+            self.wr.write_all(&joined).await?;
+        }
         self.wr.flush().await
     }
 
     /// `count` requests of the proxy's own whose replies are dropped.
     pub async fn send_dropped(&mut self, bytes: &[u8], count: usize) {
         {
+            let prelude = std::mem::take(&mut self.prelude_count);
             let mut q = self.shared.expect.lock().unwrap();
-            for _ in 0..count {
-                q.push_back(Expect::Drop);
-            }
+            q.extend(std::iter::repeat_with(|| Expect::Drop).take(prelude + count));
         }
         if self.write(bytes).await.is_err() {
             let _ = self.wr.shutdown().await;
         }
     }
 
-    /// The protocol a HELLO sent with `send_dropped` switches to: the
-    /// requests sent after it are answered in it.
+    /// The protocol a HELLO sent with `send_dropped` or in the prelude
+    /// switches to: the requests sent after it are answered in it.
     pub fn assume_protocol(&self, protocol: u8) {
         self.shared.protocol.store(protocol, Ordering::Release);
     }
@@ -496,8 +512,12 @@ async fn read_loop(
         // before closing is delivered, and nothing else.
         out.finish();
     } else {
-        for _ in pending {
-            out.ready(Bytes::from(failure.to_reply()), 1);
+        // One error per request of the client's; the proxy's own get none
+        // (the client never sent them, and counts no reply for them).
+        for e in pending {
+            if !matches!(e, Expect::Drop | Expect::Sentinel(..)) {
+                out.ready(Bytes::from(failure.to_reply()), 1);
+            }
         }
     }
     shared.idle.notify_waiters();

@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod dedicated;
+pub mod ready;
 pub mod sentinel;
 pub mod shared;
 pub mod topology;

@@ -14,6 +14,12 @@
 //! a login that Redis no longer accepts. A client that logs in again gets a
 //! new pool, judged by Redis again.
 //!
+//! Each pool also keeps a few connections logged in with its login ready
+//! for its clients' own connections (see `ready`), so that a client's first
+//! stateful request waits for no login. They are opened again as clients
+//! take them, until one fails to open: then its clients' own connections
+//! are opened when needed, and refused as Redis refuses them.
+//!
 //! The number of pools is bounded: past the maximum, the least recently
 //! used pool that no client is in is closed; if every pool has clients, a
 //! newly logged-in client keeps the connection it logged in on, as when
@@ -23,6 +29,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 
+use super::ready::Ready;
 use super::shared::SharedUpstream;
 use super::{Credentials, Endpoint};
 use crate::output::ClientState;
@@ -71,6 +78,8 @@ struct Pool {
     /// commands) with the same login; dropped with the pool.
     password: String,
     shared: SharedUpstream,
+    /// Connections with the same login, for its clients' own.
+    ready: Arc<Ready>,
     members: HashMap<u64, Arc<ClientState>>,
     last_used: u64,
 }
@@ -85,6 +94,8 @@ struct Inner {
 pub struct Users {
     endpoint: Arc<Endpoint>,
     max: usize,
+    /// Ready connections kept per pool.
+    ready: usize,
     salt: Salt,
     inner: Mutex<Inner>,
 }
@@ -100,11 +111,12 @@ pub struct Member {
 
 impl Users {
     /// At most `max` pools (0: none, logged-in clients keep their own
-    /// connection).
-    pub fn new(endpoint: Arc<Endpoint>, max: usize) -> Arc<Users> {
+    /// connection), each keeping `ready` connections ready.
+    pub fn new(endpoint: Arc<Endpoint>, max: usize, ready: usize) -> Arc<Users> {
         Arc::new(Users {
             endpoint,
             max,
+            ready,
             salt: Salt::random(),
             inner: Mutex::new(Inner::default()),
         })
@@ -165,6 +177,11 @@ impl Users {
             user: Some(user.to_string()),
             password: Some(password.to_string()),
         };
+        let ready = Arc::new(Ready::start(
+            self.endpoint.clone(),
+            Some(credentials.clone()),
+            self.ready,
+        ));
         let (shared, ended) = SharedUpstream::spawn_as(self.endpoint.clone(), credentials);
         let watcher = self.clone();
         let watched = key.clone();
@@ -180,6 +197,7 @@ impl Users {
                 id: pool_id,
                 password: password.to_string(),
                 shared: shared.clone(),
+                ready,
                 members,
                 last_used: now,
             },
@@ -225,6 +243,12 @@ impl Users {
         }
     }
 
+    fn ready(&self, m: &Member) -> Option<Arc<Ready>> {
+        let inner = self.inner.lock().unwrap();
+        let pool = inner.pools.get(&m.key).filter(|p| p.id == m.pool)?;
+        Some(pool.ready.clone())
+    }
+
     fn credentials(&self, m: &Member) -> Option<Credentials> {
         let inner = self.inner.lock().unwrap();
         let pool = inner.pools.get(&m.key).filter(|p| p.id == m.pool)?;
@@ -254,6 +278,12 @@ impl Member {
     /// `None` once the pool has ended.
     pub fn credentials(&self) -> Option<Credentials> {
         self.users.credentials(self)
+    }
+
+    /// The pool's ready connections, for a connection of the client's own
+    /// with the pool's login; `None` once the pool has ended.
+    pub fn ready(&self) -> Option<Arc<Ready>> {
+        self.users.ready(self)
     }
 }
 
@@ -285,7 +315,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_pool_per_user_and_password() {
-        let users = Users::new(endpoint(), 8);
+        let users = Users::new(endpoint(), 8, 0);
         let (a, b) = (client(), client());
         let m1 = users.join(b"u", b"p", &a).unwrap();
         let m2 = users.join(b"u", b"p", &b).unwrap();
@@ -305,7 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn bounded_by_closing_the_least_recently_used_idle_pool() {
-        let users = Users::new(endpoint(), 2);
+        let users = Users::new(endpoint(), 2, 0);
         let c = client();
         let a = users.join(b"a", b"p", &c).unwrap();
         let b = users.join(b"b", b"p", &c).unwrap();
@@ -326,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_ended_pool_disconnects_its_clients() {
-        let users = Users::new(endpoint(), 4);
+        let users = Users::new(endpoint(), 4, 0);
         let (a, b) = (client(), client());
         let m = users.join(b"u", b"p", &a).unwrap();
         let other = users.join(b"v", b"p", &b).unwrap();
@@ -346,9 +376,9 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let off = Users::new(endpoint(), 0);
+            let off = Users::new(endpoint(), 0, 0);
             assert!(off.join(b"u", b"p", &client()).is_none());
-            let users = Users::new(endpoint(), 4);
+            let users = Users::new(endpoint(), 4, 0);
             assert!(users.join(b"u", b"\xff", &client()).is_none());
         });
     }
