@@ -3,10 +3,28 @@
 # start (tests/setup-deps.sh): redis-tools (redis-cli, redis-benchmark),
 # chromium with chromium-driver (tests/ops.rs drives the web view),
 # nutcracker (twemproxy, the comparison in bench/) and openssl (the
-# benchmark's TLS certificates), from Debian's packages.
+# benchmark's TLS certificates), from Debian's packages; and, where node
+# and npm are installed, the Redis clients of tests/node (node-redis,
+# ioredis: tests/node_clients.rs) with `npm ci` from its lock file. Without
+# node that test skips, and this says so.
 # Prints nothing and changes nothing when all of them are present.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/usr/local/sbin"
+
+node_clients() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node"
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "setup-bench-deps: node or npm not found: tests/node_clients.rs will skip (install Node.js 20 or later)" >&2
+    return 0
+  fi
+  # npm ci records what it installed in node_modules/.package-lock.json:
+  # installed already unless the lock file changed since.
+  [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ] || return 0
+  echo "setup-bench-deps: installing tests/node (npm ci)" >&2
+  npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
+}
+node_clients
 
 missing=()
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
