@@ -7,7 +7,7 @@
 //! with Redis's replies.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,9 +49,15 @@ fn set_required(on: bool) {
     STATE.store(if on { REQUIRED } else { OPEN }, Ordering::Release);
 }
 
+/// Counts what the proxy saw change Redis's need for a login (a `CONFIG
+/// SET requirepass` through it): a probe asked before such a change must
+/// not overwrite it with its older answer.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
 /// Asks Redis, on a connection without credentials, whether PING needs a
 /// login. `None` if Redis could not be asked.
 pub async fn probe(endpoint: &Endpoint) -> Option<bool> {
+    let changes = CHANGES.load(Ordering::Acquire);
     let ask = async {
         let mut plain = control::plain(endpoint).await?;
         control::query::<()>(&mut plain, "PING", &redis::cmd("PING")).await
@@ -61,6 +67,9 @@ pub async fn probe(endpoint: &Endpoint) -> Option<bool> {
         Ok(Err(e)) if e.needs_login() => Some(true),
         _ => None,
     };
+    if CHANGES.load(Ordering::Acquire) != changes {
+        return found;
+    }
     if let Some(on) = found {
         let before = STATE.load(Ordering::Acquire);
         set_required(on);
@@ -338,6 +347,7 @@ pub fn adopt_requirepass(endpoint: &Endpoint, password: &[u8]) {
         };
         tracing::info!("CONFIG SET requirepass through the proxy: its own connections follow");
     }
+    CHANGES.fetch_add(1, Ordering::AcqRel);
     set_required(!password.is_empty());
 }
 
