@@ -714,7 +714,10 @@ fn a_skip_mark_stays_with_its_copy_when_the_id_is_reused() {
     mark_late(&mut c, &mut direct, "marks1", old);
     c.cmd(&["RPUSH", "marks1", new]);
     assert_eq!(c.cmd(&["RPOP", "marks1"]), Value::bulk(new));
-    assert_eq!(c.cmd(&["QUEUE", "EXTEND", "marks1", "x", "1"]), Value::Int(1));
+    assert_eq!(
+        c.cmd(&["QUEUE", "EXTEND", "marks1", "x", "1"]),
+        Value::Int(1)
+    );
     wait_until("the new message's lease to run out", || {
         as_int(&direct.cmd(&["LLEN", "marks1"])) == 2
     });
