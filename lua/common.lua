@@ -993,7 +993,8 @@ local STALE_MARKS_PER_CALL = 100
 -- Queue k's list is gone (emptied or deleted): every copy a late ACK marked
 -- went with it, so its mark would only cancel a message pushed later with
 -- the same body. Drops up to n entries' marks, with the copies they stood
--- for.
+-- for. (A marked copy still waiting in the delayed set for its backoff is
+-- then delivered again: a duplicate, never a loss.)
 local function drop_stale_marks(k, n)
   for _, m in ipairs(redis.call('ZRANGEBYLEX', k.ids, '[c', '(d', 'LIMIT', 0, n)) do
     redis.call('ZREM', k.ids, m)
