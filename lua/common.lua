@@ -49,12 +49,15 @@
 --       'd'..sha1(dest.."\0"..payload)..'|'..token; on rules that track
 --       connections 'o'..owner..'|'..token for the lease a client connection
 --       took, and 'o'..owner..'|~'..retry key for one of a next-pop rule that
---       ran out, whose message is back in the list. An owner is a
---       proxy-wide connection name without '|'.
+--       ran out, whose message is back in the list; 'c'..retry key while
+--       that retry entry holds skip marks. An owner is a proxy-wide
+--       connection name without '|'.
 -- retry: id key -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued, nacks,
 --        expiries, first delivery, delayed member of a copy waiting for its
---        backoff or false, late-ACK member or false, disconnects);
+--        backoff or false, late-ACK member or false, disconnects, then per
+--        body requeued: payload, copies, cancelled copies, in one flat
+--        array);
 --        '#cancelled' -> cancelled copies still in the list, all ids together.
 -- delayed: score = when due (ms), member = a 15-digit sequence number, a
 --        flag ('p': enters where producers push, 'n': where consumers pop),
@@ -614,25 +617,60 @@ local function backoff(r, deliveries)
   return math.floor(d)
 end
 
+-- Bodies one retry entry keeps apart at most: only a producer that reuses
+-- an id while earlier copies with it are still in the list needs more
+-- than one.
+local RETRY_BODIES = 8
+
 -- The retry entry of an id: copies back in the list (or waiting to be),
 -- the highest delivery count, copies a late ACK cancelled, the last payload
 -- requeued, NACKs, expiries, first delivery, the delayed-set member of the
 -- last copy that waits for a backoff (false if none), the ids
 -- member by which the next pop of the connection whose lease ran out can
--- still acknowledge it (next-pop rules; false if none), and the deliveries
--- that ended with the holder's connection closing.
+-- still acknowledge it (next-pop rules; false if none), the deliveries
+-- that ended with the holder's connection closing, and those copies by
+-- body (bodies: {p = payload, n = copies, c = copies cancelled}, the body
+-- requeued last at the end). A skip mark belongs to the body it was made
+-- for: a later message that reuses the id with another body neither takes
+-- it over nor moves it. An entry written by a library that kept no bodies
+-- is one body, its last payload.
 local function retry_entry(k, rk)
   local e = { pending = 0, seen = 0, cancelled = 0, last = false, nacks = 0, expiries = 0,
-    first = false, waiting = false, late = false, dc = 0 }
+    first = false, waiting = false, late = false, dc = 0, bodies = {}, marked = 0 }
   local raw = redis.call('HGET', k.retry, rk)
   if raw then
     local f = { cmsgpack.unpack(raw) }
     e.pending, e.seen, e.cancelled, e.last = f[1], f[2], f[3], f[4]
     e.nacks, e.expiries, e.first, e.waiting, e.late = f[5] or 0, f[6] or 0, f[7] or false, f[8] or false, f[9] or false
     e.dc = f[10] or 0
+    local flat = f[11]
+    if type(flat) == 'table' then
+      e.pending, e.cancelled = 0, 0
+      for i = 1, #flat, 3 do
+        e.bodies[#e.bodies + 1] = { p = flat[i], n = flat[i + 1], c = flat[i + 2] }
+        e.pending, e.cancelled = e.pending + flat[i + 1], e.cancelled + flat[i + 2]
+      end
+    elseif e.pending > 0 then
+      e.bodies[1] = { p = e.last, n = e.pending, c = math.min(e.cancelled, e.pending) }
+    end
   end
+  -- As stored: set_retry carries a change to '#cancelled' and the index.
+  e.marked = e.cancelled
   return e
 end
+
+-- The position of payload's body in entry e, or nil; one without a
+-- payload (an entry of an older library that kept none) takes any.
+local function body_at(e, payload)
+  for i = #e.bodies, 1, -1 do
+    local p = e.bodies[i].p
+    if p == payload or p == false then return i end
+  end
+  return nil
+end
+
+-- The ids member that says the retry entry rk holds skip marks.
+local function marks_key(rk) return 'c' .. rk end
 
 -- Pops look at retry entries only while the retry mark is in leases.
 local function retry_changed(k)
@@ -643,15 +681,67 @@ local function retry_changed(k)
   end
 end
 
+local function add_cancelled(k, n)
+  if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
+end
+
+-- Writes entry e back (its totals from its bodies; a body without copies
+-- goes), and the cancelled copies' total and index with it.
 local function set_retry(k, rk, e)
-  if e.pending <= 0 then
+  local bodies, flat, pending, cancelled = {}, {}, 0, 0
+  for _, b in ipairs(e.bodies) do
+    if b.n > 0 then
+      bodies[#bodies + 1] = b
+      flat[#flat + 1], flat[#flat + 2], flat[#flat + 3] = b.p, b.n, b.c
+      pending, cancelled = pending + b.n, cancelled + b.c
+    end
+  end
+  e.bodies, e.pending, e.cancelled = bodies, pending, cancelled
+  if pending <= 0 then
     redis.call('HDEL', k.retry, rk)
     if e.late then redis.call('ZREM', k.ids, e.late) end
   else
-    redis.call('HSET', k.retry, rk, cmsgpack.pack(e.pending, e.seen, e.cancelled, e.last, e.nacks,
-      e.expiries, e.first, e.waiting, e.late, e.dc))
+    -- The fields before the bodies keep what an older library reads.
+    e.last = bodies[#bodies].p
+    redis.call('HSET', k.retry, rk, cmsgpack.pack(pending, e.seen, cancelled, e.last, e.nacks,
+      e.expiries, e.first, e.waiting, e.late, e.dc, flat))
+  end
+  if cancelled ~= e.marked then
+    add_cancelled(k, cancelled - e.marked)
+    if cancelled == 0 then
+      redis.call('ZREM', k.ids, marks_key(rk))
+    elseif e.marked == 0 then
+      redis.call('ZADD', k.ids, 0, marks_key(rk))
+    end
+    e.marked = cancelled
   end
   retry_changed(k)
+end
+
+-- One more copy of payload back in the list, the last requeued. Past
+-- RETRY_BODIES bodies the oldest without marks is forgotten (its copies
+-- are then delivered as new messages), else the oldest (its cancelled
+-- copies are delivered again): a duplicate, never a loss.
+local function requeued_copy(e, payload)
+  local b = { p = payload, n = 0, c = 0 }
+  for i, o in ipairs(e.bodies) do
+    if o.p == payload then
+      b = table.remove(e.bodies, i)
+      break
+    end
+  end
+  b.n = b.n + 1
+  e.bodies[#e.bodies + 1] = b
+  if #e.bodies > RETRY_BODIES then
+    local drop = 1
+    for i = 1, #e.bodies - 1 do
+      if e.bodies[i].c == 0 then
+        drop = i
+        break
+      end
+    end
+    table.remove(e.bodies, drop)
+  end
 end
 
 -- The ack id of the message with id key ik if it is still poison: leased,
@@ -786,7 +876,8 @@ local function expire(k, r, token, why, delay_ms, now)
   local rk = id_key(id)
   local e = retry_entry(k, rk)
   if deliveries > e.seen then e.seen = deliveries end
-  e.pending, e.last, e.nacks, e.expiries, e.first, e.waiting = e.pending + 1, payload, nacks, expiries, first, waiting
+  requeued_copy(e, payload)
+  e.nacks, e.expiries, e.first, e.waiting = nacks, expiries, first, waiting
   e.dc = dc
   if poisoned then
     redis.call('ZADD', k.poison, now, rk)
@@ -804,11 +895,6 @@ local function expire(k, r, token, why, delay_ms, now)
   return 1, 0
 end
 
-local function add_cancelled(k, n)
-  if redis.call('HINCRBY', k.retry, CANCELLED, n) <= 0 then redis.call('HDEL', k.retry, CANCELLED) end
-  retry_changed(k)
-end
-
 -- Bookkeeping for a payload just popped from a queue, whose id key is rk;
 -- retried: whether the retry mark said that anything was back in the
 -- list. Returns its history as its new lease carries it (true for a first
@@ -817,21 +903,23 @@ local function popped(k, payload, rk, now, retried)
   if not retried then return true end
   local e = retry_entry(k, rk)
   if e.pending == 0 then return true end
-  -- A new message that reuses the id is none of the copies counted here
-  -- (a skip mark cancels only the copy it was made for).
-  if e.last and payload ~= e.last then return true end
+  -- A new message that reuses the id with another body is none of the
+  -- copies counted here (a skip mark cancels only the copy it was made
+  -- for).
+  local at = body_at(e, payload)
+  if not at then return true end
+  local b = e.bodies[at]
   local h = { deliveries = e.seen + 1, nacks = e.nacks, expiries = e.expiries, first = e.first or now, dc = e.dc }
-  if e.cancelled > 0 then
-    e.cancelled = e.cancelled - 1
+  if b.c > 0 then
+    b.c = b.c - 1
     h = nil
-    add_cancelled(k, -1)
   end
   -- Redelivered: too late for the earlier worker's next pop to call back.
-  if e.late then
+  if e.late and (payload == e.last or not e.last) then
     redis.call('ZREM', k.ids, e.late)
     e.late = false
   end
-  e.pending = e.pending - 1
+  b.n = b.n - 1
   set_retry(k, rk, e)
   return h
 end
@@ -856,11 +944,11 @@ local function remove_copy(k, r, payload, maxlen)
 end
 
 -- A late ACK for id key rk: the copy waiting for its backoff is taken out
--- of the delayed set; one back in the list is removed when it is found
--- within maxlen elements; one that is not is forgotten if the list was
--- looked at whole (the copy is gone), else marked so that the next pop of
--- that payload skips it. Returns 1 if a copy was waiting, 0 otherwise, and the elements it may
--- have looked at.
+-- of the delayed set; else one of the body requeued last that has copies
+-- not yet cancelled: removed when it is found within maxlen elements;
+-- forgotten when it is not and the list was looked at whole (the copy is
+-- gone), else marked so that a pop of that body skips it. Returns 1 if a
+-- copy was waiting, 0 otherwise, and the elements it may have looked at.
 local function late_ack(k, r, rk, maxlen)
   local e = retry_entry(k, rk)
   if e.pending <= e.cancelled then return 0, 0 end
@@ -869,22 +957,52 @@ local function late_ack(k, r, rk, maxlen)
     e.late = false
   end
   if e.waiting and redis.call('ZREM', k.delayed, e.waiting) == 1 then
-    e.pending, e.waiting = e.pending - 1, false
+    local at = body_at(e, string.sub(e.waiting, SEQ_DIGITS + 2))
+    if at then
+      local b = e.bodies[at]
+      b.n = b.n - 1
+      if b.c > b.n then b.c = b.n end
+    end
+    e.waiting = false
     set_retry(k, rk, e)
     return 1, 0
   end
+  local b
+  for i = #e.bodies, 1, -1 do
+    if e.bodies[i].n > e.bodies[i].c then
+      b = e.bodies[i]
+      break
+    end
+  end
   local removed, gone = false, false
-  if e.last then removed, gone = remove_copy(k, r, e.last, maxlen) end
+  if b.p then removed, gone = remove_copy(k, r, b.p, maxlen) end
   if removed or gone then
     -- A copy that is gone needs no skipping: a mark would cancel the next
-    -- message pushed with this id instead.
-    e.pending = e.pending - 1
+    -- message pushed with this body instead.
+    b.n = b.n - 1
   else
-    e.cancelled = e.cancelled + 1
-    add_cancelled(k, 1)
+    b.c = b.c + 1
   end
   set_retry(k, rk, e)
   return 1, maxlen
+end
+
+-- Skip marks dropped per call once their list is gone.
+local STALE_MARKS_PER_CALL = 100
+
+-- Queue k's list is gone (emptied or deleted): every copy a late ACK marked
+-- went with it, so its mark would only cancel a message pushed later with
+-- the same body. Drops up to n entries' marks, with the copies they stood
+-- for. (A marked copy still waiting in the delayed set for its backoff is
+-- then delivered again: a duplicate, never a loss.)
+local function drop_stale_marks(k, n)
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', k.ids, '[c', '(d', 'LIMIT', 0, n)) do
+    redis.call('ZREM', k.ids, m)
+    local rk = string.sub(m, 2)
+    local e = retry_entry(k, rk)
+    for _, b in ipairs(e.bodies) do b.n, b.c = b.n - b.c, 0 end
+    set_retry(k, rk, e)
+  end
 end
 
 -- Late ACKs looked at per next-pop release, in list elements.
@@ -959,7 +1077,10 @@ local function pop_leased(k, r, g, pop_cmd, count, now, retried, dest, push, own
   while #out - 2 < count do
     local v = redis.pcall(pop_cmd, k.q)
     if type(v) == 'table' then return nil, v, skips end
-    if not v then break end
+    if not v then
+      if retried then drop_stale_marks(k, STALE_MARKS_PER_CALL) end
+      break
+    end
     local id = ack_id(v, r.field)
     local ik = id_key(id)
     local h = popped(k, v, ik, now, retried)

@@ -6,7 +6,7 @@
 -- ids with copies back in the list after an expiry, delayed, {totals in
 -- tally::EVENTS order}, messages flagged as poison, {the ack ids of the
 -- first POISON_SHOWN of them}}. Ready does not count copies a late ACK
--- cancelled. The age looks at the 10 leases due first of each kind, and
+-- cancelled (and is never below 0). The age looks at the 10 leases due first of each kind, and
 -- the poison index is checked POISON_LOOK entries at a time (see
 -- poison_ids), so the work stays bounded.
 
@@ -46,7 +46,9 @@ register('info', function(KEYS, ARGV)
   local totals = redis.call('HMGET', k.stats, unpack(names))
   for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end
   return reply({
-    len(k.q) - cancelled,
+    -- Marks whose copies left the list behind the proxy's back (popped
+    -- straight from Redis, deleted) stay until a pop finds the list empty.
+    math.max(len(k.q) - cancelled, 0),
     redis.call('ZCARD', k.leases) + redis.call('ZCARD', k.mleases) - marks,
     len(k.dead),
     oldest,

@@ -101,6 +101,12 @@ max_deliveries = 1
 ack_id = "payload"
 shadow = true
 
+[[queue]]
+pattern = "marks*"
+lease_ms = 600000
+max_deliveries = 100
+ack_id = "json:id"
+
 [reaper]
 interval_ms = 20
 "#;
@@ -654,6 +660,91 @@ fn a_late_ack_cancels_a_redelivery_waiting_for_its_backoff() {
         panic!("KEYS")
     };
     assert_eq!(left, vec![Value::bulk("ackq:{exp2}:exp2:stats")]);
+}
+
+/// Leaves `body` (ack id `x`) in `q` as a copy a late ACK marked: its
+/// lease ran out, and its ACK came in one call behind another late ACK,
+/// which spent the call's list budget, so the copy is skipped rather than
+/// taken out.
+fn mark_late(c: &mut Client, direct: &mut Client, q: &str, body: &str) {
+    let other = r#"{"id":"f"}"#;
+    c.cmd(&["LPUSH", q, body, other]);
+    assert_eq!(len_of(&c.cmd(&["RPOP", q, "2"])), 2);
+    for id in ["x", "f"] {
+        assert_eq!(c.cmd(&["QUEUE", "EXTEND", q, id, "1"]), Value::Int(1));
+    }
+    wait_until("both leases to run out", || {
+        as_int(&direct.cmd(&["LLEN", q])) == 2
+    });
+    assert_eq!(c.cmd(&["ACK", q, "f", "x"]), Value::Int(2));
+    assert_eq!(lrange(direct, q), vec![body.to_string()]);
+    assert_eq!(info_int_of(c, q, "ready"), 0);
+}
+
+fn len_of(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => items.len(),
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+fn info_int_of(c: &mut Client, q: &str, field: &str) -> i64 {
+    as_int(&fields(&c.cmd(&["QUEUE", "INFO", q]))[field])
+}
+
+/// Redis's keys but the queues' totals.
+fn keys_but_totals(direct: &mut Client) -> Vec<String> {
+    let Value::Array(keys) = direct.cmd(&["KEYS", "*"]) else {
+        panic!("KEYS")
+    };
+    let mut left: Vec<String> = keys.iter().map(as_str).collect();
+    left.retain(|k| !common::is_queue_stats(k));
+    left
+}
+
+/// A producer reuses the id of a marked copy still in the list, and the
+/// new message is redelivered: the mark stays with the copy it was made
+/// for, so the new message comes back and the acknowledged one does not.
+#[test]
+fn a_skip_mark_stays_with_its_copy_when_the_id_is_reused() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let (old, new) = (r#"{"id":"x","v":1}"#, r#"{"id":"x","v":2}"#);
+    mark_late(&mut c, &mut direct, "marks1", old);
+    c.cmd(&["RPUSH", "marks1", new]);
+    assert_eq!(c.cmd(&["RPOP", "marks1"]), Value::bulk(new));
+    assert_eq!(
+        c.cmd(&["QUEUE", "EXTEND", "marks1", "x", "1"]),
+        Value::Int(1)
+    );
+    wait_until("the new message's lease to run out", || {
+        as_int(&direct.cmd(&["LLEN", "marks1"])) == 2
+    });
+    assert_eq!(info_int(&proxy, "marks1", "ready"), 1);
+    assert_eq!(pop_all(&mut c, "marks1"), vec![new.to_string()]);
+    assert_eq!(c.cmd(&["ACK", "marks1", "x"]), Value::Int(1));
+    assert_eq!(c.cmd(&["RPOP", "marks1"]), Value::Nil);
+    assert_eq!(keys_but_totals(&mut direct), Vec::<String>::new());
+}
+
+/// A list deleted with a marked copy in it: `QUEUE INFO` never reports
+/// less than nothing ready, and the mark goes with the list, so the same
+/// message pushed again is delivered.
+#[test]
+fn a_skip_mark_goes_with_its_deleted_list() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let body = r#"{"id":"x","v":1}"#;
+    mark_late(&mut c, &mut direct, "marks2", body);
+    direct.cmd(&["DEL", "marks2"]);
+    assert_eq!(info_int(&proxy, "marks2", "ready"), 0);
+    assert_eq!(c.cmd(&["RPOP", "marks2"]), Value::Nil);
+    c.cmd(&["LPUSH", "marks2", body]);
+    assert_eq!(c.cmd(&["RPOP", "marks2"]), Value::bulk(body));
+    assert_eq!(c.cmd(&["ACK", "marks2", "x"]), Value::Int(1));
+    assert_eq!(keys_but_totals(&mut direct), Vec::<String>::new());
 }
 
 #[test]

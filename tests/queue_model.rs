@@ -13,10 +13,12 @@
 //! - Consumers outside the proxy: a consumer that pops straight from Redis
 //!   and `DEL` of the queue key, beside the proxy's own pops, ACKs (late
 //!   ones too), NACKs and expiries. Ack ids repeat (a producer reuses an
-//!   id once its message is done), bodies never do: with identical bodies
-//!   nobody, the proxy included, can tell which copy a direct consumer
-//!   took, so no behaviour could be asserted. A late ACK of a copy that
-//!   vanished must take nothing else out of the list.
+//!   id once its message is done, also while a copy a late ACK marked is
+//!   still in the list, and the new message's lease then ends), bodies
+//!   never do: with identical bodies nobody, the proxy included, can tell
+//!   which copy a direct consumer took, so no behaviour could be asserted.
+//!   A late ACK of a copy that vanished must take nothing else out of the
+//!   list, and a skip mark must cancel only the copy it was made for.
 //! - `ack = "next-pop"` workers on several connections: real pops, pops
 //!   pipelined in one write (two or three pops, a pop with a PING before or
 //!   after it), two pops in one MULTI, explicit ACKs, expiries, NACKs and
@@ -721,7 +723,9 @@ struct Pool {
     /// ACK that did not find a copy within its list budget marked it (the
     /// model has it `Cancelled`), then it was popped straight from Redis,
     /// deleted or popped as a plain list. The proxy cannot know; it keeps
-    /// the mark (a key remains) and `QUEUE INFO` counts it off ready.
+    /// the mark (a key remains) and `QUEUE INFO` counts it off ready (never
+    /// below 0), until a pop through the proxy finds the list empty and
+    /// drops it (see [`Pool::ran_out`]).
     stale: i64,
     /// Stale marks there may be beyond `stale`, until a check reads how
     /// many there are (see [`Pool::release`]).
@@ -730,8 +734,8 @@ struct Pool {
     /// on a next-pop rule, and that left the list behind the proxy's back:
     /// its next pop still calls them back (see [`Pool::release`]).
     late_gone: BTreeMap<u64, i64>,
-    /// The ids of those marks. None is reused: a later redelivery of the
-    /// id would change the body the mark waits for (see [`free_id`]).
+    /// The ids of those marks, until they are dropped. They are reused,
+    /// and their new messages' leases end (see [`free_id`]).
     tainted: std::collections::BTreeSet<String>,
     acks: i64,
     late_acks: i64,
@@ -812,6 +816,12 @@ impl Pool {
         self.msgs[body].id.clone()
     }
 
+    /// Whether a skip mark was made for a copy with this id: the copy is
+    /// still in the list, or the mark is stale.
+    fn marked(&self, id: &str) -> bool {
+        self.tainted.contains(id) || self.with_id(id, |s| *s == St::Cancelled).is_some()
+    }
+
     fn is_cancelled(&self, body: &str) -> bool {
         self.msgs.get(body).map(|m| &m.st) == Some(&St::Cancelled)
     }
@@ -882,6 +892,17 @@ impl Pool {
                 self.stale_slack += (late > 0) as i64;
             }
         }
+    }
+
+    /// A pop through the proxy found the list empty (it took fewer than it
+    /// asked for): the skip marks left went with the list.
+    fn ran_out(&mut self) {
+        if self.stale > 0 {
+            seen("stale marks dropped by a pop that found the list empty", 1);
+        }
+        self.stale = 0;
+        self.stale_slack = 0;
+        self.tainted.clear();
     }
 
     /// Leases connection `owner` holds.
@@ -1091,17 +1112,19 @@ impl Pool {
                     ));
                 }
                 // Ready is the list less the copies the proxy has marked,
-                // stale marks included.
-                let stale = self.ready() as i64 - ready;
-                if stale < self.stale || stale > self.stale + self.stale_slack {
+                // stale marks included, and never below 0.
+                let model = self.ready() as i64;
+                let (lo, hi) = (self.stale, self.stale + self.stale_slack);
+                if ready < (model - hi).max(0) || ready > (model - lo).max(0) {
                     bad.push(format!(
-                        "QUEUE INFO ready {ready}, the model {} less {}..={} stale skip marks",
-                        self.ready(),
-                        self.stale,
-                        self.stale + self.stale_slack
+                        "QUEUE INFO ready {ready}, the model {model} less {lo}..={hi} stale skip \
+                         marks, at least 0"
                     ));
+                } else if ready > 0 {
+                    seen_stale = Some((model - ready, model - ready));
                 } else {
-                    seen_stale = Some(stale);
+                    // At least as many marks as ready copies.
+                    seen_stale = Some((lo.max(model), hi));
                 }
                 if totals != Totals::None && field_int(&i, "acks") != self.acks {
                     bad.push(format!(
@@ -1119,9 +1142,9 @@ impl Pool {
                 }
             }
             if bad.is_empty() {
-                if let Some(stale) = seen_stale {
-                    self.stale = stale;
-                    self.stale_slack = 0;
+                if let Some((lo, hi)) = seen_stale {
+                    self.stale = lo;
+                    self.stale_slack = hi - lo;
                 }
                 return;
             }
@@ -1149,6 +1172,9 @@ impl Pool {
         );
         for b in &got {
             self.take(b, owner);
+        }
+        if got.len() < cmd.count {
+            self.ran_out();
         }
         got.len()
     }
@@ -1247,14 +1273,19 @@ batch = 100
 "#;
 
 /// Ack ids producers reuse once no message with the id is in the list or
-/// leased: `X0`…`X7`; `Y…` when all are in use. An id with a skip mark is
-/// reused too (a mark cancels only the copy it was made for), but the
-/// lease of such a message is never ended (see [`lease_to_end`]).
+/// leased: `X0`…`X7`; `Y…` when all are in use. An id with a skip mark
+/// (its copy still in the list, or stale) is reused too: the mark cancels
+/// only the copy it was made for, also once the new message's lease ends
+/// and it goes back to the list beside that copy.
 fn free_id(p: &Pool, rng: &mut Rng, n: u64) -> String {
-    let free: Vec<String> = (0..8)
+    let mut free: Vec<String> = (0..8)
         .map(|i| format!("X{i}"))
         .filter(|id| !p.live(id))
         .collect();
+    let marked: Vec<String> = free.iter().filter(|id| p.marked(id)).cloned().collect();
+    if !marked.is_empty() && rng.below(2) == 0 {
+        free = marked;
+    }
     if free.is_empty() {
         format!("Y{n}")
     } else {
@@ -1262,23 +1293,59 @@ fn free_id(p: &Pool, rng: &mut Rng, n: u64) -> String {
     }
 }
 
-/// A lease to end (NACK, expiry), if any. Not one whose id has a skip mark
-/// (a copy still marked in the list, or a stale mark): the proxy keeps one
-/// body per id for its marks, the last one that went back to the list, so
-/// that redelivery would move the mark onto the new message, which would be
-/// skipped (lost), while the marked copy would be delivered again. (A known
-/// limit of the proxy; only a producer reusing an id while a copy of it is
-/// in the list meets it.)
+/// Two new messages through the proxy, popped, their leases run out, then
+/// one ACK of both: the first late ACK takes its copy out, the second finds
+/// the call's list budget spent and marks its copy.
+fn mark_one(p: &mut Pool, c: &mut Client, d: &mut Client, rng: &mut Rng, n: &mut u64, step: u32) {
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        *n += 1;
+        let id = free_id(p, rng, *n);
+        let body = format!(r#"{{"id":"{id}","n":{n}}}"#);
+        p.add(&body, &id);
+        bodies.push(body);
+    }
+    let ids: Vec<String> = bodies.iter().map(|b| p.id(b)).collect();
+    assert!(matches!(
+        c.cmd(&["LPUSH", "jq", &bodies[0], &bodies[1]]),
+        Value::Int(_)
+    ));
+    let cmd = PopCmd {
+        args: words(&["LPOP", "jq", "2"]),
+        right: false,
+        count: 2,
+        keyed: false,
+    };
+    assert_eq!(p.pop(c, d, &cmd, None), 2);
+    for (b, id) in bodies.iter().zip(&ids) {
+        let r = c.cmd(&["QUEUE", "EXTEND", "jq", id, "1"]);
+        assert_eq!(r, Value::Int(1), "EXTEND {id} 1");
+        p.end_lease(b, true, false, u32::MAX);
+    }
+    let label = format!("step {step}: {bodies:?} pushed, popped, expired");
+    note(label.clone());
+    p.check(c, d, true, Totals::Acks, &label);
+    let (got, _) = p.ack_all(c, &ids);
+    let label = format!("step {step}: ACK {ids:?} -> {got}");
+    note(label.clone());
+    p.check(c, d, true, Totals::Acks, &label);
+}
+
+/// A lease to end (NACK, expiry), if any; often one whose id has a skip
+/// mark.
 fn lease_to_end(p: &Pool, rng: &mut Rng) -> Option<String> {
     let leases = p.bodies(|s| matches!(s, St::Leased { .. }));
-    let endable: Vec<&String> = leases
-        .iter()
-        .filter(|b| {
-            let id = p.id(b);
-            !p.tainted.contains(&id) && p.with_id(&id, |s| *s == St::Cancelled).is_none()
-        })
-        .collect();
-    (!endable.is_empty()).then(|| endable[rng.below(endable.len() as u64) as usize].clone())
+    let marked: Vec<&String> = leases.iter().filter(|b| p.marked(&p.id(b))).collect();
+    let b = if !marked.is_empty() && rng.below(2) == 0 {
+        marked[rng.below(marked.len() as u64) as usize].clone()
+    } else {
+        p.any(rng, |s| matches!(s, St::Leased { .. }))?
+    };
+    seen(
+        "leases ended of ids with a skip mark",
+        p.marked(&p.id(&b)) as usize,
+    );
+    Some(b)
 }
 
 /// An id to acknowledge: of a lease, of a copy back in the list, of a copy
@@ -1306,7 +1373,7 @@ fn run_outside(seed: u64) {
     let mut p = Pool::new("jq");
     let mut n = 0u64;
     for step in 0..150 {
-        let label = match rng.below(24) {
+        let label = match rng.below(26) {
             0..=3 => {
                 let k = if rng.below(12) == 0 {
                     10 + rng.below(30)
@@ -1349,7 +1416,17 @@ fn run_outside(seed: u64) {
                 } else {
                     1 + rng.below(4)
                 };
-                let ids: Vec<String> = (0..k).map(|_| ack_id_to_try(&p, &mut rng)).collect();
+                let mut ids: Vec<String> = (0..k).map(|_| ack_id_to_try(&p, &mut rng)).collect();
+                let requeued: Vec<String> = p
+                    .bodies(|s| matches!(s, St::Ready { requeued: true, .. }))
+                    .iter()
+                    .map(|b| p.id(b))
+                    .collect();
+                if requeued.len() > 1 && rng.below(2) == 0 {
+                    // Late ACKs of every copy back in the list, in one
+                    // call: all but the first mark theirs.
+                    ids = requeued;
+                }
                 let (got, _) = p.ack_ids(&mut c, &ids);
                 format!("ACK {ids:?} -> {got:?}")
             }
@@ -1402,6 +1479,41 @@ fn run_outside(seed: u64) {
                 }
                 format!("DEL jq ({} elements)", list.len())
             }
+            22 | 23 => {
+                // A producer reuses the id of a copy marked in the list
+                // (marked here first if there is none); the new message is
+                // popped from the other end of the list, and its lease runs
+                // out: it goes back beside the marked copy, which keeps the
+                // mark.
+                let reusable = |p: &Pool| -> Option<String> {
+                    p.bodies(|s| *s == St::Cancelled)
+                        .iter()
+                        .map(|b| p.id(b))
+                        .find(|id| !p.live(id))
+                };
+                if reusable(&p).is_none() {
+                    mark_one(&mut p, &mut c, &mut d, &mut rng, &mut n, step);
+                }
+                let Some(id) = reusable(&p) else {
+                    continue;
+                };
+                n += 1;
+                let body = format!(r#"{{"id":"{id}","n":{n}}}"#);
+                p.add(&body, &id);
+                assert!(matches!(c.cmd(&["LPUSH", "jq", &body]), Value::Int(_)));
+                let cmd = PopCmd {
+                    args: words(&["LPOP", "jq"]),
+                    right: false,
+                    count: 1,
+                    keyed: false,
+                };
+                assert_eq!(p.pop(&mut c, &mut d, &cmd, None), 1);
+                let r = c.cmd(&["QUEUE", "EXTEND", "jq", &id, "1"]);
+                assert_eq!(r, Value::Int(1), "EXTEND {id} 1");
+                seen("leases ended of ids with a skip mark", 1);
+                p.end_lease(&body, true, false, u32::MAX);
+                format!("LPUSH, LPOP and expire {body} beside its id's marked copy")
+            }
             _ => {
                 let cmd = PopCmd::random(&mut rng, "jq", 4, false);
                 let got = p.pop(&mut c, &mut d, &cmd, None);
@@ -1435,6 +1547,8 @@ fn consumers_outside_the_proxy_and_del_match_the_model() {
             "DELs of a list that held something",
             "requeued copies that vanished",
             "late ACKs of copies that vanished",
+            "leases ended of ids with a skip mark",
+            "stale marks dropped by a pop that found the list empty",
         ],
     );
 }
@@ -1564,6 +1678,9 @@ fn run_next_pop(seed: u64) {
                             for b in &got {
                                 p.take(b, Some(owner));
                             }
+                            if got.len() < cmd.count {
+                                p.ran_out();
+                            }
                             shown.push(format!("{:?} -> {}", cmd.args, got.len()));
                         }
                     }
@@ -1599,6 +1716,9 @@ fn run_next_pop(seed: u64) {
                     assert_eq!(got, want, "{:?} in MULTI", cmd.args);
                     for b in &got {
                         p.take(b, Some(owner));
+                    }
+                    if got.len() < cmd.count {
+                        p.ran_out();
                     }
                 }
                 format!(
@@ -2403,6 +2523,8 @@ fn run_reloads(seed: u64) {
                 if parsed.next_pop {
                     pools.get_mut(q).unwrap().release(PARKED);
                 }
+                // It pops before it parks, and finds the list empty.
+                pools.get_mut(q).unwrap().ran_out();
                 c2.send(&["BRPOP", q, "20"]);
                 wait_until("the pop to park", || {
                     metric(metrics, "ackproxy_parked_clients") == 1.0

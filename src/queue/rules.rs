@@ -223,6 +223,21 @@ impl RuleSet {
             .find(|r| glob_match(r.pattern.as_bytes(), key))
     }
 
+    /// The first of the rules, in their order, that matches `key`: for
+    /// removed rules, kept latest removal first, that is the latest removed
+    /// one ([`Rules::replace`] orders the rules one reload removes as
+    /// [`RuleSet::rule_for`] chose among them).
+    fn first_match(&self, key: &[u8]) -> Option<&QueueRule> {
+        self.rules.iter().find(|r| {
+            let p = r.pattern.as_bytes();
+            if is_glob(p) {
+                glob_match(p, key)
+            } else {
+                p == key
+            }
+        })
+    }
+
     /// Whether `rule` (one of this set's) is the one that applies to `key`.
     fn governs(&self, rule: &QueueRule, key: &[u8]) -> bool {
         self.rule_for(key).is_some_and(|r| std::ptr::eq(r, rule))
@@ -312,7 +327,8 @@ fn default_dead_queues(dead: &[u8]) -> Vec<Vec<u8>> {
 /// this, see the new rules from their next lookup on.
 pub struct Rules {
     set: RwLock<Arc<RuleSet>>,
-    /// Rules that reloads removed, latest first: leases taken under them
+    /// Rules that reloads removed, latest removal first (those one reload
+    /// removed: exact names, then globs, as configured): leases taken under them
     /// (before the reload, or by a pop in flight during it) are still
     /// acknowledged, nacked and reaped under them ([`Rules::resolve_leased`]),
     /// so no lease is left that nothing ends.
@@ -360,7 +376,12 @@ impl Rules {
             let mut set = self.set.write().unwrap();
             let mut retired = self.retired.write().unwrap();
             let mut kept: Vec<QueueRule> = Vec::new();
-            for r in set.rules.iter().chain(retired.rules.iter()) {
+            // Latest removal first; among the rules removed now, in the
+            // order the rules in force were chosen by: exact names, then
+            // globs as configured.
+            let exact = set.rules.iter().filter(|r| !is_glob(r.pattern.as_bytes()));
+            let globs = set.rules.iter().filter(|r| is_glob(r.pattern.as_bytes()));
+            for r in exact.chain(globs).chain(retired.rules.iter()) {
                 let back = rules.iter().any(|n| n.pattern == r.pattern);
                 if !back && !kept.iter().any(|k| k.pattern == r.pattern) {
                     kept.push(r.clone());
@@ -426,13 +447,13 @@ impl Rules {
             return None;
         }
         retired
-            .rule_for(key)
+            .first_match(key)
             .map(|r| Arc::new(Queue::new(key, r, &retired)))
     }
 
     /// Whether `key` has a queue's leases to end (see [`Rules::resolve_leased`]).
     pub fn is_leased_queue(&self, key: &[u8]) -> bool {
-        self.is_queue(key) || self.retired.read().unwrap().rule_for(key).is_some()
+        self.is_queue(key) || self.retired.read().unwrap().first_match(key).is_some()
     }
 
     /// Whether some rule, in force or removed by a reload, may have leases.
@@ -941,6 +962,40 @@ mod tests {
         // Never for a pop.
         assert!(!rules.is_queue(b"jobs"));
         assert!(rules.resolve(b"jobs").is_none());
+    }
+
+    #[test]
+    fn a_lease_ends_under_the_latest_removed_rule_that_matched() {
+        // An exact rule removed, then a glob that also matches its queue
+        // removed later: the glob, the latest, ends the queue's leases.
+        let rules = Rules::new(&[rule_with("jobs", "lease_ms = 1000")]);
+        rules.replace(&[rule_with("job*", "lease_ms = 2000")]);
+        assert_eq!(rules.resolve_leased(b"jobs").unwrap().rule.lease_ms, 2000);
+        rules.replace(&[]);
+        assert_eq!(rules.resolve_leased(b"jobs").unwrap().rule.pattern, "job*");
+        // The other way round: the exact rule removed last wins.
+        let rules = Rules::new(&[rule("task*")]);
+        rules.replace(&[rule("tasks")]);
+        rules.replace(&[]);
+        assert_eq!(
+            rules.resolve_leased(b"tasks").unwrap().rule.pattern,
+            "tasks"
+        );
+        assert_eq!(
+            rules.resolve_leased(b"task1").unwrap().rule.pattern,
+            "task*"
+        );
+        // Removed by one reload: chosen as while they were in force, the
+        // exact name before a glob listed ahead of it.
+        let rules = Rules::new(&[rule("q*"), rule("queue"), rule("qu*")]);
+        rules.replace(&[]);
+        assert_eq!(
+            rules.resolve_leased(b"queue").unwrap().rule.pattern,
+            "queue"
+        );
+        assert_eq!(rules.resolve_leased(b"qux").unwrap().rule.pattern, "q*");
+        assert!(rules.is_leased_queue(b"queue"));
+        assert!(!rules.is_leased_queue(b"other"));
     }
 
     #[test]
