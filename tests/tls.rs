@@ -790,7 +790,9 @@ fn readme_tls_section_works_as_written() {
 
 /// Idle clients stay cheap with TLS configured: a plain one costs about
 /// what it did before TLS existed (4.1–4.3 kB then; 5.0 kB since request
-/// latency timing and the client's address for its log lines; a read buffer
+/// latency timing and the client's address for its log lines; 6.6 kB in
+/// release since the proxy keeps its own table of clients for CLIENT LIST,
+/// INFO and KILL: addresses, last command, metadata; a read buffer
 /// kept while waiting once made it 9 kB, and a TLS handshake's state inside
 /// every client's task 5.1 kB more), and a TLS one about 10 kB. Each kind is measured on a
 /// proxy of its own, so that memory one frees cannot hide the other's.
@@ -832,7 +834,7 @@ fn idle_clients_cost_little() {
     }
     let plain_kb = per_client(&proxy, plain.len(), before);
     println!("{plain_kb:.1} kB per idle plain client");
-    assert!(plain_kb < 5.5, "{plain_kb:.1} kB per idle plain client");
+    assert!(plain_kb < 7.5, "{plain_kb:.1} kB per idle plain client");
 
     let (proxy, tls_port) = start();
     let before = rss_kb(proxy.pid());
