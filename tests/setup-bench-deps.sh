@@ -5,8 +5,9 @@
 # nutcracker (twemproxy, the comparison in bench/) and openssl (the
 # benchmark's TLS certificates), from Debian's packages; and, where node
 # and npm are installed, the Redis clients of tests/node (node-redis,
-# ioredis: tests/node_clients.rs) with `npm ci` from its lock file. Without
-# node that test skips, and this says so.
+# ioredis: tests/node_clients.rs) with `npm ci` from its lock file, and
+# redis-py 8 with pip. Without node (or pip) those tests skip, and this
+# says so.
 # Prints nothing and changes nothing when all of them are present.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/usr/local/sbin"
@@ -25,6 +26,16 @@ node_clients() {
   npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
 }
 node_clients
+
+# redis-py 8, which tests/client_metadata.rs, tests/queue.rs and
+# tests/python/ drive as a real client (they skip, saying so, without it).
+python_client() {
+  python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]) < 8)' 2>/dev/null && return 0
+  echo "setup-bench-deps: installing redis-py 8 (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check 'redis>=8,<9' >/dev/null ||
+    echo "setup-bench-deps: could not install redis-py: its tests will skip" >&2
+}
+python_client
 
 missing=()
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
