@@ -303,6 +303,9 @@ pub enum UpstreamMode {
     /// The primary the sentinels name for `sentinel_master`, followed
     /// across failovers.
     Sentinel,
+    /// A Redis Cluster: `upstream` names one or more of its nodes
+    /// (comma-separated), from which the proxy learns the rest.
+    Cluster,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
@@ -1198,6 +1201,9 @@ impl Config {
 
     /// The sentinel settings: all of them in sentinel mode, none otherwise.
     fn validate_sentinel(&self) -> Result<(), String> {
+        if self.upstream_mode == UpstreamMode::Cluster {
+            return self.validate_cluster();
+        }
         if self.upstream_mode == UpstreamMode::Direct {
             let any = self.sentinel_master.is_some()
                 || !self.sentinels.is_empty()
@@ -1237,6 +1243,48 @@ impl Config {
             return Err("sentinel_user needs sentinel_password".into());
         }
         Ok(())
+    }
+
+    /// Cluster mode: seeds to learn the cluster from, and nothing that only
+    /// one Redis can do.
+    fn validate_cluster(&self) -> Result<(), String> {
+        if self.sentinel_master.is_some() || !self.sentinels.is_empty() {
+            return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
+        }
+        let seeds = self.cluster_seeds();
+        if seeds.is_empty() {
+            return Err(
+                "upstream_mode = \"cluster\" needs upstream, the host:port of one or more \
+                 of the cluster's nodes (comma-separated)"
+                    .into(),
+            );
+        }
+        for s in &seeds {
+            if let Err(why) = check_host_port(s) {
+                return Err(format!("upstream: {why}, got {s:?}"));
+            }
+        }
+        if let Some(rule) = self.queues.first() {
+            return Err(format!(
+                "queue rule {:?}: queues are not served with upstream_mode = \"cluster\" \
+                 yet (leases, their expiry and parked pops are kept per node); run the \
+                 queues through a proxy in front of one Redis or a Sentinel set",
+                rule.pattern
+            ));
+        }
+        Ok(())
+    }
+
+    /// The nodes named by `upstream` in cluster mode.
+    pub fn cluster_seeds(&self) -> Vec<String> {
+        self.upstream
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
     }
 
     /// Which TLS settings go together. Whether the files can be read and
