@@ -1245,8 +1245,8 @@ impl Config {
         Ok(())
     }
 
-    /// Cluster mode: seeds to learn the cluster from, and nothing that only
-    /// one Redis can do.
+    /// Cluster mode: seeds to learn the cluster from, and every queue's keys
+    /// in one hash slot.
     fn validate_cluster(&self) -> Result<(), String> {
         if self.sentinel_master.is_some() || !self.sentinels.is_empty() {
             return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
@@ -1264,13 +1264,19 @@ impl Config {
                 return Err(format!("upstream: {why}, got {s:?}"));
             }
         }
-        if let Some(rule) = self.queues.first() {
-            return Err(format!(
-                "queue rule {:?}: queues are not served with upstream_mode = \"cluster\" \
-                 yet (leases, their expiry and parked pops are kept per node); run the \
-                 queues through a proxy in front of one Redis or a Sentinel set",
-                rule.pattern
-            ));
+        for rule in &self.queues {
+            if let Some(template) = &rule.dead_letter {
+                if !dead_letter_in_queue_slot(&rule.pattern, template) {
+                    return Err(format!(
+                        "queue {:?}: dead_letter {template:?} is not in the queue's hash slot \
+                         for every queue the rule matches, and a Redis Cluster runs a queue's \
+                         scripts on the node of that one slot. Leave dead_letter unset (the \
+                         default list is always in the queue's slot), or give the list the \
+                         queue's hash tag (for queue \"jobs\": \"{{jobs}}:dead\")",
+                        rule.pattern
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -1761,6 +1767,42 @@ fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
 }
 
 /// `host:port`, as the upstream is connected to (resolved only then).
+/// Whether the dead-letter list `template` (`$queue`: the queue's name) is
+/// in the hash slot of each queue `pattern` matches. For a glob, checked on
+/// names made from it, with and without a hash tag of their own: a list
+/// that passes for all of them passes for any name.
+fn dead_letter_in_queue_slot(pattern: &str, template: &str) -> bool {
+    use crate::cluster::key_slot;
+    let names: Vec<String> = if is_glob(pattern) {
+        ["a", "jobs", "{t}x", "x{u}", "b}c", "{}d"]
+            .iter()
+            .map(|fill| {
+                let mut name = String::new();
+                let mut chars = pattern.chars();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '*' | '?' => name.push_str(fill),
+                        '[' => {
+                            // A class stands for one of its characters.
+                            let class: String = chars.by_ref().take_while(|c| *c != ']').collect();
+                            name.push(class.chars().find(|c| *c != '^').unwrap_or('a'));
+                        }
+                        '\\' => name.extend(chars.next()),
+                        c => name.push(c),
+                    }
+                }
+                name
+            })
+            .collect()
+    } else {
+        vec![pattern.to_string()]
+    };
+    names.iter().all(|q| {
+        let dead = template.replace("$queue", q);
+        key_slot(dead.as_bytes()) == key_slot(q.as_bytes())
+    })
+}
+
 fn check_host_port(addr: &str) -> Result<(), String> {
     let expected = "expected host:port";
     if addr.contains("://") {

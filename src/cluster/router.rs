@@ -15,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 use super::fanout::{self, Merge, Plan};
 use super::map::{parse_redirect, Redirect as Moved};
 use super::topology::Topology;
+use crate::error::UpstreamError;
 use crate::output::{ClientState, Reply};
 use crate::resp::scanner::{Limits, RequestScanner, Scan};
 use crate::upstream::shared::{Pending, Redirect, Redirector, Request, Router, SharedUpstream, Target, To};
@@ -111,82 +112,19 @@ impl Inner {
         );
     }
 
-    /// Sends one request and awaits its reply (a part of a split or
-    /// fanned-out request).
-    async fn call(self: Arc<Self>, frame: Bytes, slot: Option<u16>, client: Arc<ClientState>) -> Reply {
+    /// Sends one request (a part of a split or fanned-out one); the
+    /// receiver gets its reply.
+    fn part(self: &Arc<Self>, frame: Bytes, slot: Option<u16>, client: &Arc<ClientState>) -> Call {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send_one(frame, slot, PendingFor::new(Target::Call(tx), client), false);
-        rx.await
-            .unwrap_or(Err(crate::error::UpstreamError::ConnectionLost))
+        self.send_one(frame, slot, PendingFor::new(Target::Call(tx), client.clone()), false);
+        rx
     }
 
-    /// Sends `frame` to every primary and awaits their replies.
-    async fn call_all(self: Arc<Self>, frame: Bytes, client: Arc<ClientState>) -> Vec<Reply> {
-        let primaries = self.topology.primaries();
-        let mut calls = Vec::with_capacity(primaries.len());
-        for addr in primaries {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let pending = Pending::new(Target::Call(tx), client.clone(), None);
-            self.node(&addr).push(
-                Request {
-                    bytes: frame.clone(),
-                    pending,
-                },
-                false,
-            );
-            calls.push(rx);
-        }
-        let mut replies = Vec::with_capacity(calls.len());
-        for rx in calls {
-            replies.push(rx.await.unwrap_or(Err(crate::error::UpstreamError::ConnectionLost)));
-        }
-        replies
-    }
-
-    /// Runs a request that is not one node's: its parts, then the merge.
-    fn spawn_plan(self: &Arc<Self>, plan: Plan, pending: Pending) {
-        let inner = self.clone();
-        let client = pending.client().clone();
-        tokio::spawn(async move {
-            let reply = match plan {
-                Plan::Split { parts, merge } => {
-                    let calls = parts
-                        .into_iter()
-                        .map(|(slot, frame)| inner.clone().call(frame, Some(slot), client.clone()));
-                    let replies = join_all(calls).await;
-                    fanout::merge(&merge, replies)
-                }
-                Plan::All { frame, merge } => {
-                    let replies = inner.clone().call_all(frame, client.clone()).await;
-                    fanout::merge(&merge, replies)
-                }
-                Plan::Scan { node, frame } => {
-                    let primaries = inner.topology.primaries();
-                    match primaries.get(node) {
-                        Some(addr) => {
-                            let addr = addr.clone();
-                            let reply = inner.clone().call_at(&addr, frame, client.clone()).await;
-                            fanout::merge(
-                                &Merge::Scan {
-                                    node,
-                                    nodes: primaries.len(),
-                                },
-                                vec![reply],
-                            )
-                        }
-                        None => Ok(Bytes::from_static(b"-ERR invalid cursor\r\n")),
-                    }
-                }
-                Plan::Answer(bytes) => Ok(bytes),
-                Plan::One { .. } => unreachable!("sent directly"),
-            };
-            pending.answer(reply);
-        });
-    }
-
-    async fn call_at(self: Arc<Self>, addr: &str, frame: Bytes, client: Arc<ClientState>) -> Reply {
+    /// Sends `frame` to the node at `addr` as it is (no redirection: a
+    /// request for every node, or for one node in particular).
+    fn part_at(&self, addr: &str, frame: Bytes, client: &Arc<ClientState>) -> Call {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let pending = Pending::new(Target::Call(tx), client, None);
+        let pending = Pending::new(Target::Call(tx), client.clone(), None);
         self.node(addr).push(
             Request {
                 bytes: frame,
@@ -194,10 +132,56 @@ impl Inner {
             },
             false,
         );
-        rx.await
-            .unwrap_or(Err(crate::error::UpstreamError::ConnectionLost))
+        rx
+    }
+
+    /// Runs a request that is not one node's: its parts are sent now, so
+    /// that they go ahead of the client's next requests, and their replies
+    /// merged once in.
+    fn run_plan(self: &Arc<Self>, plan: Plan, pending: Pending) {
+        let client = pending.client().clone();
+        let (calls, merge) = match plan {
+            Plan::Split { parts, merge } => {
+                let calls = parts
+                    .into_iter()
+                    .map(|(slot, frame)| self.part(frame, Some(slot), &client))
+                    .collect();
+                (calls, merge)
+            }
+            Plan::All { frame, merge } => {
+                let calls = self
+                    .topology
+                    .primaries()
+                    .iter()
+                    .map(|addr| self.part_at(addr, frame.clone(), &client))
+                    .collect();
+                (calls, merge)
+            }
+            Plan::Scan { node, frame } => {
+                let primaries = self.topology.primaries();
+                let Some(addr) = primaries.get(node) else {
+                    return pending.answer(Ok(Bytes::from_static(b"-ERR invalid cursor\r\n")));
+                };
+                let merge = Merge::Scan {
+                    node,
+                    nodes: primaries.len(),
+                };
+                (vec![self.part_at(addr, frame, &client)], merge)
+            }
+            Plan::Answer(bytes) => return pending.answer(Ok(bytes)),
+            Plan::One { .. } => unreachable!("sent with send_one"),
+        };
+        tokio::spawn(async move {
+            let mut replies = Vec::with_capacity(calls.len());
+            for rx in calls {
+                replies.push(rx.await.unwrap_or(Err(UpstreamError::ConnectionLost)));
+            }
+            pending.answer(fanout::merge(&merge, replies));
+        });
     }
 }
+
+type Call = tokio::sync::oneshot::Receiver<Reply>;
 
 /// How the reply slot of a request is made, once it is known whether it
 /// goes to one node (a pending request with a redirection handler) or is
@@ -215,17 +199,6 @@ impl PendingFor {
     fn pending(self, redirect: Option<Box<Redirect>>) -> Pending {
         Pending::new(self.target, self.client, redirect)
     }
-}
-
-async fn join_all<F: std::future::Future<Output = Reply>>(calls: impl Iterator<Item = F>) -> Vec<Reply> {
-    // Sent as they are built (each call enqueues before its first await
-    // returns), then awaited in order.
-    let futures: Vec<_> = calls.map(Box::pin).collect();
-    let mut replies = Vec::with_capacity(futures.len());
-    for f in futures {
-        replies.push(f.await);
-    }
-    replies
 }
 
 fn no_slot_owner() -> Bytes {
@@ -267,7 +240,7 @@ impl Router for Shared {
             let pending_for = PendingFor::new(target, client.clone());
             match plan {
                 Plan::One { slot } => self.inner.send_one(frame, slot, pending_for, reads),
-                plan => self.inner.spawn_plan(plan, pending_for.pending(None)),
+                plan => self.inner.run_plan(plan, pending_for.pending(None)),
             }
         }
     }
@@ -321,34 +294,52 @@ impl Redirector for Inner {
                 if reply.starts_with(b"-CLUSTERDOWN") {
                     self.topology.refresh_soon();
                 }
-                let delay = Duration::from_millis(20u64 << redirect.retries.min(5)).min(Duration::from_millis(500));
-                redirect.retries += 1;
-                redirect.asking = false;
-                let topology = self.topology.clone();
-                let slot = redirect.slot;
-                let Some(me) = self.me.upgrade() else {
-                    return pending.answer(Ok(reply));
-                };
-                tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    let addr = match slot {
-                        Some(slot) => topology.owner(slot),
-                        None => topology.any(),
-                    };
-                    let Some(addr) = addr else {
-                        return pending.answer(Ok(no_slot_owner()));
-                    };
-                    me.node(&addr).push(
-                        Request {
-                            bytes,
-                            pending: pending.resent(redirect),
-                        },
-                        false,
-                    );
-                });
+                self.later(bytes, pending, redirect, Ok(reply));
             }
             // Too many: the last one is the reply.
             _ => pending.answer(Ok(reply)),
         }
+    }
+
+    fn unreachable(&self, request: Request, redirect: Box<Redirect>, error: UpstreamError) {
+        let Request { bytes, pending } = request;
+        if redirect.retries >= MAX_RETRIES {
+            return pending.answer(Err(error));
+        }
+        // The node may have failed: the cluster names its successor once
+        // a replica takes over.
+        self.topology.refresh_soon();
+        self.later(bytes, pending, redirect, Err(error));
+    }
+}
+
+impl Inner {
+    /// Sends a request again after a backoff, to the owner of its slot
+    /// then; `otherwise` answers it if the router is gone by then.
+    fn later(&self, bytes: Bytes, pending: Pending, mut redirect: Box<Redirect>, otherwise: Reply) {
+        let delay = Duration::from_millis(20u64 << redirect.retries.min(5))
+            .min(Duration::from_millis(500));
+        redirect.retries += 1;
+        redirect.asking = false;
+        let Some(me) = self.me.upgrade() else {
+            return pending.answer(otherwise);
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let addr = match redirect.slot {
+                Some(slot) => me.topology.owner(slot),
+                None => me.topology.any(),
+            };
+            let Some(addr) = addr else {
+                return pending.answer(Ok(no_slot_owner()));
+            };
+            me.node(&addr).push(
+                Request {
+                    bytes,
+                    pending: pending.resent(redirect),
+                },
+                false,
+            );
+        });
     }
 }

@@ -65,6 +65,26 @@ pub trait Redirector: Send + Sync {
     /// belongs, or answer it. Called from a connection's reader: must not
     /// wait.
     fn redirect(&self, request: Request, redirect: Box<Redirect>, reply: Bytes);
+    /// `request` was never sent: its node could not be reached (a primary
+    /// that failed, say). Send it again once it may be, or answer it.
+    fn unreachable(&self, request: Request, redirect: Box<Redirect>, error: UpstreamError);
+}
+
+/// A request that could not be sent: a cluster router may send it to
+/// another node; otherwise it is answered with `error`.
+fn unsent(request: Request, error: UpstreamError) {
+    let Request { mut pending, .. } = request;
+    match pending.redirect.take() {
+        Some(redirect) => {
+            let handler = redirect.handler.clone();
+            let request = Request {
+                bytes: redirect.request.clone(),
+                pending,
+            };
+            handler.unreachable(request, redirect, error);
+        }
+        None => pending.deliver(Err(error)),
+    }
 }
 
 /// Whether a reply is a cluster redirection or a refusal worth retrying.
@@ -470,7 +490,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                 crate::telemetry::upstream().errors.increment(1);
                 outage::began(&e.to_string());
                 tracing::debug!("{e}; retrying in {backoff:?}");
-                first.pending.deliver(Err(e.clone()));
+                unsent(first, e.clone());
                 // Until the next attempt every request fails at once rather
                 // than waiting for a Redis that may be gone for long.
                 let retry_at = tokio::time::Instant::now() + backoff;
@@ -482,7 +502,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                         // A new primary: no reason to wait any longer.
                         () = &mut moved => break,
                         req = rx.recv() => match req {
-                            Some(req) => req.pending.deliver(Err(e.clone())),
+                            Some(req) => unsent(req, e.clone()),
                             None => return,
                         },
                     }
