@@ -365,8 +365,8 @@ impl Drop for SentinelSet {
     }
 }
 
-/// A free loopback port for a cluster node: its cluster bus (port + 10000)
-/// must be free too, and below 65536 ([`free_port`] stays below 32000).
+/// A free loopback port below 55000 for a cluster node, whose cluster bus
+/// (port + 10000) is free too.
 pub fn cluster_port() -> u16 {
     loop {
         let port = free_port();
