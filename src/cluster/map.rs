@@ -73,7 +73,7 @@ impl SlotMap {
             };
             let owner = map.add_primary(&primary);
             map.replicas[owner as usize] = replicas;
-            if slots.len() % 2 != 0 {
+            if !slots.len().is_multiple_of(2) {
                 return Err("CLUSTER SHARDS: an odd number of slot bounds".into());
             }
             for range in slots.chunks(2) {
@@ -228,7 +228,7 @@ fn items(v: &Value) -> Option<&[Value]> {
 fn pairs(v: &Value) -> Option<Vec<(&Value, &Value)>> {
     match v {
         Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
-        Value::Array(flat) if flat.len() % 2 == 0 => {
+        Value::Array(flat) if flat.len().is_multiple_of(2) => {
             Some(flat.chunks(2).map(|p| (&p[0], &p[1])).collect())
         }
         _ => None,

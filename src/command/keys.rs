@@ -169,7 +169,7 @@ fn xread(args: Args<'_>) -> KeyPos {
         return KeyPos::Unknown;
     };
     let rest = args.len() - at - 1;
-    if rest == 0 || rest % 2 != 0 {
+    if rest == 0 || !rest.is_multiple_of(2) {
         return KeyPos::Unknown;
     }
     KeyPos::At((at + 1..at + 1 + rest / 2).collect())
