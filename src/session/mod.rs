@@ -1148,9 +1148,15 @@ impl Session {
         queued: Option<Box<dyn ReplyTransform>>,
         expect: Option<Expect>,
     ) {
-        self.choose_node(args);
+        let replay_multi = self.choose_node(args).await;
         if !self.switch_to_dedicated().await {
             return;
+        }
+        if replay_multi {
+            // The client has had MULTI's reply from the first node.
+            if let Some(d) = self.dedicated.as_mut() {
+                d.send_dropped(b"*1\r\n$5\r\nMULTI\r\n", 1).await;
+            }
         }
         // The database a SELECT chooses, which queue operations follow.
         let select = (queued.is_none() && expect.is_none() && args.is(0, "SELECT"))
@@ -1211,32 +1217,44 @@ impl Session {
 
     /// In a cluster, a request with keys goes to their node: a dedicated
     /// connection to another node is given up for one to it, unless it
-    /// holds state (a transaction, subscriptions, a login of the client's
-    /// own), where Redis Cluster would redirect the client instead.
-    fn choose_node(&mut self, args: Args<'_>) {
+    /// holds state (subscriptions, WATCH, queued commands, a login of the
+    /// client's own), where Redis Cluster would redirect the client
+    /// instead. A MULTI with nothing queued yet moves with its first
+    /// command: returns whether it must be sent again on the new one.
+    async fn choose_node(&mut self, args: Args<'_>) -> bool {
         let Some(topology) = &self.ctx.cluster else {
-            return;
+            return false;
         };
         let slot = crate::command::table::with_current(|t| cluster::slot::command_slot(args, t));
         let cluster::slot::CommandSlot::Slot(slot) = slot else {
-            return;
+            return false;
         };
         let Some(want) = topology.owner(slot) else {
-            return;
+            return false;
         };
+        let own_login = self.auth != crate::auth::State::Open;
+        let mut replay_multi = false;
         if let Some(d) = &self.dedicated {
             let elsewhere = self.dedicated_node.as_deref() != Some(want.as_str());
-            let free = !self.mode.any()
-                && d.is_idle()
-                && !d.is_bound()
-                && self.auth == crate::auth::State::Open;
-            if elsewhere && free && !d.is_dead() {
-                self.dedicated = None;
-            } else {
-                return;
+            if !elsewhere || d.is_dead() || own_login {
+                return false;
             }
+            let fresh_multi = self.mode.multi
+                && self.mode.queued() == 0
+                && !self.mode.watch
+                && !self.mode.sticky
+                && !self.mode.unpaired;
+            if fresh_multi {
+                // Its MULTI answered, the connection holds nothing else.
+                d.idle().await;
+                replay_multi = true;
+            } else if self.mode.any() || !d.is_idle() || d.is_bound() {
+                return false;
+            }
+            self.dedicated = None;
         }
         self.node_wanted = Some(want);
+        replay_multi
     }
 
     async fn switch_to_dedicated(&mut self) -> bool {
