@@ -145,7 +145,8 @@ async fn start_inner(
         listeners.push(bind(addr, acceptor).await?);
     }
     let config = Arc::new(config);
-    let queues = Arc::new(Queues::start(&config, endpoint.clone(), cluster.clone(), stop.clone()).await);
+    let queues =
+        Arc::new(Queues::start(&config, endpoint.clone(), cluster.clone(), stop.clone()).await);
     if endpoint.addr.follows_sentinels() {
         let (endpoint, queues) = (endpoint.clone(), queues.clone());
         tokio::spawn(async move {

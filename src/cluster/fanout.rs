@@ -61,7 +61,9 @@ pub fn plan(args: Args<'_>, table: Option<&Table>, frame: &Bytes) -> Plan {
     match command_slot(args, table) {
         CommandSlot::Slot(slot) => Plan::One { slot: Some(slot) },
         CommandSlot::Unknown => Plan::One { slot: None },
-        CommandSlot::CrossSlot => split(args).unwrap_or(Plan::Answer(Bytes::from_static(CROSSSLOT))),
+        CommandSlot::CrossSlot => {
+            split(args).unwrap_or(Plan::Answer(Bytes::from_static(CROSSSLOT)))
+        }
         CommandSlot::Keyless => keyless(args, frame),
     }
 }
@@ -223,7 +225,10 @@ pub fn merge(merge: &Merge, replies: Vec<Reply>) -> Reply {
         ok.push(r);
     }
     match merge {
-        Merge::Same => Ok(ok.into_iter().next().unwrap_or_else(|| Bytes::from_static(b"+OK\r\n"))),
+        Merge::Same => Ok(ok
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n"))),
         Merge::Sum => {
             let mut sum = 0i64;
             for r in &ok {
@@ -286,7 +291,10 @@ pub fn merge(merge: &Merge, replies: Vec<Reply>) -> Reply {
             let nil = |r: &Bytes| r.as_ref() == b"$-1\r\n" || r.as_ref() == b"_\r\n";
             match ok.iter().find(|r| !nil(r)) {
                 Some(r) => Ok(r.clone()),
-                None => Ok(ok.into_iter().next().unwrap_or_else(|| Bytes::from_static(b"$-1\r\n"))),
+                None => Ok(ok
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| Bytes::from_static(b"$-1\r\n"))),
             }
         }
         Merge::Scan { node, nodes } => {
@@ -368,7 +376,10 @@ mod tests {
     #[test]
     fn counts_add_up_and_errors_win() {
         let r = |s: &'static [u8]| Ok(Bytes::from_static(s));
-        assert_eq!(&merge_of(&Merge::Sum, vec![r(b":1\r\n"), r(b":2\r\n")])[..], b":3\r\n");
+        assert_eq!(
+            &merge_of(&Merge::Sum, vec![r(b":1\r\n"), r(b":2\r\n")])[..],
+            b":3\r\n"
+        );
         assert_eq!(
             &merge_of(&Merge::Same, vec![r(b"+OK\r\n"), r(b"-OOM no\r\n")])[..],
             b"-OOM no\r\n"
@@ -404,6 +415,9 @@ mod tests {
             panic!("not a scan");
         };
         assert_eq!(node, 2);
-        assert_eq!(&frame[..], &crate::upstream::encode_command(&[b"SCAN", b"7", b"COUNT", b"10"])[..]);
+        assert_eq!(
+            &frame[..],
+            &crate::upstream::encode_command(&[b"SCAN", b"7", b"COUNT", b"10"])[..]
+        );
     }
 }

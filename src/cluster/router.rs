@@ -18,7 +18,9 @@ use super::topology::Topology;
 use crate::error::UpstreamError;
 use crate::output::{ClientState, Reply};
 use crate::resp::scanner::{Limits, RequestScanner, Scan};
-use crate::upstream::shared::{Pending, Redirect, Redirector, Request, Router, SharedUpstream, Target, To};
+use crate::upstream::shared::{
+    Pending, Redirect, Redirector, Request, Router, SharedUpstream, Target, To,
+};
 use crate::upstream::Endpoint;
 
 /// Redirections one request follows before its last one is the reply:
@@ -86,7 +88,13 @@ impl Inner {
 
     /// Sends one request to the owner of `slot` (any node for `None`),
     /// following redirections.
-    fn send_one(self: &Arc<Self>, frame: Bytes, slot: Option<u16>, pending_for: PendingFor, reads: bool) {
+    fn send_one(
+        self: &Arc<Self>,
+        frame: Bytes,
+        slot: Option<u16>,
+        pending_for: PendingFor,
+        reads: bool,
+    ) {
         let addr = match slot {
             Some(slot) => self.topology.owner(slot),
             None => self.topology.any(),
@@ -116,7 +124,12 @@ impl Inner {
     /// receiver gets its reply.
     fn part(self: &Arc<Self>, frame: Bytes, slot: Option<u16>, client: &Arc<ClientState>) -> Call {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send_one(frame, slot, PendingFor::new(Target::Call(tx), client.clone()), false);
+        self.send_one(
+            frame,
+            slot,
+            PendingFor::new(Target::Call(tx), client.clone()),
+            false,
+        );
         rx
     }
 
@@ -223,7 +236,11 @@ impl Router for Shared {
             };
             let frame = rest.split_to(n);
             let plan = crate::command::table::with_current(|table| {
-                fanout::plan(crate::command::Args::new(&frame, scanner.args()), table, &frame)
+                fanout::plan(
+                    crate::command::Args::new(&frame, scanner.args()),
+                    table,
+                    &frame,
+                )
             });
             sent += 1;
             let target = match to.take() {
@@ -317,8 +334,8 @@ impl Inner {
     /// Sends a request again after a backoff, to the owner of its slot
     /// then; `otherwise` answers it if the router is gone by then.
     fn later(&self, bytes: Bytes, pending: Pending, mut redirect: Box<Redirect>, otherwise: Reply) {
-        let delay = Duration::from_millis(20u64 << redirect.retries.min(5))
-            .min(Duration::from_millis(500));
+        let delay =
+            Duration::from_millis(20u64 << redirect.retries.min(5)).min(Duration::from_millis(500));
         redirect.retries += 1;
         redirect.asking = false;
         let Some(me) = self.me.upgrade() else {

@@ -74,7 +74,11 @@ impl Topology {
 
     /// The primary that owns `slot`, if any does.
     pub fn owner(&self, slot: u16) -> Option<String> {
-        self.map.read().unwrap().primary_of(slot).map(str::to_string)
+        self.map
+            .read()
+            .unwrap()
+            .primary_of(slot)
+            .map(str::to_string)
     }
 
     /// The node for a request without keys: the owner of slot 0, or any
@@ -121,7 +125,11 @@ impl Topology {
     }
 
     fn seed_host(&self) -> String {
-        let seed = self.seeds.first().map(String::as_str).unwrap_or("127.0.0.1");
+        let seed = self
+            .seeds
+            .first()
+            .map(String::as_str)
+            .unwrap_or("127.0.0.1");
         match seed.rsplit_once(':') {
             Some((host, _)) => host.to_string(),
             None => seed.to_string(),
@@ -197,10 +205,13 @@ impl Topology {
         match shards {
             Ok(v) => SlotMap::from_shards(&v, &host),
             Err(_) => {
-                let v: redis::Value =
-                    control::query(&mut conn, "CLUSTER SLOTS", redis::cmd("CLUSTER").arg("SLOTS"))
-                        .await
-                        .map_err(|e| e.to_string())?;
+                let v: redis::Value = control::query(
+                    &mut conn,
+                    "CLUSTER SLOTS",
+                    redis::cmd("CLUSTER").arg("SLOTS"),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
                 SlotMap::from_slots(&v, &host)
             }
         }

@@ -29,12 +29,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::cluster::topology::Topology;
 use crate::command::{Args, Kind, PopForm};
 use crate::config::{self, Config};
 use crate::output::{ClientState, ReplyTransform};
-use crate::cluster::topology::Topology;
 use crate::upstream::shared::SharedUpstream;
-use waiters::Events;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
 use call::{Caller, ScriptReply};
@@ -42,6 +41,7 @@ use dbs::Dbs;
 use job::Job;
 use pop::{Parsed, Pop};
 use rules::Rules;
+use waiters::Events;
 
 /// How the session can carry a queue operation out.
 #[derive(Clone, Copy)]

@@ -29,9 +29,9 @@ use super::call::{CallError, Caller};
 use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
+use crate::cluster::topology::Topology;
 use crate::error::{ControlCause, ControlError};
 use crate::output::ClientState;
-use crate::cluster::topology::Topology;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::{control, Endpoint};
 

@@ -1091,11 +1091,12 @@ impl Session {
         // the request is written before any other client's next one.
         let pool_login = self.member.as_ref().and_then(Member::ready);
         let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
-        let node = self
-            .ctx
-            .cluster
-            .as_ref()
-            .and_then(|t| self.node_wanted.take().or_else(|| t.any()).map(|a| (t.clone(), a)));
+        let node = self.ctx.cluster.as_ref().and_then(|t| {
+            self.node_wanted
+                .take()
+                .or_else(|| t.any())
+                .map(|a| (t.clone(), a))
+        });
         self.dedicated_node = node.as_ref().map(|(_, a)| a.clone());
         let opened = if let (Some((topology, addr)), true) =
             (&node, self.auth == crate::auth::State::Open)

@@ -89,14 +89,9 @@ fn unsent(request: Request, error: UpstreamError) {
 
 /// Whether a reply is a cluster redirection or a refusal worth retrying.
 fn is_cluster_retry(reply: &[u8]) -> bool {
-    [
-        &b"-MOVED "[..],
-        b"-ASK ",
-        b"-TRYAGAIN ",
-        b"-CLUSTERDOWN ",
-    ]
-    .iter()
-    .any(|p| reply.starts_with(p))
+    [&b"-MOVED "[..], b"-ASK ", b"-TRYAGAIN ", b"-CLUSTERDOWN "]
+        .iter()
+        .any(|p| reply.starts_with(p))
 }
 
 /// Where the replies to a request of a [`Router`] go.
@@ -113,7 +108,11 @@ impl Pending {
     /// A request's reply goes to `target`, and its redirections (if any) to
     /// `redirect`'s handler. Counted as a shared request of `client` (see
     /// `ClientState::shared_drained`) until answered.
-    pub fn new(target: Target, client: Arc<ClientState>, redirect: Option<Box<Redirect>>) -> Pending {
+    pub fn new(
+        target: Target,
+        client: Arc<ClientState>,
+        redirect: Option<Box<Redirect>>,
+    ) -> Pending {
         client.shared_sent();
         let count = if redirect.as_ref().is_some_and(|r| r.asking) {
             2

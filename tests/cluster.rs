@@ -1,0 +1,531 @@
+//! A Redis Cluster upstream: clients that know nothing of the cluster talk
+//! to ackproxy as to one Redis. Against a real local cluster: replies for
+//! keys in one slot are byte for byte those of a single Redis; commands
+//! split over slots or sent to every node answer as one Redis would;
+//! cross-slot commands get Redis Cluster's own error; and queues keep
+//! every message through a resharding, with no client ever seeing a
+//! redirection.
+//!
+//! The long resharding run runs with `ACKPROXY_LONG_TESTS=1`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn start_proxy(cluster: &ClusterSet, extra: &[&str]) -> Proxy {
+    let seed = cluster.seed();
+    let mut args = vec!["--upstream-mode", "cluster", "--upstream", seed.as_str()];
+    args.extend_from_slice(extra);
+    Proxy::start_args(&args)
+}
+
+fn start_proxy_with(cluster: &ClusterSet, toml: &str) -> Proxy {
+    let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
+    std::fs::write(
+        &path,
+        format!(
+            "upstream_mode = \"cluster\"\nupstream = {:?}\n{toml}",
+            cluster.seed()
+        ),
+    )
+    .unwrap();
+    Proxy::start_args(&["--config", path.to_str().unwrap()])
+}
+
+/// One client straight to a single Redis, one through the proxy to the
+/// cluster.
+struct Pair {
+    direct: Client,
+    proxied: Client,
+}
+
+impl Pair {
+    fn same(&mut self, args: &[&str]) -> Vec<u8> {
+        let d = self.direct.raw(args);
+        let p = self.proxied.raw(args);
+        assert_eq!(
+            String::from_utf8_lossy(&p),
+            String::from_utf8_lossy(&d),
+            "reply to {args:?} differs"
+        );
+        d
+    }
+
+    fn same_raw(&mut self, bytes: &[u8], n: usize) {
+        self.direct.send_raw(bytes);
+        self.proxied.send_raw(bytes);
+        for i in 0..n {
+            let d = self.direct.read_raw();
+            let p = self.proxied.read_raw();
+            assert_eq!(
+                String::from_utf8_lossy(&p),
+                String::from_utf8_lossy(&d),
+                "reply {i} to a pipeline differs"
+            );
+        }
+    }
+}
+
+/// Runs `words` with `{t}` standing for a hash tag.
+fn tagged(words: &[&str], tag: &str) -> Vec<String> {
+    words.iter().map(|w| w.replace("{t}", tag)).collect()
+}
+
+#[test]
+fn one_slot_replies_match_one_redis() {
+    let cluster = ClusterSet::start(3, 0);
+    let single = Redis::start();
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = Pair {
+        direct: single.client(),
+        proxied: proxy.client(),
+    };
+    // Every node's slots, one tag on each.
+    for tag in ["{a}", "{b}", "{c}"] {
+        let corpus: &[&[&str]] = &[
+            &["SET", "{t}s", "v"],
+            &["GET", "{t}s"],
+            &["APPEND", "{t}s", "w"],
+            &["GETRANGE", "{t}s", "0", "-1"],
+            &["INCR", "{t}n"],
+            &["INCRBYFLOAT", "{t}n", "1.5"],
+            &["INCR", "{t}s"],
+            &["SET", "{t}x", "1", "EX", "100"],
+            &["TTL", "{t}x"],
+            &["PERSIST", "{t}x"],
+            &["TYPE", "{t}x"],
+            &["RPUSH", "{t}l", "a", "b", "c", "d"],
+            &["LRANGE", "{t}l", "0", "-1"],
+            &["LPOP", "{t}l", "2"],
+            &["LMOVE", "{t}l", "{t}l2", "LEFT", "RIGHT"],
+            &["RPOPLPUSH", "{t}l", "{t}l2"],
+            &["LRANGE", "{t}l2", "0", "-1"],
+            &["HSET", "{t}h", "f", "1", "g", "2"],
+            &["HGETALL", "{t}h"],
+            &["HINCRBY", "{t}h", "f", "5"],
+            &["SADD", "{t}a", "1", "2", "3"],
+            &["SADD", "{t}b", "2", "3", "4"],
+            &["SINTER", "{t}a", "{t}b"],
+            &["SUNIONSTORE", "{t}u", "{t}a", "{t}b"],
+            &["SCARD", "{t}u"],
+            &["ZADD", "{t}z", "1", "a", "2", "b", "3", "c"],
+            &["ZRANGE", "{t}z", "0", "-1", "WITHSCORES"],
+            &[
+                "ZUNIONSTORE",
+                "{t}zu",
+                "2",
+                "{t}z",
+                "{t}z",
+                "WEIGHTS",
+                "1",
+                "2",
+            ],
+            &["ZRANGE", "{t}zu", "0", "-1", "WITHSCORES"],
+            &["XADD", "{t}st", "1-1", "f", "v"],
+            &["XRANGE", "{t}st", "-", "+"],
+            &["XLEN", "{t}st"],
+            &["MSET", "{t}m1", "1", "{t}m2", "2"],
+            &["MGET", "{t}m1", "{t}m2", "{t}none"],
+            &["DEL", "{t}m1", "{t}m2", "{t}none"],
+            &["EXISTS", "{t}s", "{t}h"],
+            &["RENAME", "{t}s", "{t}s2"],
+            &["GET", "{t}s2"],
+            &["LPUSH", "{t}s2", "x"],
+            &["GET"],
+            &["NOSUCHCOMMAND", "{t}s2"],
+            &["EVAL", "return redis.call('GET', KEYS[1])", "1", "{t}s2"],
+            &["EVAL", "return #KEYS", "2", "{t}a", "{t}b"],
+            &["BLPOP", "{t}empty", "0.05"],
+            &["BRPOP", "{t}l2", "1"],
+            &["OBJECT", "ENCODING", "{t}h"],
+            &["ECHO", "hello"],
+            &["PING"],
+        ];
+        for words in corpus {
+            let words = tagged(words, tag);
+            let args: Vec<&str> = words.iter().map(String::as_str).collect();
+            c.same(&args);
+        }
+        // A pipeline and a transaction, each in one slot.
+        let pipeline: Vec<u8> = (0..50)
+            .flat_map(|i| Client::encode(&[b"INCR", format!("{tag}p{}", i % 5).as_bytes()]))
+            .collect();
+        c.same_raw(&pipeline, 50);
+        let tx = tagged(&["{t}tx"], tag).remove(0);
+        c.same(&["MULTI"]);
+        c.same(&["SET", &tx, "1"]);
+        c.same(&["INCRBY", &tx, "41"]);
+        c.same(&["GET", &tx]);
+        c.same(&["EXEC"]);
+        c.same(&["WATCH", &tx]);
+        c.same(&["MULTI"]);
+        c.same(&["INCR", &tx]);
+        c.same(&["EXEC"]);
+    }
+}
+
+#[test]
+fn split_and_fanned_out_commands_answer_as_one_redis() {
+    let cluster = ClusterSet::start(3, 0);
+    let single = Redis::start();
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = Pair {
+        direct: single.client(),
+        proxied: proxy.client(),
+    };
+    let keys: Vec<String> = (0..40).map(|i| format!("key:{i}")).collect();
+    let mut mset = vec!["MSET".to_string()];
+    for k in &keys {
+        mset.push(k.clone());
+        mset.push(format!("value of {k}"));
+    }
+    fn run(c: &mut Pair, v: Vec<String>) {
+        let words: Vec<&str> = v.iter().map(String::as_str).collect();
+        c.same(&words);
+    }
+    run(&mut c, mset);
+    let with = |name: &str, extra: &[&str]| {
+        let mut v = vec![name.to_string()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.extend(keys.iter().rev().cloned());
+        v
+    };
+    run(&mut c, with("MGET", &["missing:1", "key:3"]));
+    run(&mut c, with("EXISTS", &["key:1", "missing"]));
+    run(&mut c, with("TOUCH", &[]));
+    c.same(&["DBSIZE"]);
+    // KEYS and SCAN: the same keys, in whatever order the nodes give them.
+    let sorted_keys = |v: Value| -> Vec<Vec<u8>> {
+        let Value::Array(items) = v else {
+            panic!("not an array: {v:?}")
+        };
+        let mut out: Vec<Vec<u8>> = items
+            .into_iter()
+            .map(|i| match i {
+                Value::Bulk(b) => b,
+                other => panic!("not a key: {other:?}"),
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(
+        sorted_keys(c.proxied.cmd(&["KEYS", "key:*"])),
+        sorted_keys(c.direct.cmd(&["KEYS", "key:*"]))
+    );
+    let mut scanned = Vec::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let Value::Array(reply) = c.proxied.cmd(&["SCAN", &cursor, "COUNT", "7"]) else {
+            panic!("SCAN reply")
+        };
+        calls += 1;
+        let Value::Bulk(next) = &reply[0] else {
+            panic!("SCAN cursor")
+        };
+        scanned.extend(sorted_keys(reply[1].clone()));
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 1000, "SCAN does not end");
+    }
+    scanned.sort();
+    scanned.dedup();
+    assert_eq!(scanned, sorted_keys(c.direct.cmd(&["KEYS", "*"])));
+    assert!(matches!(c.proxied.cmd(&["RANDOMKEY"]), Value::Bulk(_)));
+    run(&mut c, with("UNLINK", &["missing"]));
+    c.same(&["DBSIZE"]);
+    c.same(&["RANDOMKEY"]);
+    c.same(&["SET", "a", "1"]);
+    c.same(&["SET", "b", "2"]);
+    c.same(&["DEL", "a", "b", "c"]);
+    c.same(&["FLUSHALL"]);
+    c.same(&["DBSIZE"]);
+    // A script loaded through the proxy runs on every node.
+    let sha = c.same(&["SCRIPT", "LOAD", "return KEYS[1]"]);
+    let sha = String::from_utf8_lossy(&sha);
+    let sha = sha.lines().nth(1).unwrap().to_string();
+    for k in ["a", "b", "c", "d"] {
+        c.same(&["EVALSHA", &sha, "1", k]);
+    }
+    c.same(&["SCRIPT", "EXISTS", &sha, "0000"]);
+}
+
+#[test]
+fn cross_slot_commands_get_redis_clusters_error() {
+    let cluster = ClusterSet::start(3, 0);
+    let proxy = start_proxy(&cluster, &[]);
+    let mut p = proxy.client();
+    let node = cluster.primary_of_key("a");
+    let mut direct = Client::connect(node);
+    for args in [
+        &["RENAME", "a", "b"][..],
+        &["MSETNX", "a", "1", "b", "2"],
+        &["SUNIONSTORE", "a", "b", "c"],
+        &["RPOPLPUSH", "a", "b"],
+        &["EVAL", "return 1", "2", "a", "b"],
+        &["BLMOVE", "a", "b", "LEFT", "LEFT", "0"],
+        &["SINTER", "a", "b"],
+    ] {
+        let d = direct.raw(args);
+        let got = p.raw(args);
+        assert!(
+            String::from_utf8_lossy(&d).starts_with("-CROSSSLOT"),
+            "Redis Cluster itself answers {args:?} with {:?}",
+            String::from_utf8_lossy(&d)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&d),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_request_to_a_moved_slot_is_followed_not_shown() {
+    let cluster = ClusterSet::start(3, 0);
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = proxy.client();
+    let slot = 866; // "{a}"'s slot is 15495; "key:866"… any slot works
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    assert_eq!(c.cmd(&["SET", &key, "before"]), Value::Simple("OK".into()));
+    let from = cluster.owner(slot);
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != from)
+        .unwrap();
+    // Half-way: keys of the slot on both nodes, the slot migrating.
+    cluster.begin_migration(slot, from, to);
+    let other = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    // A key the source does not have: Redis answers ASK.
+    assert_eq!(
+        c.cmd(&["SET", &other, "during"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["GET", &key]), Value::bulk("before"));
+    cluster.move_keys(slot, from, to);
+    assert_eq!(c.cmd(&["GET", &other]), Value::bulk("during"));
+    cluster.end_migration(slot, from, to);
+    // The proxy's map still says `from`: Redis answers MOVED.
+    assert_eq!(c.cmd(&["GET", &key]), Value::bulk("before"));
+    assert_eq!(c.cmd(&["SET", &key, "after"]), Value::Simple("OK".into()));
+    assert_eq!(
+        Client::connect(to).cmd(&["GET", &key]),
+        Value::bulk("after")
+    );
+}
+
+/// Redis Cluster's slot of a key (CRC16 of its hash tag).
+fn key_slot(key: &str) -> u16 {
+    ackproxy::cluster::key_slot(key.as_bytes())
+}
+
+const QUEUES: usize = 6;
+
+/// What the resharding run saw.
+#[derive(Default)]
+struct Tally {
+    pushed: Mutex<HashSet<String>>,
+    acked: Mutex<HashMap<String, usize>>,
+    deliveries: AtomicUsize,
+    redirects: Mutex<Vec<String>>,
+    errors: AtomicUsize,
+    stop: AtomicBool,
+}
+
+fn queue_name(i: usize) -> String {
+    format!("jobs:{i}")
+}
+
+fn consumer(port: u16, queue: String, tally: Arc<Tally>) {
+    let mut c = Client::connect(port);
+    c.set_read_timeout(Some(Duration::from_secs(30)));
+    while !tally.stop.load(Ordering::Relaxed) {
+        match c.cmd(&["BRPOP", &queue, "1"]) {
+            Value::Array(kv) => {
+                let Some(Value::Bulk(p)) = kv.get(1) else {
+                    panic!("BRPOP reply {kv:?}")
+                };
+                tally.deliveries.fetch_add(1, Ordering::Relaxed);
+                let payload = String::from_utf8_lossy(p).into_owned();
+                let id = payload.split('"').nth(3).expect("a JSON id").to_string();
+                match c.cmd(&["ACK", &queue, &id]) {
+                    Value::Int(1) => *tally.acked.lock().unwrap().entry(id).or_default() += 1,
+                    Value::Int(_) => {}
+                    other => note_error(&tally, &format!("ACK: {other:?}")),
+                }
+            }
+            Value::Nil => {}
+            other => note_error(&tally, &format!("BRPOP: {other:?}")),
+        }
+    }
+}
+
+fn note_error(tally: &Tally, what: &str) {
+    if what.contains("MOVED") || what.contains("ASK") {
+        tally.redirects.lock().unwrap().push(what.to_string());
+    }
+    tally.errors.fetch_add(1, Ordering::Relaxed);
+}
+
+fn producer(port: u16, messages: usize, tally: Arc<Tally>) {
+    let mut c = Client::connect(port);
+    for n in 0..messages {
+        let id = format!("{n:012}");
+        let payload = format!("{{\"id\":\"{id}\",\"body\":\"x\"}}");
+        let queue = queue_name(n % QUEUES);
+        loop {
+            match c.cmd(&["LPUSH", &queue, &payload]) {
+                Value::Int(_) => break,
+                other => {
+                    note_error(&tally, &format!("LPUSH: {other:?}"));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        tally.pushed.lock().unwrap().insert(id);
+    }
+}
+
+/// Slots of the queues move between primaries while 20 consumers (half on
+/// each of two proxies) pop and acknowledge: every message is acked, none
+/// is lost, and no client sees a redirection.
+fn resharding_run(messages: usize, moves: usize) {
+    let cluster = ClusterSet::start(3, 0);
+    let rules = "connect_timeout_ms = 1000\n\
+                 [[queue]]\npattern = \"jobs:*\"\nack_id = \"json:id\"\nlease_ms = 2000\n\
+                 max_deliveries = 1000\n";
+    let proxies = [
+        start_proxy_with(&cluster, rules),
+        start_proxy_with(&cluster, rules),
+    ];
+    let tally = Arc::new(Tally::default());
+    let mut threads = Vec::new();
+    for i in 0..20 {
+        let (port, t) = (proxies[i % 2].port, tally.clone());
+        threads.push(std::thread::spawn(move || {
+            consumer(port, queue_name(i % QUEUES), t)
+        }));
+    }
+    let producer_thread = {
+        let (port, t) = (proxies[0].port, tally.clone());
+        std::thread::spawn(move || producer(port, messages, t))
+    };
+    // Move the queues' slots around while the run goes on.
+    let slots: Vec<u16> = (0..QUEUES).map(|i| key_slot(&queue_name(i))).collect();
+    let started = Instant::now();
+    for m in 0..moves {
+        let slot = slots[m % slots.len()];
+        let from = cluster.owner(slot);
+        let primaries = cluster.primaries();
+        let to =
+            primaries[(primaries.iter().position(|p| *p == from).unwrap() + 1) % primaries.len()];
+        cluster.migrate_slot(slot, from, to);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    producer_thread.join().unwrap();
+    wait_until_within("every message acked", Duration::from_secs(120), || {
+        tally.acked.lock().unwrap().len() >= messages
+    });
+    tally.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let acked = tally.acked.lock().unwrap();
+    let pushed = tally.pushed.lock().unwrap();
+    let missing: Vec<&String> = pushed
+        .iter()
+        .filter(|id| !acked.contains_key(*id))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "never acked: {missing:?}");
+    let redirects = tally.redirects.lock().unwrap();
+    assert!(
+        redirects.is_empty(),
+        "clients saw redirections: {redirects:?}"
+    );
+    let deliveries = tally.deliveries.load(Ordering::Relaxed);
+    // Redelivered only what was leased when a pop or an ACK failed.
+    let duplicates = deliveries - messages;
+    assert!(
+        duplicates <= 20 * (tally.errors.load(Ordering::Relaxed) + 1),
+        "{duplicates} duplicate deliveries for {} errors",
+        tally.errors.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "resharding run: {messages} messages, {moves} slot moves in {:?}, {deliveries} deliveries, {} errors",
+        started.elapsed(),
+        tally.errors.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn queues_keep_every_message_through_a_resharding() {
+    resharding_run(3_000, 6);
+}
+
+#[test]
+fn long_resharding_run() {
+    if std::env::var("ACKPROXY_LONG_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    resharding_run(50_000, 60);
+}
+
+#[test]
+fn a_dead_letter_list_outside_its_queues_slot_is_refused_in_cluster_mode() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args([
+            "--check-config",
+            "--upstream-mode",
+            "cluster",
+            "--upstream",
+            "127.0.0.1:7000",
+            "--queues",
+            "[[queue]]\npattern = \"jobs:*\"\ndead_letter = \"dead:$queue\"",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("jobs:*") && stderr.contains("hash slot"),
+        "{stderr}"
+    );
+    // The default list, and one with the queue's tag, pass.
+    for dead in ["", "dead_letter = \"{jobs}:dead\""] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args([
+                "--check-config",
+                "--upstream-mode",
+                "cluster",
+                "--upstream",
+                "127.0.0.1:7000",
+                "--queues",
+                &format!("[[queue]]\npattern = \"jobs\"\n{dead}"),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{dead}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
