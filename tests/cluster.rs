@@ -529,3 +529,253 @@ fn a_dead_letter_list_outside_its_queues_slot_is_refused_in_cluster_mode() {
         );
     }
 }
+
+/// What the failover run saw.
+#[derive(Default)]
+struct Seen {
+    /// Payloads whose push a replica acknowledged (`WAIT 1` answered 1).
+    pushed: Mutex<Vec<String>>,
+    /// Payloads acknowledged by a worker, and when the ACK's reply came.
+    acked: Mutex<HashMap<String, Instant>>,
+    /// Payloads whose ACK got no reply (the primary died under it): it may
+    /// have run.
+    uncertain: Mutex<HashSet<String>>,
+    reconnects: AtomicUsize,
+    stop_pushing: AtomicBool,
+    stop: AtomicBool,
+}
+
+fn connect_again(port: u16, seen: &Seen) -> Option<Client> {
+    loop {
+        if seen.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Ok(c) = Client::try_connect(port) {
+            c.set_read_timeout(Some(Duration::from_secs(10)));
+            return Some(c);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn failover_worker(port: u16, queue: String, seen: Arc<Seen>) {
+    let mut conn = connect_again(port, &seen);
+    while let Some(c) = conn.as_mut() {
+        if seen.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let lost = match c.try_cmd(&["BRPOP", &queue, "1"]) {
+            Ok(Value::Array(kv)) => {
+                let Some(Value::Bulk(p)) = kv.get(1) else {
+                    panic!("BRPOP reply {kv:?}")
+                };
+                let payload = String::from_utf8_lossy(p).into_owned();
+                match c.try_cmd(&["ACK", &queue, &payload]) {
+                    Ok(Value::Int(1)) => {
+                        seen.acked
+                            .lock()
+                            .unwrap()
+                            .entry(payload)
+                            .or_insert_with(Instant::now);
+                        false
+                    }
+                    Ok(Value::Error(e)) if e.contains("connection lost") => {
+                        seen.uncertain.lock().unwrap().insert(payload);
+                        false
+                    }
+                    // Not acknowledged: it comes again when its lease ends.
+                    Ok(_) => false,
+                    Err(_) => {
+                        seen.uncertain.lock().unwrap().insert(payload);
+                        true
+                    }
+                }
+            }
+            Ok(Value::Nil) => false,
+            Ok(Value::Error(e)) => {
+                assert!(
+                    !e.starts_with("MOVED") && !e.starts_with("ASK"),
+                    "a worker saw a redirection: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+                false
+            }
+            Ok(other) => panic!("BRPOP: {other:?}"),
+            Err(_) => true,
+        };
+        if lost {
+            seen.reconnects.fetch_add(1, Ordering::Relaxed);
+            conn = connect_again(port, &seen);
+        }
+    }
+}
+
+/// Pushes to `queue`, each push followed by `WAIT 1` on a connection
+/// pinned to the queue's node by a WATCH of the queue (so that WAIT
+/// measures the push's own replication), until told to stop.
+fn failover_producer(port: u16, queue: String, seen: Arc<Seen>) {
+    let mut next = 0usize;
+    let mut conn: Option<Client> = None;
+    while !seen.stop_pushing.load(Ordering::Relaxed) {
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => {
+                let Some(mut c) = connect_again(port, &seen) else {
+                    return;
+                };
+                if c.try_cmd(&["WATCH", &queue]).ok() != Some(Value::Simple("OK".into())) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                conn.insert(c)
+            }
+        };
+        let payload = format!("{queue}/m{next}");
+        next += 1;
+        let pushed = c
+            .try_cmd(&["LPUSH", &queue, &payload])
+            .and_then(|r| match r {
+                Value::Int(_) => c.try_cmd(&["WAIT", "1", "2000"]).map(Some),
+                _ => Ok(None),
+            });
+        match pushed {
+            Ok(Some(Value::Int(n))) if n >= 1 => seen.pushed.lock().unwrap().push(payload),
+            Ok(_) => {
+                // Not known replicated (it may still arrive); a connection
+                // to a node that is no primary any more is let go.
+                conn = None;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => {
+                seen.reconnects.fetch_add(1, Ordering::Relaxed);
+                conn = None;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A primary killed with SIGKILL mid-run: every push a replica
+/// acknowledged is acknowledged by a worker at least once, and workers
+/// carry on by themselves. Prints the recovery time: from the kill to the
+/// first message of the dead primary's queue acknowledged after it.
+#[test]
+fn a_killed_primary_loses_no_replicated_message() {
+    let mut cluster = ClusterSet::start(3, 1);
+    let rules = "connect_timeout_ms = 500\n\
+                 [[queue]]\npattern = \"jobs:*\"\nlease_ms = 3000\nmax_deliveries = 1000\n";
+    let proxy = start_proxy_with(&cluster, rules);
+    // One queue on each primary.
+    let mut queues: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    for i in 0.. {
+        let q = format!("jobs:{i}");
+        if owners.insert(cluster.owner(key_slot(&q))) {
+            queues.push(q);
+        }
+        if queues.len() == 3 {
+            break;
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let mut threads = Vec::new();
+    for q in &queues {
+        for _ in 0..3 {
+            let (port, q, s) = (proxy.port, q.clone(), seen.clone());
+            threads.push(std::thread::spawn(move || failover_worker(port, q, s)));
+        }
+    }
+    let producers: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            let (port, q, s) = (proxy.port, q.clone(), seen.clone());
+            std::thread::spawn(move || failover_producer(port, q, s))
+        })
+        .collect();
+    wait_until_within("pushes replicated", Duration::from_secs(60), || {
+        seen.pushed.lock().unwrap().len() >= 300
+    });
+    let victim = cluster.owner(key_slot(&queues[0]));
+    cluster.kill9(victim);
+    let killed_at = Instant::now();
+    let new = cluster.wait_failover(victim);
+    eprintln!(
+        "primary {victim} killed, {new} took over after {:?}",
+        killed_at.elapsed()
+    );
+    let first_after = || {
+        let prefix = format!("{}/", queues[0]);
+        seen.acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, at)| p.starts_with(&prefix) && **at > killed_at)
+            .map(|(_, at)| *at)
+            .min()
+    };
+    wait_until_within("an ACK on the new primary", Duration::from_secs(60), || {
+        first_after().is_some()
+    });
+    eprintln!(
+        "recovery: {:?} from the kill to the first message of its queue acknowledged",
+        first_after().unwrap() - killed_at
+    );
+    // The other queues' pushes go on meanwhile; the dead primary's queue
+    // has no replica left to acknowledge its pushes.
+    let before = seen.pushed.lock().unwrap().len();
+    wait_until_within("more pushes replicated", Duration::from_secs(60), || {
+        seen.pushed.lock().unwrap().len() >= before + 100
+    });
+    seen.stop_pushing.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.join().expect("producer");
+    }
+    let pushed = seen.pushed.lock().unwrap().clone();
+    let mut info = proxy.client();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let acked = seen.acked.lock().unwrap().clone();
+        let missing: Vec<&String> = pushed.iter().filter(|p| !acked.contains_key(*p)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        // An ACK that ran but whose reply was lost with the primary: its
+        // message is nowhere any more.
+        let uncertain = seen.uncertain.lock().unwrap().clone();
+        let drained = queues.iter().all(|q| {
+            let Value::Array(fields) = info.cmd(&["QUEUE", "INFO", q]) else {
+                return false;
+            };
+            fields.chunks(2).all(|kv| match (&kv[0], kv.get(1)) {
+                (Value::Bulk(k), Some(v))
+                    if matches!(&k[..], b"ready" | b"leased" | b"delayed") =>
+                {
+                    *v == Value::Int(0)
+                }
+                _ => true,
+            })
+        });
+        if missing.iter().all(|p| uncertain.contains(*p)) && drained {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} replicated pushes never acknowledged, e.g. {:?}",
+            missing.len(),
+            pushed.len(),
+            &missing[..missing.len().min(10)]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    seen.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("worker");
+    }
+    eprintln!(
+        "{} replicated pushes, {} acknowledged, {} reconnects",
+        pushed.len(),
+        seen.acked.lock().unwrap().len(),
+        seen.reconnects.load(Ordering::Relaxed)
+    );
+}

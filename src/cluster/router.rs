@@ -107,10 +107,14 @@ impl Inner {
             asking: false,
             handler: self.clone(),
         });
-        let pending = pending_for.pending(Some(redirect));
         let Some(addr) = addr else {
-            return pending.answer(Ok(no_slot_owner()));
+            // No primary serves the slot for now (one failed, a replica
+            // is not promoted yet): asked again as the map changes.
+            self.topology.refresh_soon();
+            let pending = pending_for.pending(None);
+            return self.later(frame, pending, redirect, Ok(no_slot_owner()));
         };
+        let pending = pending_for.pending(Some(redirect));
         self.node(&addr).push(
             Request {
                 bytes: frame,
@@ -348,7 +352,12 @@ impl Inner {
                 None => me.topology.any(),
             };
             let Some(addr) = addr else {
-                return pending.answer(Ok(no_slot_owner()));
+                if redirect.retries >= MAX_RETRIES {
+                    return pending.answer(Ok(no_slot_owner()));
+                }
+                me.topology.refresh_soon();
+                let otherwise = Ok(no_slot_owner());
+                return me.later(bytes, pending, redirect, otherwise);
             };
             me.node(&addr).push(
                 Request {
