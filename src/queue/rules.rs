@@ -146,6 +146,9 @@ pub struct Queue {
     pub dead_shared: Option<String>,
     /// The rule as the script argument (see [`RULE`]).
     args: [Bytes; RULE_ARGS],
+    /// `rule.pattern`, shared: each call names the rule of its queues (for
+    /// the counters of its reply) without a copy.
+    pub pattern: Arc<str>,
 }
 
 impl Queue {
@@ -158,6 +161,7 @@ impl Queue {
             rule: rule.clone(),
             dead_shared,
             args: [encode_rule(rule)],
+            pattern: Arc::from(rule.pattern.as_str()),
         }
     }
 
@@ -177,7 +181,7 @@ impl Queue {
     fn footprint(&self) -> usize {
         let keys: usize = self.keys.all().iter().map(|k| k.len()).sum();
         let args: usize = self.args.iter().map(Bytes::len).sum();
-        let rule = self.rule.pattern.len()
+        let rule = 2 * self.rule.pattern.len()
             + self.rule.dead_letter.as_ref().map_or(0, String::len)
             + self.dead_shared.as_ref().map_or(0, String::len)
             + match &self.rule.ack_id {

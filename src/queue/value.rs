@@ -32,6 +32,14 @@ impl Value {
         }
     }
 
+    /// The string as a slice of the reply it came in (no copy).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Value::Str(s) => s.clone(),
+            _ => Bytes::new(),
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match self {
             Value::Str(s) => s,
