@@ -120,7 +120,17 @@ impl Call {
 
 /// The length of `*<n>\r\n` or `$<n>\r\n`.
 fn head_len(n: usize) -> usize {
-    3 + itoa::Buffer::new().format(n).len()
+    3 + decimal_len(n)
+}
+
+/// How many digits `n` has.
+pub fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
 }
 
 /// Why a function call gave no value.

@@ -295,7 +295,7 @@ pub struct Progress {
 
 /// The length of `*<n>\r\n`.
 fn head_len(n: usize) -> usize {
-    3 + itoa::Buffer::new().format(n).len()
+    3 + super::call::decimal_len(n)
 }
 
 /// The length of a bulk string holding `v`.

@@ -2,7 +2,6 @@
 //! glob (Redis `KEYS` syntax), resolved into a [`Queue`] with its key layout
 //! and the script arguments its rule implies.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -195,13 +194,13 @@ impl Queue {
 /// The rules configured at one time, indexed for matching.
 struct RuleSet {
     rules: Vec<QueueRule>,
-    exact: HashMap<Vec<u8>, usize>,
+    exact: foldhash::HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
 }
 
 impl RuleSet {
     fn new(rules: &[QueueRule]) -> RuleSet {
-        let mut exact = HashMap::new();
+        let mut exact = foldhash::HashMap::default();
         let mut globs = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             if is_glob(r.pattern.as_bytes()) {
