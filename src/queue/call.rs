@@ -29,6 +29,9 @@ pub struct Call {
     pub argv: Argv,
     /// The queues whose groups are in `keys`, for the events of the reply.
     groups: Groups,
+    /// The encoded keys and rule of the queue the call starts with (see
+    /// [`Call::queue_rule`]).
+    encoded: Option<Bytes>,
 }
 
 impl Call {
@@ -40,6 +43,7 @@ impl Call {
             keys: Keys::new(),
             argv: Argv::new(),
             groups: Groups::new(),
+            encoded: None,
         }
     }
 
@@ -58,6 +62,18 @@ impl Call {
         self.groups.push((self.keys.len() + 1, q.pattern.clone()));
         self.keys.extend(q.key_group().iter().cloned());
         self
+    }
+
+    /// The queue's key group and rule as the first keys and arguments
+    /// (`.queue(q).rule(q)`), written into the request from their encoding
+    /// made once for the queue.
+    pub fn queue_rule(self, q: &Queue) -> Self {
+        let first = self.keys.is_empty() && self.argv.is_empty();
+        let mut call = self.queue(q).rule(q);
+        if first {
+            call.encoded = Some(q.encoded.clone());
+        }
+        call
     }
 
     /// Appends the queue's rule to ARGV (Lua: `rule(i)`).
@@ -88,30 +104,46 @@ impl Call {
         let mut keys = itoa::Buffer::new();
         let numkeys = keys.format(self.keys.len()).as_bytes();
         let mut digits = itoa::Buffer::new();
-        let parts = || {
+        // A call that starts with one queue's keys and rule takes them
+        // encoded once for the queue (see `Queue::encoded`).
+        let (cached, skip_keys, skip_args) = match &self.encoded {
+            Some(e) if self.keys.len() == CALL_KEYS && self.argv.len() >= RULE_ARGS => {
+                (&e[..], CALL_KEYS, RULE_ARGS)
+            }
+            _ => (&b""[..], 0, 0),
+        };
+        let before = || {
             [&b"FCALL"[..], name.as_bytes(), numkeys]
                 .into_iter()
-                .chain(self.keys.iter().map(|k| &k[..]))
-                .chain(self.argv.iter().map(|a| &a[..]))
-                .chain(last)
+                .chain(self.keys[skip_keys..].iter().map(|k| &k[..]))
         };
+        let after = || self.argv[skip_args..].iter().map(|a| &a[..]).chain(last);
         let count = 3 + self.keys.len() + self.argv.len() + usize::from(last.is_some());
         // The exact size: a `Bytes` made of a vector with spare room
         // allocates again, for its shared header.
         let size = head_len(count)
-            + parts()
+            + before()
+                .chain(after())
                 .map(|a| head_len(a.len()) + a.len() + 2)
-                .sum::<usize>();
+                .sum::<usize>()
+            + cached.len();
         let mut out = Vec::with_capacity(size);
         out.push(b'*');
         out.extend_from_slice(digits.format(count).as_bytes());
         out.extend_from_slice(b"\r\n");
-        for a in parts() {
+        let mut bulk = |out: &mut Vec<u8>, a: &[u8]| {
             out.push(b'$');
             out.extend_from_slice(digits.format(a.len()).as_bytes());
             out.extend_from_slice(b"\r\n");
             out.extend_from_slice(a);
             out.extend_from_slice(b"\r\n");
+        };
+        for a in before() {
+            bulk(&mut out, a);
+        }
+        out.extend_from_slice(cached);
+        for a in after() {
+            bulk(&mut out, a);
         }
         debug_assert_eq!(out.len(), size);
         Bytes::from(out)

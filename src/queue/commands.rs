@@ -117,7 +117,7 @@ pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
 }
 
 fn ack_call_of(q: &Queue, ids: impl Iterator<Item = Bytes>) -> Call {
-    let mut call = Call::new(&library::ACK).queue(q).rule(q);
+    let mut call = Call::new(&library::ACK).queue_rule(q);
     call.argv.extend(ids);
     call
 }
@@ -236,7 +236,7 @@ fn trailing_ms(args: Args<'_>, first: usize, options: &[(&str, i64)]) -> Result<
 
 fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
     let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
-    let mut call = Call::new(&library::NACK).queue(q).rule(q).arg(delay);
+    let mut call = Call::new(&library::NACK).queue_rule(q).arg(delay);
     for id in ids {
         call = call.arg(id.clone());
     }

@@ -339,7 +339,7 @@ impl Pop {
             // The common shape has a function of its own, with half the
             // arguments (Redis pays for each), and none past the rule for
             // RPOP of one.
-            let call = Call::new(&library::POP1).queue(q).rule(q);
+            let call = Call::new(&library::POP1).queue_rule(q);
             if !self.left && count == 1 {
                 return call;
             }
