@@ -455,7 +455,10 @@ impl Pop {
                 if p.got.is_empty() {
                     p.got = values;
                 } else {
-                    p.got.extend(values);
+                    // Copies past the first call: a slice would keep its
+                    // whole read buffer for as long as the pop goes on.
+                    p.got
+                        .extend(values.iter().map(|v| Bytes::copy_from_slice(v)));
                 }
                 if want == 0 || p.got.len() as u64 >= want {
                     p.done = true;
