@@ -21,9 +21,11 @@ from `strace -c -f` attached to the proxy (not under valgrind) for the
 same stream.
 
 Usage: python3 bench/proxy_instructions.py [-n N] [--pairs N] [--tests get,set,pairs,pairs16]
-         [--threads T] [--strace] [--keep DIR]
+         [--threads T] [--db D] [--strace] [--keep DIR]
   -n N        requests per get/set test (default 20000)
   --pairs N   pairs per pairs test (default 5000)
+  --db D      every client SELECTs database D first (default 0): queue
+              calls outside database 0 take the functions' `_db_` variants
   --keep DIR  keeps the callgrind dumps there (for callgrind_annotate)
 Needs: redis-server, redis-benchmark, valgrind (callgrind_control), strace.
 """
@@ -146,9 +148,10 @@ def json_id(msg):
     return m.group(1)
 
 
-def pairs(port, total, conns, depth):
-    """`total` pop+ACK pairs over `conns` connections, each with `depth`
-    pops in flight, then their ACKs: returns the number of error replies."""
+def pairs(port, total, conns, depth, db):
+    """`total` pop+ACK pairs over `conns` connections (in database `db`),
+    each with `depth` pops in flight, then their ACKs: returns the number of
+    error replies."""
     sel = selectors.DefaultSelector()
     per = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
     state = {}
@@ -157,6 +160,10 @@ def pairs(port, total, conns, depth):
             continue
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if db:
+            s.sendall(enc(["SELECT", db]))
+            if s.recv(64) != b"+OK\r\n":
+                sys.exit(f"SELECT {db} refused")
         st = {"left": per[i], "buf": b"", "want": 0, "phase": "pop", "s": s}
         state[s.fileno()] = st
         sel.register(s, selectors.EVENT_READ, st)
@@ -207,15 +214,16 @@ def push(redis, first, count):
         redis.cmd("LPUSH", "jobs", *[message(j) for j in range(i, min(first + count, i + 1000))])
 
 
-def load(test, port, count, first):
+def load(test, port, count, first, db):
     """Runs `count` requests (pairs) of `test` against the proxy."""
     if test in ("get", "set"):
+        select = ["--dbnum", str(db)] if db else []
         subprocess.run(["redis-benchmark", "-p", str(port), "-c", str(CONNS), "-n", str(count),
-                        "-t", test, "-P", "1", "-r", "1000", "-q"],
+                        "-t", test, "-P", "1", "-r", "1000", "-q"] + select,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return 0
     conns, depth = (CONNS, 1) if test == "pairs" else (10, 16)
-    return pairs(port, count, conns, depth)
+    return pairs(port, count, conns, depth, db)
 
 
 def start_proxy(binary, tmp, redis_port, threads, wrap):
@@ -256,7 +264,7 @@ def callgrind_totals(path):
     return total, calls
 
 
-def measure(test, binary, tmp, redis, redis_port, n, threads, keep):
+def measure(test, binary, tmp, redis, redis_port, n, threads, keep, db):
     out = os.path.join(tmp, f"callgrind.{test}")
     proxy, port = start_proxy(binary, tmp, redis_port, threads,
                               ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"])
@@ -267,9 +275,9 @@ def measure(test, binary, tmp, redis, redis_port, n, threads, keep):
         if pairs_test:
             redis.cmd("DEL", "jobs")
             push(redis, 0, warm + n)
-        load(test, port, warm, 0)
+        load(test, port, warm, 0, db)
         subprocess.run(["callgrind_control", "-z", str(proxy.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        errors = load(test, port, n, warm)
+        errors = load(test, port, n, warm, db)
         subprocess.run(["callgrind_control", "-d", str(proxy.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         time.sleep(0.5)
         dump = sorted(glob.glob(out + ".*"), key=os.path.getmtime)[-1]
@@ -283,7 +291,7 @@ def measure(test, binary, tmp, redis, redis_port, n, threads, keep):
         proxy.wait()
 
 
-def syscalls(test, binary, tmp, redis, redis_port, n, threads):
+def syscalls(test, binary, tmp, redis, redis_port, n, threads, db):
     """System calls of the proxy for the same stream, by name."""
     proxy, port = start_proxy(binary, tmp, redis_port, threads, [])
     try:
@@ -293,12 +301,12 @@ def syscalls(test, binary, tmp, redis, redis_port, n, threads):
         if pairs_test:
             redis.cmd("DEL", "jobs")
             push(redis, 0, warm + n)
-        load(test, port, warm, 0)
+        load(test, port, warm, 0, db)
         report = os.path.join(tmp, f"strace.{test}")
         tracer = subprocess.Popen(["strace", "-c", "-f", "-o", report, "-p", str(proxy.pid)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached to every thread
-        load(test, port, n, warm)
+        load(test, port, n, warm, db)
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
         counts = {}
@@ -319,6 +327,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=5000)
     ap.add_argument("--tests", default="get,set,pairs,pairs16")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--db", type=int, default=0)
     ap.add_argument("--strace", action="store_true")
     ap.add_argument("--keep")
     a = ap.parse_args()
@@ -333,17 +342,20 @@ def main():
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             redis = wait_conn(rport, rproc)
-            print(f"binary: {binary}; threads: {a.threads}")
+            if a.db:
+                # The set-up's DEL and LPUSH go to the clients' database.
+                redis.cmd("SELECT", a.db)
+            print(f"binary: {binary}; threads: {a.threads}; database: {a.db}")
             print("| test | measured | Ir total | Ir each | malloc each | realloc each | free each | errors |"
                   + (" syscalls each | by name (each) |" if a.strace else ""))
             print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---|" if a.strace else ""))
             for test in a.tests.split(","):
                 n = a.pairs if test.startswith("pairs") else a.n
-                total, calls, errors = measure(test, binary, tmp, redis, rport, n, a.threads, a.keep)
+                total, calls, errors = measure(test, binary, tmp, redis, rport, n, a.threads, a.keep, a.db)
                 row = (f"| {test} | {n} | {total:,} | {total / n:,.0f} | {calls['malloc'] / n:.2f} "
                        f"| {calls['realloc'] / n:.2f} | {calls['free'] / n:.2f} | {errors} |")
                 if a.strace:
-                    counts = syscalls(test, binary, tmp, redis, rport, n, a.threads)
+                    counts = syscalls(test, binary, tmp, redis, rport, n, a.threads, a.db)
                     shown = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
                     row += (f" {sum(counts.values()) / n:.2f} | "
                             + ", ".join(f"{k} {v / n:.2f}" for k, v in shown) + " |")
