@@ -1482,6 +1482,33 @@ fn a_db1_worker_pops_and_acks_its_own_queue() {
     assert_eq!(info_int(&proxy, "qp", "leased"), 1);
 }
 
+/// A pop's and an ACK's call sent again behind a library load (Redis lost
+/// the library) is the call of their database: the `_db_` function with the
+/// database's number, so its counts are kept and written there, not in
+/// database 0.
+#[test]
+fn calls_sent_again_behind_a_library_load_stay_in_their_database() {
+    let redis = Redis::start();
+    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let mut c = proxy_in(&proxy, "3");
+    c.cmd(&["LPUSH", "qdb3", "m1"]);
+    let flush = || {
+        assert_eq!(
+            redis.client().cmd(&["FUNCTION", "FLUSH"]),
+            Value::Simple("OK".into())
+        );
+    };
+    flush();
+    assert_eq!(c.cmd(&["RPOP", "qdb3"]), Value::bulk("m1"));
+    assert_eq!(info_int_in(&proxy, "3", "qdb3", "deliveries"), 1);
+    assert_eq!(info_int(&proxy, "qdb3", "deliveries"), 0);
+    flush();
+    assert_eq!(c.cmd(&["ACK", "qdb3", "m1"]), Value::Int(1));
+    assert_eq!(info_int_in(&proxy, "3", "qdb3", "acks"), 1);
+    assert_eq!(info_int(&proxy, "qdb3", "acks"), 0);
+    assert_eq!(info_int_in(&proxy, "3", "qdb3", "leased"), 0);
+}
+
 #[test]
 fn two_databases_with_the_same_queue_name_do_not_mix() {
     let redis = Redis::start();

@@ -2,7 +2,7 @@
 //! caches per-key state for keys chosen by clients, and a count limit alone
 //! lets a few thousand huge key names pin hundreds of MB.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 
@@ -22,7 +22,7 @@ struct Entry<V> {
 /// A map from byte keys that evicts its oldest insertions (FIFO) when a new
 /// one would take it past its byte budget.
 pub struct ByteBoundedMap<V> {
-    map: HashMap<Bytes, Entry<V>>,
+    map: foldhash::HashMap<Bytes, Entry<V>>,
     /// Keys in insertion order; may hold stale places for removed or replaced
     /// keys, which are skipped and compacted away.
     order: VecDeque<(Bytes, u64)>,
@@ -34,7 +34,7 @@ pub struct ByteBoundedMap<V> {
 impl<V> ByteBoundedMap<V> {
     pub fn new(budget: usize) -> Self {
         ByteBoundedMap {
-            map: HashMap::new(),
+            map: foldhash::HashMap::default(),
             order: VecDeque::new(),
             budget,
             used: 0,

@@ -6,32 +6,44 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
+use super::keys::CALL_KEYS;
 use super::library::{self, Function};
-use super::rules::Queue;
+use super::rules::{Queue, RULE_ARGS};
 use super::tally::{self, Groups, Short};
 use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::output::{ClientState, ReplyTransform, Transformed};
-use crate::upstream::push_command;
 use crate::upstream::shared::SharedUpstream;
+
+/// Keys of the common call (one queue's group) held without an allocation.
+pub type Keys = SmallVec<[Bytes; CALL_KEYS + 1]>;
+/// Arguments of the common call (a rule, a few more), likewise.
+pub type Argv = SmallVec<[Bytes; RULE_ARGS + 4]>;
 
 /// One function call, kept so it can be sent again.
 pub struct Call {
     pub function: &'static Function,
-    pub keys: Vec<Bytes>,
-    pub argv: Vec<Bytes>,
+    pub keys: Keys,
+    pub argv: Argv,
     /// The queues whose groups are in `keys`, for the events of the reply.
     groups: Groups,
+    /// The encoded keys and rule of the queue the call starts with (see
+    /// [`Call::queue_rule`]).
+    encoded: Option<Bytes>,
 }
 
 impl Call {
     pub fn new(function: &'static Function) -> Call {
+        // Every pop and ACK makes one: the common one allocates nothing
+        // but its request.
         Call {
             function,
-            keys: Vec::new(),
-            argv: Vec::new(),
-            groups: Vec::new(),
+            keys: Keys::new(),
+            argv: Argv::new(),
+            groups: Groups::new(),
+            encoded: None,
         }
     }
 
@@ -47,10 +59,21 @@ impl Call {
 
     /// Appends the queue's key group to KEYS (Lua: `group(i)`).
     pub fn queue(mut self, q: &Queue) -> Self {
-        self.groups
-            .push((self.keys.len() + 1, q.rule.pattern.clone()));
+        self.groups.push((self.keys.len() + 1, q.pattern.clone()));
         self.keys.extend(q.key_group().iter().cloned());
         self
+    }
+
+    /// The queue's key group and rule as the first keys and arguments
+    /// (`.queue(q).rule(q)`), written into the request from their encoding
+    /// made once for the queue.
+    pub fn queue_rule(self, q: &Queue) -> Self {
+        let first = self.keys.is_empty() && self.argv.is_empty();
+        let mut call = self.queue(q).rule(q);
+        if first {
+            call.encoded = Some(q.encoded.clone());
+        }
+        call
     }
 
     /// Appends the queue's rule to ARGV (Lua: `rule(i)`).
@@ -71,23 +94,75 @@ impl Call {
         if db == 0 {
             return self.request();
         }
-        let index = db.to_string();
-        self.encode(self.function.name_db(), Some(index.as_bytes()))
+        let mut index = itoa::Buffer::new();
+        self.encode(self.function.name_db(), Some(index.format(db).as_bytes()))
     }
 
     fn encode(&self, name: &str, last: Option<&[u8]>) -> Bytes {
-        let numkeys = itoa::Buffer::new().format(self.keys.len()).to_owned();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + self.keys.len() + self.argv.len());
-        args.push(b"FCALL");
-        args.push(name.as_bytes());
-        args.push(numkeys.as_bytes());
-        args.extend(self.keys.iter().map(|k| &k[..]));
-        args.extend(self.argv.iter().map(|a| &a[..]));
-        args.extend(last);
-        let mut out = Vec::new();
-        push_command(&mut out, &args);
+        // Written straight into one buffer of the right size: no list of
+        // arguments, no second copy.
+        let mut keys = itoa::Buffer::new();
+        let numkeys = keys.format(self.keys.len()).as_bytes();
+        let mut digits = itoa::Buffer::new();
+        // A call that starts with one queue's keys and rule takes them
+        // encoded once for the queue (see `Queue::encoded`).
+        let (cached, skip_keys, skip_args) = match &self.encoded {
+            Some(e) if self.keys.len() == CALL_KEYS && self.argv.len() >= RULE_ARGS => {
+                (&e[..], CALL_KEYS, RULE_ARGS)
+            }
+            _ => (&b""[..], 0, 0),
+        };
+        let before = || {
+            [&b"FCALL"[..], name.as_bytes(), numkeys]
+                .into_iter()
+                .chain(self.keys[skip_keys..].iter().map(|k| &k[..]))
+        };
+        let after = || self.argv[skip_args..].iter().map(|a| &a[..]).chain(last);
+        let count = 3 + self.keys.len() + self.argv.len() + usize::from(last.is_some());
+        // The exact size: a `Bytes` made of a vector with spare room
+        // allocates again, for its shared header.
+        let size = head_len(count)
+            + before()
+                .chain(after())
+                .map(|a| head_len(a.len()) + a.len() + 2)
+                .sum::<usize>()
+            + cached.len();
+        let mut out = Vec::with_capacity(size);
+        out.push(b'*');
+        out.extend_from_slice(digits.format(count).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        let mut bulk = |out: &mut Vec<u8>, a: &[u8]| {
+            out.push(b'$');
+            out.extend_from_slice(digits.format(a.len()).as_bytes());
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        };
+        for a in before() {
+            bulk(&mut out, a);
+        }
+        out.extend_from_slice(cached);
+        for a in after() {
+            bulk(&mut out, a);
+        }
+        debug_assert_eq!(out.len(), size);
         Bytes::from(out)
     }
+}
+
+/// The length of `*<n>\r\n` or `$<n>\r\n`.
+fn head_len(n: usize) -> usize {
+    3 + decimal_len(n)
+}
+
+/// How many digits `n` has.
+pub fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
 }
 
 /// Why a function call gave no value.
@@ -115,7 +190,7 @@ impl CallError {
 }
 
 /// A function's result, once the events of its reply are counted.
-fn decode(reply: Bytes, groups: &[(usize, String)], short: Short) -> Result<Value, CallError> {
+fn decode(reply: Bytes, groups: &[(usize, Arc<str>)], short: Short) -> Result<Value, CallError> {
     if reply.first() == Some(&b'-') {
         if library::is_unsupported(&reply) {
             return Err(CallError::Redis(Bytes::from_static(
@@ -139,10 +214,13 @@ impl Call {
 /// Turns a function's reply into the client's reply; errors the function
 /// returns (WRONGTYPE, ...) reach the client as they are.
 pub struct ScriptReply<F> {
-    /// The request, until it was sent again once.
-    retry: Option<Bytes>,
-    groups: Groups,
-    short: Short,
+    /// Its request is made again for the one retry, in the same database
+    /// (rather than kept, as a second reference to the request sent, which
+    /// costs an allocation on every call for a retry that almost never
+    /// happens).
+    call: Call,
+    db: i64,
+    retried: bool,
     build: F,
 }
 
@@ -150,11 +228,12 @@ impl<F> ScriptReply<F>
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
-    pub fn boxed(call: Call, request: Bytes, build: F) -> Box<dyn ReplyTransform> {
+    /// `call`, sent in database `db`.
+    pub fn boxed(call: Call, db: i64, build: F) -> Box<dyn ReplyTransform> {
         Box::new(ScriptReply {
-            short: call.function.short(),
-            groups: call.groups,
-            retry: Some(request),
+            call,
+            db,
+            retried: false,
             build,
         })
     }
@@ -165,15 +244,14 @@ where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
     fn apply(&mut self, reply: Bytes) -> Transformed {
-        if library::is_missing(&reply) {
-            if let Some(request) = self.retry.take() {
-                return Transformed::Retry {
-                    before: library::library().load.clone(),
-                    request,
-                };
-            }
+        if !self.retried && library::is_missing(&reply) {
+            self.retried = true;
+            return Transformed::Retry {
+                before: library::library().load.clone(),
+                request: self.call.request_in(self.db),
+            };
         }
-        match decode(reply, &self.groups, self.short) {
+        match self.call.decode(reply) {
             Ok(v) => Transformed::Done((self.build)(v)),
             Err(e) => Transformed::Done(e.to_reply()),
         }
@@ -194,16 +272,15 @@ impl Caller {
     /// Runs a call and decodes its reply, loading the library first if
     /// Redis lost it.
     pub async fn run(&self, call: &Call) -> Result<Value, CallError> {
+        // Made again for the rare retry rather than kept: a second
+        // reference to the request sent costs an allocation.
         let request = call.request_in(self.db);
-        let mut reply = self.shared.call(request.clone(), self.client.clone()).await;
+        let mut reply = self.shared.call(request, self.client.clone()).await;
         if matches!(&reply, Ok(b) if library::is_missing(b)) {
+            let request = call.request_in(self.db);
             reply = self.resend(library::library().load.clone(), request).await;
         }
-        decode(
-            reply.map_err(CallError::Upstream)?,
-            &call.groups,
-            call.function.short(),
-        )
+        call.decode(reply.map_err(CallError::Upstream)?)
     }
 
     /// `before` (its reply dropped), then `request`, awaited.

@@ -68,14 +68,19 @@ fn rewrite<F>(call: Call, db: i64, build: F) -> Intercept
 where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
-    let request = call.request_in(db);
     Intercept::Rewrite {
-        transform: ScriptReply::boxed(call, request.clone(), build),
-        request,
+        request: call.request_in(db),
+        transform: ScriptReply::boxed(call, db, build),
     }
 }
 
 fn int_reply(v: i64) -> Bytes {
+    // An ACK's usual answers, without an allocation.
+    match v {
+        0 => return Bytes::from_static(b":0\r\n"),
+        1 => return Bytes::from_static(b":1\r\n"),
+        _ => {}
+    }
     let mut out = BytesMut::new();
     reply::integer(&mut out, v);
     out.freeze()
@@ -108,10 +113,12 @@ pub const MAX_AT_MS: i64 = 32_503_680_000_000;
 
 /// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
 pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    let mut call = Call::new(&library::ACK).queue(q).rule(q);
-    for id in ids {
-        call = call.arg(id.clone());
-    }
+    ack_call_of(q, ids.iter().cloned())
+}
+
+fn ack_call_of(q: &Queue, ids: impl Iterator<Item = Bytes>) -> Call {
+    let mut call = Call::new(&library::ACK).queue_rule(q);
+    call.argv.extend(ids);
     call
 }
 
@@ -145,19 +152,24 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
     };
-    let ids = ids_of(args, 2);
-    if one_call && ids.len() > IDS_PER_CALL {
-        return too_many_ids(ids.len());
+    let n = args.len() - 2;
+    if one_call && n > IDS_PER_CALL {
+        return too_many_ids(n);
     }
     let registry = registry.clone();
-    if ids.len() <= IDS_PER_CALL {
-        let call = ack_call(&q, &ids);
+    if n <= IDS_PER_CALL {
+        // The ids straight from the request into the call: no list of
+        // them first (and no second reference to each, which would cost
+        // an allocation apiece).
+        let ids = args.iter().skip(2).map(Bytes::copy_from_slice);
+        let call = ack_call_of(&q, ids);
         return rewrite(call, registry.db, move |v| {
             let n = count_acks(&q, &v);
             changed(&registry, &q, n);
             int_reply(n)
         });
     }
+    let ids = ids_of(args, 2);
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
@@ -224,7 +236,7 @@ fn trailing_ms(args: Args<'_>, first: usize, options: &[(&str, i64)]) -> Result<
 
 fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
     let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
-    let mut call = Call::new(&library::NACK).queue(q).rule(q).arg(delay);
+    let mut call = Call::new(&library::NACK).queue_rule(q).arg(delay);
     for id in ids {
         call = call.arg(id.clone());
     }

@@ -213,9 +213,7 @@ impl Queues {
             }
         }
         match kind {
-            Kind::Pop(form) => pop::source_keys(form, args)
-                .iter()
-                .any(|k| self.rules.is_queue(k)),
+            Kind::Pop(form) => pop::source_keys(form, args).any(|k| self.rules.is_queue(k)),
             Kind::Lrem => args
                 .get(1)
                 .is_some_and(|d| self.destinations.read().unwrap().contains_key(d)),
@@ -318,10 +316,9 @@ impl Queues {
         let registry = db.registry.clone();
         if in_multi || (one_call && !form.is_blocking()) {
             let call = pop.single_call();
-            let request = call.request_in(db.index);
             return Intercept::Rewrite {
-                request: request.clone(),
-                transform: ScriptReply::boxed(call, request, move |v| {
+                request: call.request_in(db.index),
+                transform: ScriptReply::boxed(call, db.index, move |v| {
                     let done = pop.popped(&v);
                     after_pop(&registry, &done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
@@ -337,14 +334,13 @@ impl Queues {
             // from the reply stream.
             let mut progress = pop::Progress::default();
             if let Some(call) = pop.next_call(&mut progress) {
-                let request = call.request_in(db.index);
                 return Intercept::Rewrite {
-                    request: request.clone(),
+                    request: call.request_in(db.index),
                     transform: Box::new(PopCalls {
                         pop,
                         progress,
                         call,
-                        request: Some(request),
+                        retried: false,
                         registry,
                     }),
                 };
@@ -585,21 +581,22 @@ struct PopCalls {
     progress: pop::Progress,
     /// The call in flight.
     call: call::Call,
-    /// Its request, until it was sent again behind a library load.
-    request: Option<Bytes>,
+    /// Its request was sent again behind a library load (made again from
+    /// `call` then, rather than kept: a retry is rare, a copy kept costs
+    /// every pop).
+    retried: bool,
     registry: Arc<registry::Registry>,
 }
 
 impl ReplyTransform for PopCalls {
     fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
         use crate::output::Transformed;
-        if library::is_missing(&reply) {
-            if let Some(request) = self.request.take() {
-                return Transformed::Retry {
-                    before: library::library().load.clone(),
-                    request,
-                };
-            }
+        if !self.retried && library::is_missing(&reply) {
+            self.retried = true;
+            return Transformed::Retry {
+                before: library::library().load.clone(),
+                request: self.call.request_in(self.registry.db),
+            };
         }
         let taken = self
             .call
@@ -611,7 +608,7 @@ impl ReplyTransform for PopCalls {
         if let Some(call) = self.pop.next_call(&mut self.progress) {
             let request = call.request_in(self.registry.db);
             self.call = call;
-            self.request = Some(request.clone());
+            self.retried = false;
             return Transformed::Continue(request);
         }
         let done = self.pop.finish(std::mem::take(&mut self.progress));

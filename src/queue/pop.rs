@@ -58,8 +58,9 @@ pub struct Pop {
     pub next: bool,
 }
 
-/// Positions of the source keys, for deciding whether a rule applies.
-pub fn source_keys<'a>(form: PopForm, args: Args<'a>) -> Vec<&'a [u8]> {
+/// The source keys, for deciding whether a rule applies: an iterator, not
+/// a collection, since every pop asks (and a collection is an allocation).
+pub fn source_keys<'a>(form: PopForm, args: Args<'a>) -> impl Iterator<Item = &'a [u8]> + 'a {
     let n = args.len();
     let range = match form {
         PopForm::Pop { .. } => 1..n.min(2),
@@ -73,7 +74,7 @@ pub fn source_keys<'a>(form: PopForm, args: Args<'a>) -> Vec<&'a [u8]> {
             }
         }
     };
-    range.filter_map(|i| args.get(i)).collect()
+    range.filter_map(move |i| args.get(i))
 }
 
 /// What parsing found.
@@ -102,13 +103,12 @@ fn timeout(a: Option<&[u8]>) -> Option<Timeout> {
 
 pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Parsed {
     let n = args.len();
-    let sources = |keys: Vec<&[u8]>| -> Vec<Source> {
-        keys.into_iter()
-            .map(|k| match rules.resolve(k) {
-                Some(q) => Source::Queue(q),
-                None => Source::Plain(Bytes::copy_from_slice(k)),
-            })
-            .collect()
+    let sources = |keys: &mut dyn Iterator<Item = &[u8]>| -> Vec<Source> {
+        keys.map(|k| match rules.resolve(k) {
+            Some(q) => Source::Queue(q),
+            None => Source::Plain(Bytes::copy_from_slice(k)),
+        })
+        .collect()
     };
     let mut pop = Pop {
         form,
@@ -204,7 +204,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
     if !ok {
         return Parsed::Invalid;
     }
-    pop.sources = sources(source_keys(form, args));
+    pop.sources = sources(&mut source_keys(form, args));
     Parsed::Pop(pop)
 }
 
@@ -269,10 +269,8 @@ fn found(v: &Value) -> Result<Found, CallError> {
     }
     Ok(Found::Popped {
         g: g as usize - 1,
-        values: items[2..]
-            .iter()
-            .map(|v| Bytes::copy_from_slice(v.bytes()))
-            .collect(),
+        // Slices of the reply, not copies of them.
+        values: items[2..].iter().map(Value::to_bytes).collect(),
         more: status.int() == 1,
     })
 }
@@ -295,6 +293,34 @@ pub struct Progress {
     ask: u64,
 }
 
+/// The length of `*<n>\r\n`.
+fn head_len(n: usize) -> usize {
+    3 + super::call::decimal_len(n)
+}
+
+/// The length of a bulk string holding `v`.
+fn bulk_len(v: &[u8]) -> usize {
+    head_len(v.len()) + v.len() + 2
+}
+
+/// The null a command that returns a string sends, without an allocation.
+fn null_bulk(protocol: u8) -> Bytes {
+    Bytes::from_static(if protocol >= 3 { b"_\r\n" } else { b"$-1\r\n" })
+}
+
+/// The null a command that returns an array sends, likewise.
+fn null_array(protocol: u8) -> Bytes {
+    Bytes::from_static(if protocol >= 3 { b"_\r\n" } else { b"*-1\r\n" })
+}
+
+/// A call's COUNT argument: the common one without an allocation.
+fn count_arg(count: u64) -> Bytes {
+    match count {
+        1 => Bytes::from_static(b"1"),
+        n => Bytes::from(n.to_string()),
+    }
+}
+
 impl Pop {
     /// The pop-and-lease script call over `sources[from..to]`, popping up
     /// to `count` (never blocks), acknowledging first up to `release`
@@ -313,16 +339,16 @@ impl Pop {
             // The common shape has a function of its own, with half the
             // arguments (Redis pays for each), and none past the rule for
             // RPOP of one.
-            let call = Call::new(&library::POP1).queue(q).rule(q);
+            let call = Call::new(&library::POP1).queue_rule(q);
             if !self.left && count == 1 {
                 return call;
             }
-            return call.arg(Bytes::from_static(end)).arg(count.to_string());
+            return call.arg(Bytes::from_static(end)).arg(count_arg(count));
         }
         let mut call = Call::new(&library::POP)
             .arg(sources.len().to_string())
             .arg(Bytes::from_static(end))
-            .arg(count.to_string())
+            .arg(count_arg(count))
             .arg(push)
             .arg(self.owner.clone())
             .arg(release.to_string());
@@ -426,7 +452,14 @@ impl Pop {
                 let g = p.lo + g;
                 let k = values.len() as u64;
                 p.source = Some(g);
-                p.got.extend(values);
+                if p.got.is_empty() {
+                    p.got = values;
+                } else {
+                    // Copies past the first call: a slice would keep its
+                    // whole read buffer for as long as the pop goes on.
+                    p.got
+                        .extend(values.iter().map(|v| Bytes::copy_from_slice(v)));
+                }
                 if want == 0 || p.got.len() as u64 >= want {
                     p.done = true;
                     return Ok(());
@@ -486,16 +519,14 @@ impl Pop {
     /// The client's reply: `source` is the index of the source that exists
     /// (and gave `values`), `None` when no source had anything.
     fn build(&self, source: Option<usize>, values: &[Bytes]) -> Option<Bytes> {
-        let mut out = BytesMut::new();
         let p = self.protocol;
         let Some(g) = source else {
-            match self.form {
-                PopForm::Pop { .. } if self.count.is_none() => reply::null_bulk(&mut out, p),
-                PopForm::Pop { .. } | PopForm::LMPop => reply::null_array(&mut out, p),
-                PopForm::RPopLPush | PopForm::LMove => reply::null_bulk(&mut out, p),
-                _ => return None,
-            }
-            return Some(out.freeze());
+            return match self.form {
+                PopForm::Pop { .. } if self.count.is_none() => Some(null_bulk(p)),
+                PopForm::Pop { .. } | PopForm::LMPop => Some(null_array(p)),
+                PopForm::RPopLPush | PopForm::LMove => Some(null_bulk(p)),
+                _ => None,
+            };
         };
         let key = self
             .sources
@@ -503,6 +534,21 @@ impl Pop {
             .map(Source::key)
             .cloned()
             .unwrap_or_default();
+        // The exact size, so that the reply is one allocation (a `Bytes`
+        // frozen with spare room takes a second, for its shared header).
+        let all = head_len(values.len()) + values.iter().map(|v| bulk_len(v)).sum::<usize>();
+        let size = match self.form {
+            PopForm::Pop { .. } if self.count.is_none() => {
+                values.first().map_or(5, |v| bulk_len(v))
+            }
+            PopForm::Pop { .. } => all,
+            PopForm::BPop { .. } => {
+                head_len(2) + bulk_len(&key) + values.first().map_or(0, |v| bulk_len(v))
+            }
+            PopForm::LMPop | PopForm::BLMPop => head_len(2) + bulk_len(&key) + all,
+            _ => values.first().map_or(0, |v| bulk_len(v)),
+        };
+        let mut out = BytesMut::with_capacity(size);
         match self.form {
             PopForm::Pop { .. } => match self.count {
                 None => match values.first() {
@@ -544,20 +590,16 @@ impl Pop {
     /// What a blocking form replies when its timeout passes: a null array,
     /// for the move forms too (Redis 7.0 answers every timed-out list pop so).
     pub fn timeout_reply(&self) -> Bytes {
-        let mut out = BytesMut::new();
-        reply::null_array(&mut out, self.protocol);
-        out.freeze()
+        null_array(self.protocol)
     }
 
     /// What a blocking form replies inside MULTI when there is nothing to
     /// pop: Redis does not block there, and the move forms send a plain null.
     pub fn multi_empty_reply(&self) -> Bytes {
-        let mut out = BytesMut::new();
         match self.form {
-            PopForm::BRPopLPush | PopForm::BLMove => reply::null_bulk(&mut out, self.protocol),
-            _ => reply::null_array(&mut out, self.protocol),
+            PopForm::BRPopLPush | PopForm::BLMove => null_bulk(self.protocol),
+            _ => null_array(self.protocol),
         }
-        out.freeze()
     }
 
     pub fn queues(&self) -> impl Iterator<Item = &Arc<Queue>> {

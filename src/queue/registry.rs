@@ -36,9 +36,9 @@ pub struct Registry {
 
 #[derive(Default)]
 struct Entries {
-    due: HashMap<Bytes, Instant>,
+    due: foldhash::HashMap<Bytes, Instant>,
     bytes: usize,
-    known: HashMap<Bytes, Known>,
+    known: foldhash::HashMap<Bytes, Known>,
     known_bytes: usize,
 }
 

@@ -2,7 +2,6 @@
 //! glob (Redis `KEYS` syntax), resolved into a [`Queue`] with its key layout
 //! and the script arguments its rule implies.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -146,6 +145,12 @@ pub struct Queue {
     pub dead_shared: Option<String>,
     /// The rule as the script argument (see [`RULE`]).
     args: [Bytes; RULE_ARGS],
+    /// `rule.pattern`, shared: each call names the rule of its queues (for
+    /// the counters of its reply) without a copy.
+    pub pattern: Arc<str>,
+    /// The key group and the rule as a call's bulk strings, in that order:
+    /// the calls of every pop and ACK take them (see `Call::queue_rule`).
+    pub encoded: Bytes,
 }
 
 impl Queue {
@@ -158,7 +163,23 @@ impl Queue {
             rule: rule.clone(),
             dead_shared,
             args: [encode_rule(rule)],
+            pattern: Arc::from(rule.pattern.as_str()),
+            encoded: Bytes::new(),
         }
+        .with_encoding()
+    }
+
+    fn with_encoding(mut self) -> Queue {
+        let mut out = Vec::new();
+        for part in self.key_group().iter().chain(self.args.iter()) {
+            out.push(b'$');
+            out.extend_from_slice(itoa::Buffer::new().format(part.len()).as_bytes());
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(part);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.encoded = Bytes::from(out);
+        self
     }
 
     /// The queue's keys as every function call takes them.
@@ -176,8 +197,8 @@ impl Queue {
     /// times over.
     fn footprint(&self) -> usize {
         let keys: usize = self.keys.all().iter().map(|k| k.len()).sum();
-        let args: usize = self.args.iter().map(Bytes::len).sum();
-        let rule = self.rule.pattern.len()
+        let args: usize = self.args.iter().map(Bytes::len).sum::<usize>() + self.encoded.len();
+        let rule = 2 * self.rule.pattern.len()
             + self.rule.dead_letter.as_ref().map_or(0, String::len)
             + self.dead_shared.as_ref().map_or(0, String::len)
             + match &self.rule.ack_id {
@@ -191,13 +212,13 @@ impl Queue {
 /// The rules configured at one time, indexed for matching.
 struct RuleSet {
     rules: Vec<QueueRule>,
-    exact: HashMap<Vec<u8>, usize>,
+    exact: foldhash::HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
 }
 
 impl RuleSet {
     fn new(rules: &[QueueRule]) -> RuleSet {
-        let mut exact = HashMap::new();
+        let mut exact = foldhash::HashMap::default();
         let mut globs = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             if is_glob(r.pattern.as_bytes()) {
@@ -813,6 +834,69 @@ mod tests {
         let b = rules.resolve(b"jobs").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(&a.key_group()[0][..], b"jobs");
+    }
+
+    /// A call's request is the same whether the queue's keys and rule come
+    /// from their encoding made once or are written one by one, and both are
+    /// the plain `FCALL` of every argument in turn: in database 0 the
+    /// function's name, elsewhere its `_db_` name and the database number
+    /// last.
+    #[test]
+    fn calls_from_the_encoded_keys_and_rule_are_the_same_request() {
+        use super::super::call::Call;
+        use super::super::library::{self, Function};
+        // The request as an array of bulk strings, one argument after the
+        // other.
+        let plain = |f: &Function, db: i64, keys: &[&[u8]], argv: &[&[u8]]| {
+            let numkeys = keys.len().to_string();
+            let index = db.to_string();
+            let name = if db == 0 { f.name() } else { f.name_db() };
+            let mut args: Vec<&[u8]> = vec![b"FCALL", name.as_bytes(), numkeys.as_bytes()];
+            args.extend(keys);
+            args.extend(argv);
+            if db != 0 {
+                args.push(index.as_bytes());
+            }
+            let mut out = Vec::new();
+            crate::upstream::push_command(&mut out, &args);
+            Bytes::from(out)
+        };
+        let rules = Rules::new(&[rule("jobs:*")]);
+        let q = rules.resolve(b"jobs:a\r\n\x00").unwrap();
+        let group: Vec<&[u8]> = q.key_group().iter().map(|k| &k[..]).collect();
+        let rule_args: Vec<&[u8]> = q.rule_args().iter().map(|a| &a[..]).collect();
+        // RPOP of one (nothing past the rule), LPOP with a count, ACK of
+        // one id and of several.
+        let cases: [(&Function, &[&[u8]]); 5] = [
+            (&library::POP1, &[]),
+            (&library::POP1, &[b"L", b"1"]),
+            (&library::POP1, &[b"R", b"25"]),
+            (&library::ACK, &[b"id-1"]),
+            (&library::ACK, &[b"id-1", b"", b"id-3"]),
+        ];
+        for (f, extra) in cases {
+            let add = |mut c: Call| {
+                for a in extra {
+                    c = c.arg(Bytes::copy_from_slice(a));
+                }
+                c
+            };
+            let encoded = add(Call::new(f).queue_rule(&q));
+            let apart = add(Call::new(f).queue(&q).rule(&q));
+            let argv: Vec<&[u8]> = rule_args.iter().chain(extra).copied().collect();
+            for db in [0, 3, 15] {
+                let want = plain(f, db, &group, &argv);
+                assert_eq!(encoded.request_in(db), want, "{} in db {db}", f.name());
+                assert_eq!(apart.request_in(db), want, "{} in db {db}", f.name());
+            }
+            assert_eq!(encoded.request(), plain(f, 0, &group, &argv));
+            // Keys added after the group: written apart, in their place.
+            let more = add(Call::new(f).queue_rule(&q).key(Bytes::from_static(b"k")));
+            let keys: Vec<&[u8]> = group.iter().copied().chain([&b"k"[..]]).collect();
+            for db in [0, 3] {
+                assert_eq!(more.request_in(db), plain(f, db, &keys, &argv));
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! `m >= 0` the result is an array made of the rest, with `m < 0` it is the
 //! one value left. `reply` in `lua/common.lua` writes it.
 
+use std::sync::Arc;
+
 use super::value::Value;
 
 /// Event names as the Lua side uses them and the `stats` hash stores them,
@@ -34,7 +36,8 @@ pub const EVENTS: &[(&str, &str)] = &[
 
 /// The queues of one script call: where each one's key group starts in
 /// KEYS (1-based, as the Lua side counts) and the pattern of its rule.
-pub type Groups = Vec<(usize, String)>;
+/// One queue's without an allocation: nearly every call has one.
+pub type Groups = smallvec::SmallVec<[(usize, Arc<str>); 1]>;
 
 /// The short form a function's reply may take in its common case (see
 /// `short_reply` in `lua/common.lua`): one plain value that stands for a
@@ -51,7 +54,7 @@ pub enum Short {
 
 /// Splits a function's reply, incrementing the counters its events name;
 /// returns the result, or `None` for a reply of another shape.
-pub fn settle(reply: Value, groups: &[(usize, String)], short: Short) -> Option<Value> {
+pub fn settle(reply: Value, groups: &[(usize, Arc<str>)], short: Short) -> Option<Value> {
     let mut parts = match (short, reply) {
         (_, Value::Array(parts)) => parts,
         (Short::Pop, value @ Value::Str(_)) => {
@@ -90,11 +93,12 @@ pub fn settle(reply: Value, groups: &[(usize, String)], short: Short) -> Option<
             }
         }
     }
-    let rest = parts.split_off(1 + events);
+    // In place: the result is what is left of the reply's own array.
+    parts.drain(..1 + events);
     if spread {
-        Some(Value::Array(rest))
-    } else if rest.len() == 1 {
-        rest.into_iter().next()
+        Some(Value::Array(parts))
+    } else if parts.len() == 1 {
+        parts.pop()
     } else {
         None
     }
@@ -102,7 +106,7 @@ pub fn settle(reply: Value, groups: &[(usize, String)], short: Short) -> Option<
 
 /// Increments by n the counter of [`EVENTS`]`[event]` for the rule of the
 /// queue whose group comes first.
-fn count(groups: &[(usize, String)], event: usize, n: u64) {
+fn count(groups: &[(usize, Arc<str>)], event: usize, n: u64) {
     if let (Some((_, rule)), Some((_, metric))) = (groups.first(), EVENTS.get(event)) {
         if let Some(c) = crate::telemetry::rule(rule).counter(metric) {
             c.increment(n);
@@ -130,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_flat_reply_gives_back_its_result() {
-        let groups = vec![(1, "settle-test".to_string())];
+        let groups = vec![(1, Arc::from("settle-test"))];
         // A table result, spread after one event.
         let v = Value::Array(vec![
             Value::Int(3),
@@ -185,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_short_reply_stands_for_its_flat_form() {
-        let groups = vec![(1, "settle-short-test".to_string())];
+        let groups = vec![(1, Arc::from("settle-short-test"))];
         assert_eq!(
             settle(s("payload"), &groups, Short::Pop),
             Some(Value::Array(vec![

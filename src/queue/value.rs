@@ -17,10 +17,7 @@ impl Value {
     pub fn int(&self) -> i64 {
         match self {
             Value::Int(i) => *i,
-            Value::Str(s) => std::str::from_utf8(s)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0),
+            Value::Str(s) => num(s).unwrap_or(0),
             _ => 0,
         }
     }
@@ -29,6 +26,14 @@ impl Value {
         match self {
             Value::Array(a) => a,
             _ => &[],
+        }
+    }
+
+    /// The string as a slice of the reply it came in (no copy).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Value::Str(s) => s.clone(),
+            _ => Bytes::new(),
         }
     }
 
@@ -54,7 +59,8 @@ fn line(b: &Bytes, at: usize) -> Option<(&[u8], usize)> {
 }
 
 fn num(s: &[u8]) -> Option<i64> {
-    std::str::from_utf8(s).ok()?.parse().ok()
+    // Redis writes integers canonically: the fast reading nearly always.
+    crate::resp::parse_i64(s).or_else(|| std::str::from_utf8(s).ok()?.parse().ok())
 }
 
 fn decode_at(b: &Bytes, at: usize, depth: usize) -> Option<(Value, usize)> {

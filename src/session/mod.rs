@@ -264,6 +264,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         client: ctx.clients.register(conn, origin, out.clone()),
         scanner: RequestScanner::new(limits.scanner_limits()),
         buf: BytesMut::new(),
+        ranges: Vec::new(),
         rd,
         out,
         shared,
@@ -314,6 +315,8 @@ struct Session {
     ctx: Arc<Context>,
     rd: ReadHalf,
     buf: BytesMut,
+    /// The argument positions of the request being handled.
+    ranges: Vec<std::ops::Range<usize>>,
     scanner: RequestScanner,
     out: Arc<ClientState>,
     shared: SharedUpstream,
@@ -457,9 +460,15 @@ impl Session {
                     }
                     self.flush_batch(pos, batch, writes);
                     (pos, batch, writes) = (0, 0, false);
-                    let ranges = self.scanner.args().to_vec();
+                    // The argument positions outlive the scanner's next
+                    // request: copied, into a list kept for the next one.
+                    let mut ranges = std::mem::take(&mut self.ranges);
+                    ranges.clear();
+                    ranges.extend_from_slice(self.scanner.args());
                     let frame = self.buf.split_to(n).freeze();
-                    if let Some(stop) = self.handle(kind, frame, &ranges).await {
+                    let stop = self.handle(kind, frame, &ranges).await;
+                    self.ranges = ranges;
+                    if let Some(stop) = stop {
                         return Some(stop);
                     }
                 }

@@ -12,7 +12,6 @@
 
 mod histogram;
 
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, RwLock};
 
 use metrics::{Counter, Gauge};
@@ -290,7 +289,7 @@ static LATENCY: OnceLock<Latency> = OnceLock::new();
 /// Rules by pattern. A rule's series live as long as the process (a
 /// reload that drops a rule leaves its last values), so their number is
 /// bounded by the patterns ever configured.
-static RULES: RwLock<Option<HashMap<String, &'static Rule>>> = RwLock::new(None);
+static RULES: RwLock<Option<foldhash::HashMap<String, &'static Rule>>> = RwLock::new(None);
 static NO_RULE: OnceLock<Rule> = OnceLock::new();
 
 fn new_rule(pattern: &str) -> Rule {
@@ -355,7 +354,7 @@ pub fn register(rules: &[QueueRule], timed: bool) {
 /// the rules a reload adds.
 pub fn register_rules(rules: &[QueueRule]) {
     let mut map = RULES.write().unwrap();
-    let map = map.get_or_insert_with(HashMap::new);
+    let map = map.get_or_insert_with(foldhash::HashMap::default);
     for r in rules {
         if map.contains_key(&r.pattern) {
             continue;
