@@ -44,6 +44,12 @@ pub struct Cli {
     /// Sentinel addresses, `host:port`, comma-separated.
     #[arg(long, env = "ACKPROXY_SENTINELS", value_delimiter = ',')]
     pub sentinels: Option<Vec<String>>,
+    /// Every proxy of a group in front of the same Redis, `host:port` as
+    /// clients reach them, comma-separated: this proxy then answers
+    /// CLUSTER SLOTS/SHARDS/NODES as a cluster of them, so that
+    /// cluster-aware clients spread over them.
+    #[arg(long, env = "ACKPROXY_CLUSTER_ANNOUNCE", value_delimiter = ',')]
+    pub cluster_announce: Option<Vec<String>>,
     /// User the proxy logs in to the sentinels as (default: `default`).
     #[arg(long, env = "ACKPROXY_SENTINEL_USER")]
     pub sentinel_user: Option<String>,
@@ -353,6 +359,8 @@ pub struct Config {
     /// monitor, and where they are.
     pub sentinel_master: Option<String>,
     pub sentinels: Vec<String>,
+    /// The proxies a cluster-aware client is shown (see the flag).
+    pub cluster_announce: Vec<String>,
     /// The sentinels' own login and TLS, apart from the data nodes'.
     pub sentinel_user: Option<String>,
     pub sentinel_password: Option<String>,
@@ -414,6 +422,7 @@ impl Default for Config {
             upstream_mode: UpstreamMode::Direct,
             sentinel_master: None,
             sentinels: Vec::new(),
+            cluster_announce: Vec::new(),
             sentinel_user: None,
             sentinel_password: None,
             sentinel_tls: false,
@@ -880,6 +889,9 @@ impl Config {
         if let Some(v) = &cli.sentinels {
             cfg.sentinels.clone_from(v);
         }
+        if let Some(v) = &cli.cluster_announce {
+            cfg.cluster_announce.clone_from(v);
+        }
         if let Some(v) = &cli.sentinel_user {
             cfg.sentinel_user = Some(v.clone());
         }
@@ -941,6 +953,7 @@ impl Config {
             upstream_mode: _,
             sentinel_master: _,
             sentinels: _,
+            cluster_announce: _,
             sentinel_user: _,
             sentinel_password: _,
             sentinel_tls: _,
@@ -970,7 +983,8 @@ impl Config {
             listen, tls_listen, tls_cert_file, tls_key_file, tls_ca_cert_file,
             tls_auth_clients, upstream, upstream_tls, upstream_tls_ca_cert_file,
             upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
-            upstream_mode, sentinel_master, sentinels, sentinel_user, sentinel_password,
+            upstream_mode, sentinel_master, sentinels, cluster_announce, sentinel_user,
+            sentinel_password,
             sentinel_tls, sentinel_tls_ca_cert_file, sentinel_tls_cert_file,
             sentinel_tls_key_file, sentinel_tls_server_name,
             shared_connections, user_connections_max, dedicated_pool, requirepass,
@@ -1201,6 +1215,11 @@ impl Config {
 
     /// The sentinel settings: all of them in sentinel mode, none otherwise.
     fn validate_sentinel(&self) -> Result<(), String> {
+        for p in &self.cluster_announce {
+            if let Err(why) = check_host_port(p) {
+                return Err(format!("cluster_announce: {why}, got {p:?}"));
+            }
+        }
         if self.upstream_mode == UpstreamMode::Cluster {
             return self.validate_cluster();
         }

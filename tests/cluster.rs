@@ -779,3 +779,76 @@ fn a_killed_primary_loses_no_replicated_message() {
         seen.reconnects.load(Ordering::Relaxed)
     );
 }
+
+/// Two proxies in front of one Redis, each announcing both: a
+/// cluster-aware client (redis-py's RedisCluster, when installed) finds
+/// them as a cluster, spreads its connections over both, and its keys and
+/// queue work as through one.
+#[test]
+fn cluster_aware_clients_spread_over_the_announced_proxies() {
+    let redis = Redis::start();
+    let ports = [free_port(), free_port()];
+    let announce = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let rules = "--queues=[[queue]]\npattern = \"jobs\"\nack_id = \"json:id\"";
+    let proxies: Vec<Proxy> = ports
+        .iter()
+        .map(|p| Proxy::start_on(*p, redis.port, &["--cluster-announce", &announce, rules]))
+        .collect();
+    // The same answer from both, naming both.
+    let slots = proxies[0].client().raw(&["CLUSTER", "SLOTS"]);
+    assert_eq!(slots, proxies[1].client().raw(&["CLUSTER", "SLOTS"]));
+    let text = String::from_utf8_lossy(&slots);
+    assert!(text.starts_with("*2\r\n*3\r\n:0\r\n:8191\r\n"), "{text}");
+    assert!(text.contains(&format!(":{}\r\n", ports[1])), "{text}");
+    let mut c = proxies[1].client();
+    assert_eq!(c.cmd(&["CLUSTER", "KEYSLOT", "foo"]), Value::Int(12182));
+    let Value::Bulk(nodes) = c.cmd(&["CLUSTER", "NODES"]) else {
+        panic!("CLUSTER NODES")
+    };
+    let nodes = String::from_utf8_lossy(&nodes).into_owned();
+    assert!(
+        nodes.contains(&format!("127.0.0.1:{}@0 myself,master", ports[1])),
+        "{nodes}"
+    );
+    let has_redis_py = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+        return;
+    }
+    let script = r#"
+import sys, json, redis
+from redis.cluster import RedisCluster
+rc = RedisCluster(host="127.0.0.1", port=int(sys.argv[1]), socket_timeout=30)
+assert len(rc.get_primaries()) == 2, rc.get_primaries()
+for i in range(200):
+    rc.set(f"key:{i}", str(i))
+for i in range(200):
+    assert rc.get(f"key:{i}") == str(i).encode()
+for i in range(20):
+    rc.lpush("jobs", json.dumps({"id": f"m{i}"}))
+acked = 0
+for i in range(20):
+    m = json.loads(rc.rpop("jobs"))
+    acked += rc.execute_command("ACK", "jobs", m["id"], target_nodes=rc.get_random_node())
+assert acked == 20, acked
+used = [n.name for n in rc.get_nodes() if n.redis_connection and n.redis_connection.connection_pool._created_connections > 0]
+print(sorted(used))
+assert len(used) == 2, used
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &ports[0].to_string()])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing leased is left behind.
+    let info = c.cmd(&["QUEUE", "INFO", "jobs"]);
+    assert_eq!(field(&info, "leased"), Some(Value::Int(0)), "{info:?}");
+}

@@ -3,7 +3,10 @@
 //! as the cluster reports them ([`map`]) and kept fresh ([`topology`]), the
 //! shared connections that route by slot and follow redirections
 //! ([`router`]), and the requests that are not one node's ([`fanout`]).
+//! Apart from these, [`announce`] shows a group of proxies to
+//! cluster-aware clients as a cluster, whatever their upstream.
 
+pub mod announce;
 pub mod fanout;
 pub mod map;
 pub mod router;

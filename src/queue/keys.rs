@@ -218,7 +218,6 @@ fn slot_tag(queue: &[u8]) -> Vec<u8> {
         .expect("every slot has a decimal tag")
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,6 +66,8 @@ pub struct Context {
     /// each for clients' own.
     cluster: Option<Arc<Topology>>,
     node_ready: Mutex<std::collections::HashMap<String, Arc<Ready>>>,
+    /// The proxies shown to cluster-aware clients (`cluster_announce`).
+    announce: Option<cluster::announce::Announce>,
 }
 
 impl Context {
@@ -99,6 +101,8 @@ impl Context {
                 config.dedicated_pool
             },
         );
+        let announce = (!config.cluster_announce.is_empty())
+            .then(|| cluster::announce::Announce::new(&config.cluster_announce, &config.listen));
         let requirepass = config
             .client_password()
             .map(|p| crate::auth::Password::new(p.as_bytes()));
@@ -118,6 +122,7 @@ impl Context {
             maybe_paused: std::sync::atomic::AtomicBool::new(false),
             permissions: Default::default(),
             clients: Default::default(),
+            announce,
             cluster,
             node_ready: Mutex::new(Default::default()),
         }
@@ -697,6 +702,16 @@ impl Session {
             self.viewed(kind, args, frame.clone(), view).await;
             return None;
         }
+        if let Some(reply) = self
+            .ctx
+            .announce
+            .as_ref()
+            .filter(|_| !self.mode.multi)
+            .and_then(|a| a.answer(args, self.protocol()))
+        {
+            self.answer(reply).await;
+            return None;
+        }
         if let Some(request) = self.tracking_redirect(args).await {
             self.send_dedicated(kind, args, &request, None, None).await;
             return None;
@@ -764,6 +779,7 @@ impl Session {
                     && !crate::queue::visible::concerns(args)
                     && !clients::concerns(args)
                     && crate::auth::sets_requirepass(args).is_none()
+                    && !(self.ctx.announce.is_some() && args.is(0, "CLUSTER"))
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
