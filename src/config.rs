@@ -1101,7 +1101,12 @@ impl Config {
                 ));
             }
         }
-        if let Some(u) = &self.upstream {
+        // A cluster's seeds, a list, are checked one by one below.
+        if let Some(u) = self
+            .upstream
+            .as_ref()
+            .filter(|_| self.upstream_mode != UpstreamMode::Cluster)
+        {
             if let Err(why) = check_host_port(u) {
                 return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
             }
@@ -1430,6 +1435,9 @@ impl Config {
             }
         }
         match &self.upstream {
+            Some(u) if self.upstream_mode == UpstreamMode::Cluster => {
+                let _ = writeln!(s, "upstream            Redis Cluster, learnt from {u}");
+            }
             Some(u) => {
                 let _ = writeln!(s, "upstream            {u}");
             }
@@ -1461,6 +1469,13 @@ impl Config {
                         .unwrap_or_default()
                 );
             }
+        }
+        if !self.cluster_announce.is_empty() {
+            let _ = writeln!(
+                s,
+                "cluster announce    {} (CLUSTER SLOTS/SHARDS/NODES answered by the proxy)",
+                self.cluster_announce.join(", ")
+            );
         }
         if self.upstream_tls {
             let _ = writeln!(

@@ -452,7 +452,11 @@ fn resharding_run(messages: usize, moves: usize) {
         let primaries = cluster.primaries();
         let next = (primaries.iter().position(|p| *p == from).unwrap() + 1) % primaries.len();
         cluster.reshard(100, from, primaries[next]);
-        assert_eq!(cluster.owner(0), primaries[next], "the reshard moved slot 0");
+        assert_eq!(
+            cluster.owner(0),
+            primaries[next],
+            "the reshard moved slot 0"
+        );
     }
     tally.resharded.store(true, Ordering::Relaxed);
     producer_thread.join().unwrap();
@@ -870,4 +874,24 @@ assert len(used) == 2, used
     // Nothing leased is left behind.
     let info = c.cmd(&["QUEUE", "INFO", "jobs"]);
     assert_eq!(field(&info, "leased"), Some(Value::Int(0)), "{info:?}");
+}
+
+#[test]
+fn the_example_configuration_checks() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/cluster.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(["--check-config", "--config", example])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Redis Cluster, learnt from 127.0.0.1:7000,127.0.0.1:7001"),
+        "{stdout}"
+    );
 }

@@ -779,12 +779,18 @@ impl Session {
                     && !crate::queue::visible::concerns(args)
                     && !clients::concerns(args)
                     && crate::auth::sets_requirepass(args).is_none()
-                    && !(self.ctx.announce.is_some() && args.is(0, "CLUSTER"))
+                    && !self.announces(args)
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
         }
+    }
+
+    /// Whether the proxy answers this `CLUSTER` request itself (see
+    /// `cluster::announce`).
+    fn announces(&self, args: Args<'_>) -> bool {
+        self.ctx.announce.is_some() && args.is(0, "CLUSTER")
     }
 
     fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
