@@ -895,3 +895,57 @@ fn the_example_configuration_checks() {
         "{stdout}"
     );
 }
+
+/// A blocking pop parked on a queue of each node wakes as soon as its
+/// queue gets a push: each primary's keyspace notifications are heard, not
+/// polled for (the safety recheck alone would take a second).
+#[test]
+fn parked_pops_on_every_node_wake_on_a_push() {
+    let cluster = ClusterSet::start(3, 0);
+    let m = free_port();
+    let proxy = {
+        let seed = cluster.seed();
+        let metrics = format!("127.0.0.1:{m}");
+        Proxy::start_args(&[
+            "--upstream-mode",
+            "cluster",
+            "--upstream",
+            &seed,
+            "--metrics",
+            &metrics,
+            "--queues",
+            "[[queue]]\npattern = \"jobs:*\"",
+        ])
+    };
+    let mut queues: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    for i in 0.. {
+        let q = format!("jobs:{i}");
+        if owners.insert(cluster.owner(key_slot(&q))) {
+            queues.push(q);
+        }
+        if queues.len() == 3 {
+            break;
+        }
+    }
+    // A first pop turns the subscriptions on.
+    let mut first = proxy.client();
+    assert_eq!(first.cmd(&["BRPOP", &queues[0], "0.1"]), Value::Nil);
+    wait_until("every node's keyspace notifications", || {
+        metric(m, "ackproxy_wakeup_polling") == 0.0
+    });
+    for q in &queues {
+        let mut waiter = proxy.client();
+        waiter.send(&["BRPOP", q, "10"]);
+        // Parked (the pop found nothing) before the push.
+        wait_until("the pop parked", || {
+            metric(m, "ackproxy_parked_clients") >= 1.0
+        });
+        let pushed = Instant::now();
+        assert_eq!(proxy.client().cmd(&["LPUSH", q, "m"]), Value::Int(1));
+        let reply = waiter.read_value();
+        let took = pushed.elapsed();
+        assert_eq!(reply, Value::Array(vec![Value::bulk(q), Value::bulk("m")]));
+        assert!(took < Duration::from_millis(700), "{q}: woken {took:?} after its push");
+    }
+}
