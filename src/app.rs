@@ -62,6 +62,8 @@ async fn start_inner(
         None => None,
     };
     let sentinel = config.upstream_mode == UpstreamMode::Sentinel;
+    let cluster_seeds =
+        (config.upstream_mode == UpstreamMode::Cluster).then(|| config.cluster_seeds());
     let embedded = match &config.upstream {
         Some(_) => None,
         None if sentinel => None,
@@ -82,7 +84,13 @@ async fn start_inner(
     let sentinel_tls = crate::net::tls::UpstreamTls::for_sentinels(&config).map_err(tls_error)?;
     let addr = match &config.sentinel_master {
         Some(master) if sentinel => Address::following(master.clone()),
-        _ => Address::fixed(config.upstream.clone().expect("upstream set above")),
+        _ => match &cluster_seeds {
+            // The first seed answers the proxy's own questions (the command
+            // table, whether clients must log in): every node of a cluster
+            // has the same answers.
+            Some(seeds) => Address::fixed(seeds[0].clone()),
+            None => Address::fixed(config.upstream.clone().expect("upstream set above")),
+        },
     };
     let endpoint = Arc::new(Endpoint {
         addr,
@@ -102,6 +110,14 @@ async fn start_inner(
             .start(config.connect_timeout() * 5, stop.clone())
             .await;
     }
+    let cluster = match cluster_seeds {
+        Some(seeds) => Some(
+            crate::cluster::topology::Topology::start(endpoint.clone(), seeds, stop.clone())
+                .await
+                .map_err(|e| StartError::Cluster(format!("no slot map: {e}")))?,
+        ),
+        None => None,
+    };
     // Routing follows Redis's own command table when it can be read, and
     // reads it again whenever a shared connection opens.
     crate::command::table::load(&endpoint).await;
@@ -129,7 +145,8 @@ async fn start_inner(
         listeners.push(bind(addr, acceptor).await?);
     }
     let config = Arc::new(config);
-    let queues = Arc::new(Queues::start(&config, endpoint.clone(), stop.clone()).await);
+    let queues =
+        Arc::new(Queues::start(&config, endpoint.clone(), cluster.clone(), stop.clone()).await);
     if endpoint.addr.follows_sentinels() {
         let (endpoint, queues) = (endpoint.clone(), queues.clone());
         tokio::spawn(async move {
@@ -158,7 +175,13 @@ async fn start_inner(
     if let Some(ops) = ops {
         ops.spawn(&config, queues.clone(), stop.clone());
     }
-    let ctx = Arc::new(Context::new(config, endpoint, queues, stop.clone()));
+    let ctx = Arc::new(Context::new(
+        config,
+        endpoint,
+        queues,
+        stop.clone(),
+        cluster,
+    ));
     if let Some((hup, cli, loaded)) = reload {
         tokio::spawn(reload_on_hangup(hup, cli, loaded, ctx.clone()));
     }

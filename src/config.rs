@@ -44,6 +44,12 @@ pub struct Cli {
     /// Sentinel addresses, `host:port`, comma-separated.
     #[arg(long, env = "ACKPROXY_SENTINELS", value_delimiter = ',')]
     pub sentinels: Option<Vec<String>>,
+    /// Every proxy of a group in front of the same Redis, `host:port` as
+    /// clients reach them, comma-separated: this proxy then answers
+    /// CLUSTER SLOTS/SHARDS/NODES as a cluster of them, so that
+    /// cluster-aware clients spread over them.
+    #[arg(long, env = "ACKPROXY_CLUSTER_ANNOUNCE", value_delimiter = ',')]
+    pub cluster_announce: Option<Vec<String>>,
     /// User the proxy logs in to the sentinels as (default: `default`).
     #[arg(long, env = "ACKPROXY_SENTINEL_USER")]
     pub sentinel_user: Option<String>,
@@ -303,6 +309,9 @@ pub enum UpstreamMode {
     /// The primary the sentinels name for `sentinel_master`, followed
     /// across failovers.
     Sentinel,
+    /// A Redis Cluster: `upstream` names one or more of its nodes
+    /// (comma-separated), from which the proxy learns the rest.
+    Cluster,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum, Default)]
@@ -350,6 +359,8 @@ pub struct Config {
     /// monitor, and where they are.
     pub sentinel_master: Option<String>,
     pub sentinels: Vec<String>,
+    /// The proxies a cluster-aware client is shown (see the flag).
+    pub cluster_announce: Vec<String>,
     /// The sentinels' own login and TLS, apart from the data nodes'.
     pub sentinel_user: Option<String>,
     pub sentinel_password: Option<String>,
@@ -411,6 +422,7 @@ impl Default for Config {
             upstream_mode: UpstreamMode::Direct,
             sentinel_master: None,
             sentinels: Vec::new(),
+            cluster_announce: Vec::new(),
             sentinel_user: None,
             sentinel_password: None,
             sentinel_tls: false,
@@ -877,6 +889,9 @@ impl Config {
         if let Some(v) = &cli.sentinels {
             cfg.sentinels.clone_from(v);
         }
+        if let Some(v) = &cli.cluster_announce {
+            cfg.cluster_announce.clone_from(v);
+        }
         if let Some(v) = &cli.sentinel_user {
             cfg.sentinel_user = Some(v.clone());
         }
@@ -938,6 +953,7 @@ impl Config {
             upstream_mode: _,
             sentinel_master: _,
             sentinels: _,
+            cluster_announce: _,
             sentinel_user: _,
             sentinel_password: _,
             sentinel_tls: _,
@@ -967,7 +983,8 @@ impl Config {
             listen, tls_listen, tls_cert_file, tls_key_file, tls_ca_cert_file,
             tls_auth_clients, upstream, upstream_tls, upstream_tls_ca_cert_file,
             upstream_tls_cert_file, upstream_tls_key_file, upstream_tls_server_name,
-            upstream_mode, sentinel_master, sentinels, sentinel_user, sentinel_password,
+            upstream_mode, sentinel_master, sentinels, cluster_announce, sentinel_user,
+            sentinel_password,
             sentinel_tls, sentinel_tls_ca_cert_file, sentinel_tls_cert_file,
             sentinel_tls_key_file, sentinel_tls_server_name,
             shared_connections, user_connections_max, dedicated_pool, requirepass,
@@ -1084,7 +1101,12 @@ impl Config {
                 ));
             }
         }
-        if let Some(u) = &self.upstream {
+        // A cluster's seeds, a list, are checked one by one below.
+        if let Some(u) = self
+            .upstream
+            .as_ref()
+            .filter(|_| self.upstream_mode != UpstreamMode::Cluster)
+        {
             if let Err(why) = check_host_port(u) {
                 return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
             }
@@ -1198,6 +1220,14 @@ impl Config {
 
     /// The sentinel settings: all of them in sentinel mode, none otherwise.
     fn validate_sentinel(&self) -> Result<(), String> {
+        for p in &self.cluster_announce {
+            if let Err(why) = check_host_port(p) {
+                return Err(format!("cluster_announce: {why}, got {p:?}"));
+            }
+        }
+        if self.upstream_mode == UpstreamMode::Cluster {
+            return self.validate_cluster();
+        }
         if self.upstream_mode == UpstreamMode::Direct {
             let any = self.sentinel_master.is_some()
                 || !self.sentinels.is_empty()
@@ -1237,6 +1267,54 @@ impl Config {
             return Err("sentinel_user needs sentinel_password".into());
         }
         Ok(())
+    }
+
+    /// Cluster mode: seeds to learn the cluster from, and every queue's keys
+    /// in one hash slot.
+    fn validate_cluster(&self) -> Result<(), String> {
+        if self.sentinel_master.is_some() || !self.sentinels.is_empty() {
+            return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
+        }
+        let seeds = self.cluster_seeds();
+        if seeds.is_empty() {
+            return Err(
+                "upstream_mode = \"cluster\" needs upstream, the host:port of one or more \
+                 of the cluster's nodes (comma-separated)"
+                    .into(),
+            );
+        }
+        for s in &seeds {
+            if let Err(why) = check_host_port(s) {
+                return Err(format!("upstream: {why}, got {s:?}"));
+            }
+        }
+        for rule in &self.queues {
+            if let Some(template) = &rule.dead_letter {
+                if !dead_letter_in_queue_slot(&rule.pattern, template) {
+                    return Err(format!(
+                        "queue {:?}: dead_letter {template:?} is not in the queue's hash slot \
+                         for every queue the rule matches, and a Redis Cluster runs a queue's \
+                         scripts on the node of that one slot. Leave dead_letter unset (the \
+                         default list is always in the queue's slot), or give the list the \
+                         queue's hash tag (for queue \"jobs\": \"{{jobs}}:dead\")",
+                        rule.pattern
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes named by `upstream` in cluster mode.
+    pub fn cluster_seeds(&self) -> Vec<String> {
+        self.upstream
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
     }
 
     /// Which TLS settings go together. Whether the files can be read and
@@ -1357,6 +1435,9 @@ impl Config {
             }
         }
         match &self.upstream {
+            Some(u) if self.upstream_mode == UpstreamMode::Cluster => {
+                let _ = writeln!(s, "upstream            Redis Cluster, learnt from {u}");
+            }
             Some(u) => {
                 let _ = writeln!(s, "upstream            {u}");
             }
@@ -1388,6 +1469,13 @@ impl Config {
                         .unwrap_or_default()
                 );
             }
+        }
+        if !self.cluster_announce.is_empty() {
+            let _ = writeln!(
+                s,
+                "cluster announce    {} (CLUSTER SLOTS/SHARDS/NODES answered by the proxy)",
+                self.cluster_announce.join(", ")
+            );
         }
         if self.upstream_tls {
             let _ = writeln!(
@@ -1713,6 +1801,42 @@ fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
 }
 
 /// `host:port`, as the upstream is connected to (resolved only then).
+/// Whether the dead-letter list `template` (`$queue`: the queue's name) is
+/// in the hash slot of each queue `pattern` matches. For a glob, checked on
+/// names made from it, with and without a hash tag of their own: a list
+/// that passes for all of them passes for any name.
+fn dead_letter_in_queue_slot(pattern: &str, template: &str) -> bool {
+    use crate::cluster::key_slot;
+    let names: Vec<String> = if is_glob(pattern) {
+        ["a", "jobs", "{t}x", "x{u}", "b}c", "{}d"]
+            .iter()
+            .map(|fill| {
+                let mut name = String::new();
+                let mut chars = pattern.chars();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '*' | '?' => name.push_str(fill),
+                        '[' => {
+                            // A class stands for one of its characters.
+                            let class: String = chars.by_ref().take_while(|c| *c != ']').collect();
+                            name.push(class.chars().find(|c| *c != '^').unwrap_or('a'));
+                        }
+                        '\\' => name.extend(chars.next()),
+                        c => name.push(c),
+                    }
+                }
+                name
+            })
+            .collect()
+    } else {
+        vec![pattern.to_string()]
+    };
+    names.iter().all(|q| {
+        let dead = template.replace("$queue", q);
+        key_slot(dead.as_bytes()) == key_slot(q.as_bytes())
+    })
+}
+
 fn check_host_port(addr: &str) -> Result<(), String> {
     let expected = "expected host:port";
     if addr.contains("://") {

@@ -42,6 +42,8 @@ pub enum StartError {
     /// redis-server is needed for the embedded default and is not installed.
     RedisServerMissing(String),
     Embedded(String),
+    /// No seed node told the proxy which node serves which slot.
+    Cluster(String),
 }
 
 impl fmt::Display for StartError {
@@ -57,6 +59,7 @@ impl fmt::Display for StartError {
                  --upstream HOST:PORT"
             ),
             StartError::Embedded(e) => write!(f, "private redis-server: {e}"),
+            StartError::Cluster(e) => write!(f, "Redis Cluster upstream: {e}"),
         }
     }
 }

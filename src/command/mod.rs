@@ -2,6 +2,7 @@
 //! session has to do with it. Nothing else in the proxy compares command
 //! names.
 
+pub mod keys;
 pub mod table;
 
 use std::ops::Range;

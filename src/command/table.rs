@@ -61,6 +61,23 @@ impl Hasher for Fnv {
 
 type Map<V> = HashMap<Vec<u8>, V, BuildHasherDefault<Fnv>>;
 
+/// Where a command's keys are, as `COMMAND` tells: the arity and Redis's
+/// legacy key range, which cluster routing in Redis 7.0 still follows
+/// (`getKeysFromCommand`) for every command without `movablekeys`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeySpec {
+    /// `n` exactly n arguments, `-n` at least n (the name counts).
+    pub arity: i64,
+    /// Index of the first key; 0 for a command without keys.
+    pub first: i64,
+    /// Index of the last key; negative counts from the end (-1 is the last
+    /// argument).
+    pub last: i64,
+    pub step: i64,
+    /// The range does not tell all the keys: they depend on the arguments.
+    pub movable: bool,
+}
+
 /// Commands and subcommands (`name|sub`), lower-case.
 #[derive(Debug, Default)]
 pub struct Table {
@@ -69,6 +86,7 @@ pub struct Table {
     containers: HashSet<Vec<u8>, BuildHasherDefault<Fnv>>,
     /// Redis's arity: `n` exactly n arguments, `-n` at least n.
     arity: Map<i64>,
+    keys: Map<KeySpec>,
 }
 
 static CURRENT: RwLock<Option<Arc<Table>>> = RwLock::new(None);
@@ -155,6 +173,35 @@ impl Table {
         self.commands.get(&buf[..n]).copied()
     }
 
+    /// Where the keys of the command `name` are; for a command with
+    /// subcommands, those of subcommand `sub` (the container's own entry
+    /// only when there is no `sub`, as Redis looks them up). `None` for
+    /// what Redis does not know, which it refuses.
+    pub fn key_spec(&self, name: &[u8], sub: Option<&[u8]>) -> Option<KeySpec> {
+        // On every request's path in cluster mode: no allocation.
+        let mut buf = [0u8; 64];
+        if name.len() > buf.len() {
+            return None;
+        }
+        for (o, b) in buf.iter_mut().zip(name) {
+            *o = b.to_ascii_lowercase();
+        }
+        let n = name.len();
+        match sub {
+            Some(sub) if self.containers.contains(&buf[..n]) => {
+                if n + 1 + sub.len() > buf.len() {
+                    return None;
+                }
+                buf[n] = b'|';
+                for (o, b) in buf[n + 1..].iter_mut().zip(sub) {
+                    *o = b.to_ascii_lowercase();
+                }
+                self.keys.get(&buf[..n + 1 + sub.len()]).copied()
+            }
+            _ => self.keys.get(&buf[..n]).copied(),
+        }
+    }
+
     /// Whether Redis answers this request from a client that has not
     /// authenticated with NOAUTH: it knows the command (and subcommand),
     /// the argument count fits, and the command is not one of the few
@@ -204,9 +251,11 @@ impl Table {
         };
         let name = text(fields.first()?)?.to_ascii_lowercase();
         let mut flags = Flags::default();
+        let mut movable = false;
         if let Some(Value::Array(fs)) = fields.get(2) {
             for f in fs.iter().filter_map(text) {
                 match f {
+                    b"movablekeys" => movable = true,
                     b"write" => flags.write = true,
                     b"blocking" => flags.blocking = true,
                     b"may_replicate" | b"may-replicate" => flags.may_replicate = true,
@@ -224,6 +273,21 @@ impl Table {
         }
         if let Some(Value::Int(a)) = fields.get(1) {
             self.arity.insert(name.clone(), *a);
+        }
+        let int = |i: usize| match fields.get(i) {
+            Some(Value::Int(v)) => Some(*v),
+            _ => None,
+        };
+        if let (Some(arity), Some(first), Some(last), Some(step)) = (int(1), int(3), int(4), int(5))
+        {
+            let spec = KeySpec {
+                arity,
+                first,
+                last,
+                step,
+                movable,
+            };
+            self.keys.insert(name.clone(), spec);
         }
         if may_replicate(name.split(|&b| b == b'|').next().unwrap_or_default()) {
             flags.may_replicate = true;
@@ -306,5 +370,36 @@ mod tests {
         assert!(pause.admin && !pause.blocking);
         assert_eq!(t.lookup(b"client", Some(b"nosuch")), Some(Flags::default()));
         assert_eq!(t.lookup(b"nosuch", None), None);
+    }
+
+    #[test]
+    fn keeps_key_ranges_of_commands_and_subcommands() {
+        let reply = b"*2\r\n\
+            *10\r\n$4\r\nmset\r\n:-3\r\n*1\r\n+write\r\n:1\r\n:-1\r\n:2\r\n*0\r\n*0\r\n*0\r\n*0\r\n\
+            *10\r\n$6\r\nobject\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*0\r\n*0\r\n*0\r\n*1\r\n\
+            *10\r\n$15\r\nobject|encoding\r\n:3\r\n*1\r\n+movablekeys\r\n:2\r\n:2\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+        let reply = redis::parse_redis_value(reply).expect("RESP");
+        let t = Table::from_reply(&reply).expect("table");
+        let spec = |arity, first, last, step, movable| KeySpec {
+            arity,
+            first,
+            last,
+            step,
+            movable,
+        };
+        assert_eq!(t.key_spec(b"MSet", None), Some(spec(-3, 1, -1, 2, false)));
+        assert_eq!(
+            t.key_spec(b"object", Some(b"ENCODING")),
+            Some(spec(3, 2, 2, 1, true))
+        );
+        // Redis refuses a subcommand it does not know; a container alone
+        // is checked against its own arity.
+        assert_eq!(t.key_spec(b"object", Some(b"nosuch")), None);
+        assert_eq!(t.key_spec(b"OBJECT", None), Some(spec(-2, 0, 0, 0, false)));
+        assert_eq!(
+            t.key_spec(b"mset", Some(b"k")),
+            Some(spec(-3, 1, -1, 2, false))
+        );
+        assert_eq!(t.key_spec(b"nosuch", None), None);
     }
 }

@@ -20,7 +20,7 @@ use super::call::Caller;
 use super::owners::Owners;
 use super::registry::Registry;
 use super::rules::Rules;
-use super::waiters::Waiters;
+use super::waiters::{Events, Waiters};
 use crate::output::ClientState;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
@@ -45,14 +45,14 @@ impl Db {
         own: SharedUpstream,
         clients: SharedUpstream,
         rules: &Arc<Rules>,
-        endpoint: &Arc<Endpoint>,
+        events: &Events,
         stop: &watch::Receiver<bool>,
         noted: &Arc<Notify>,
     ) -> Db {
         let registry = Arc::new(Registry::in_db(index));
         let waiters = Waiters::start(
             rules.clone(),
-            endpoint.clone(),
+            events.clone(),
             own.clone(),
             registry.clone(),
             stop.clone(),
@@ -81,6 +81,7 @@ pub struct Dbs {
     others: RwLock<Vec<Arc<Db>>>,
     rules: Arc<Rules>,
     endpoint: Arc<Endpoint>,
+    events: Events,
     stop: watch::Receiver<bool>,
     /// Told when a connection, in any database, pops from a queue it had
     /// not (see `owners::Holder`).
@@ -110,15 +111,17 @@ impl Dbs {
         own: SharedUpstream,
         rules: Arc<Rules>,
         endpoint: Arc<Endpoint>,
+        events: Events,
         stop: watch::Receiver<bool>,
     ) -> Dbs {
         let noted = Arc::new(Notify::new());
-        let zero = Db::open(0, own.clone(), own, &rules, &endpoint, &stop, &noted);
+        let zero = Db::open(0, own.clone(), own, &rules, &events, &stop, &noted);
         Dbs {
             zero,
             others: RwLock::new(Vec::new()),
             rules,
             endpoint,
+            events,
             stop,
             noted,
         }
@@ -145,7 +148,7 @@ impl Dbs {
             SharedUpstream::spawn_in(self.endpoint.clone(), index),
             SharedUpstream::spawn_in(self.endpoint.clone(), index),
             &self.rules,
-            &self.endpoint,
+            &self.events,
             &self.stop,
             &self.noted,
         ));

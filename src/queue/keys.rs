@@ -90,6 +90,8 @@ pub const DEAD_HISTORY: u64 = 10_000;
 
 use bytes::Bytes;
 
+use crate::cluster::key_slot;
+
 pub struct QueueKeys {
     /// In [`GROUP`] order.
     names: [Bytes; QUEUE_GROUP],
@@ -212,43 +214,13 @@ fn slot_tag(queue: &[u8]) -> Vec<u8> {
     let slot = key_slot(queue);
     (0u32..)
         .map(|n| n.to_string().into_bytes())
-        .find(|t| crc16(t) % 16384 == slot)
+        .find(|t| key_slot(t) == slot)
         .expect("every slot has a decimal tag")
-}
-
-/// Redis Cluster's hash slot of a key.
-pub fn key_slot(key: &[u8]) -> u16 {
-    crc16(hash_tag(key).unwrap_or(key)) % 16384
-}
-
-/// CRC16-CCITT (XMODEM), as Redis Cluster uses.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= (b as u16) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc16_matches_redis() {
-        // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-    }
 
     #[test]
     fn every_key_shares_the_queue_slot() {

@@ -29,6 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use crate::cluster::topology::Topology;
 use crate::command::{Args, Kind, PopForm};
 use crate::config::{self, Config};
 use crate::output::{ClientState, ReplyTransform};
@@ -40,6 +41,7 @@ use dbs::Dbs;
 use job::Job;
 use pop::{Parsed, Pop};
 use rules::Rules;
+use waiters::Events;
 
 /// How the session can carry a queue operation out.
 #[derive(Clone, Copy)]
@@ -112,16 +114,28 @@ impl Queues {
     pub async fn start(
         config: &Config,
         endpoint: Arc<Endpoint>,
+        cluster: Option<Arc<Topology>>,
         stop: watch::Receiver<bool>,
     ) -> Queues {
         let rules = Arc::new(Rules::new(&config.queues));
         // The proxy's own traffic (wake-ups, reaping) gets its own shared
-        // connection so that it never queues behind clients' pipelines.
-        let shared = SharedUpstream::spawn(endpoint.clone());
+        // connection so that it never queues behind clients' pipelines
+        // (in a cluster, one to each node, each call to its queue's node).
+        let (shared, events) = match cluster {
+            Some(t) => (
+                crate::cluster::Shared::handle(t.clone(), crate::cluster::Flavor::Single),
+                Events::Nodes(t),
+            ),
+            None => (
+                SharedUpstream::spawn(endpoint.clone()),
+                Events::One(endpoint.clone()),
+            ),
+        };
         let dbs = Arc::new(Dbs::new(
             shared,
             rules.clone(),
             endpoint.clone(),
+            events,
             stop.clone(),
         ));
         let own = dbs.zero().own.clone();

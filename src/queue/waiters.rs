@@ -29,6 +29,7 @@ use super::call::{CallError, Caller};
 use super::pop::{Pop, Source};
 use super::registry::Registry;
 use super::rules::Rules;
+use crate::cluster::topology::Topology;
 use crate::error::{ControlCause, ControlError};
 use crate::output::ClientState;
 use crate::upstream::shared::SharedUpstream;
@@ -74,10 +75,20 @@ pub struct Waiters {
     waiting: Waiting,
 }
 
+/// Where keyspace notifications come from.
+#[derive(Clone)]
+pub enum Events {
+    /// The one Redis (or the primary of the moment, with Sentinel).
+    One(Arc<Endpoint>),
+    /// Each primary of a cluster, for the keys it serves: Redis Cluster
+    /// publishes keyspace events on the node where they happen only.
+    Nodes(Arc<Topology>),
+}
+
 impl Waiters {
     pub fn start(
         rules: Arc<Rules>,
-        endpoint: Arc<Endpoint>,
+        events: Events,
         shared: SharedUpstream,
         registry: Arc<Registry>,
         stop: watch::Receiver<bool>,
@@ -87,18 +98,36 @@ impl Waiters {
         let (sub_tx, sub_rx) = mpsc::unbounded_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let waiting = Waiting::default();
-        let survive_failover = endpoint.addr.follows_sentinels();
-        let listener = Listener {
-            endpoint,
-            prefix: channel_prefix(db),
-            changed: rules.subscribe(),
-            rules: rules.clone(),
-            keys: HashSet::new(),
-            dispatcher: tx.clone(),
-            subs: sub_rx,
-            stop,
+        let survive_failover = match &events {
+            Events::One(endpoint) => endpoint.addr.follows_sentinels(),
+            // A failover moves some slots: pops on the others go on.
+            Events::Nodes(_) => true,
         };
-        tokio::spawn(listener.run());
+        match events {
+            Events::One(endpoint) => {
+                let listener = Listener {
+                    endpoint,
+                    prefix: channel_prefix(db),
+                    changed: rules.subscribe(),
+                    rules: rules.clone(),
+                    keys: HashSet::new(),
+                    dispatcher: tx.clone(),
+                    subs: sub_rx,
+                    stop: stop.clone(),
+                };
+                tokio::spawn(listener.run());
+            }
+            Events::Nodes(topology) => {
+                let nodes = NodeListeners {
+                    topology,
+                    rules: rules.clone(),
+                    prefix: channel_prefix(db),
+                    dispatcher: tx.clone(),
+                    stop: stop.clone(),
+                };
+                tokio::spawn(nodes.run(sub_rx));
+            }
+        }
         let dispatcher = Dispatcher {
             caller: Caller {
                 shared,
@@ -620,6 +649,99 @@ struct Listener {
     dispatcher: mpsc::UnboundedSender<Msg>,
     subs: mpsc::UnboundedReceiver<Sub>,
     stop: watch::Receiver<bool>,
+}
+
+/// One [`Listener`] per primary of a cluster, each subscribed to every key
+/// asked for (a node publishes events only for the keys it serves, so a
+/// key moved by a resharding is heard from its new node without
+/// resubscribing). Notifications count as available while every node's
+/// are.
+struct NodeListeners {
+    topology: Arc<Topology>,
+    rules: Arc<Rules>,
+    prefix: Vec<u8>,
+    dispatcher: mpsc::UnboundedSender<Msg>,
+    stop: watch::Receiver<bool>,
+}
+
+/// How often the set of primaries is compared with the listeners'.
+const NODES_CHECK: Duration = Duration::from_secs(1);
+
+impl NodeListeners {
+    async fn run(self, mut subs: mpsc::UnboundedReceiver<Sub>) {
+        let mut stop = self.stop.clone();
+        let mut keys: HashSet<Bytes> = HashSet::new();
+        // Per node: its listener's subscription requests, and whether its
+        // notifications are on.
+        let mut nodes: HashMap<String, (mpsc::UnboundedSender<Sub>, bool)> = HashMap::new();
+        let (from_tx, mut from_rx) = mpsc::unbounded_channel::<(String, Msg)>();
+        let mut all_on = false;
+        let mut check = tokio::time::interval(NODES_CHECK);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = check.tick() => {
+                    let primaries = self.topology.primaries();
+                    nodes.retain(|addr, _| primaries.contains(addr));
+                    for addr in primaries {
+                        if nodes.contains_key(&addr) {
+                            continue;
+                        }
+                        let (sub_tx, sub_rx) = mpsc::unbounded_channel();
+                        let (msg_tx, mut msg_rx) = mpsc::unbounded_channel();
+                        let listener = Listener {
+                            endpoint: self.topology.endpoint(&addr),
+                            prefix: self.prefix.clone(),
+                            changed: self.rules.subscribe(),
+                            rules: self.rules.clone(),
+                            keys: keys.clone(),
+                            dispatcher: msg_tx,
+                            subs: sub_rx,
+                            stop: self.stop.clone(),
+                        };
+                        tokio::spawn(listener.run());
+                        let (from, tag) = (from_tx.clone(), addr.clone());
+                        tokio::spawn(async move {
+                            while let Some(msg) = msg_rx.recv().await {
+                                if from.send((tag.clone(), msg)).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                        nodes.insert(addr, (sub_tx, false));
+                    }
+                }
+                sub = subs.recv() => {
+                    let Some(sub) = sub else { return };
+                    match &sub {
+                        Sub::Subscribe(k) => keys.insert(k.clone()),
+                        Sub::Unsubscribe(k) => keys.remove(k),
+                    };
+                    for (tx, _) in nodes.values() {
+                        let _ = tx.send(match &sub {
+                            Sub::Subscribe(k) => Sub::Subscribe(k.clone()),
+                            Sub::Unsubscribe(k) => Sub::Unsubscribe(k.clone()),
+                        });
+                    }
+                }
+                Some((addr, msg)) = from_rx.recv() => match msg {
+                    Msg::Notifications(on) => {
+                        if let Some(node) = nodes.get_mut(&addr) {
+                            node.1 = on;
+                        }
+                    }
+                    other => {
+                        let _ = self.dispatcher.send(other);
+                    }
+                },
+            }
+            let on = !nodes.is_empty() && nodes.values().all(|(_, on)| *on);
+            if on != all_on {
+                all_on = on;
+                let _ = self.dispatcher.send(Msg::Notifications(on));
+            }
+        }
+    }
 }
 
 /// How a subscription that was made came to an end.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
+use crate::cluster::{self, topology::Topology};
 use crate::command::{classify, classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::net::{ReadHalf, Stream};
@@ -61,6 +62,12 @@ pub struct Context {
     requirepass: Option<crate::auth::Password>,
     /// Every client connected, as `CLIENT LIST` shows them.
     pub clients: Arc<clients::Registry>,
+    /// With a Redis Cluster upstream: its nodes, and ready connections to
+    /// each for clients' own.
+    cluster: Option<Arc<Topology>>,
+    node_ready: Mutex<std::collections::HashMap<String, Arc<Ready>>>,
+    /// The proxies shown to cluster-aware clients (`cluster_announce`).
+    announce: Option<cluster::announce::Announce>,
 }
 
 impl Context {
@@ -69,17 +76,33 @@ impl Context {
         endpoint: Arc<Endpoint>,
         queues: Arc<Queues>,
         shutdown: watch::Receiver<bool>,
+        cluster: Option<Arc<Topology>>,
     ) -> Context {
         let shared = (0..config.shared_connections)
-            .map(|_| SharedUpstream::spawn_pair(endpoint.clone()))
+            .map(|_| match &cluster {
+                Some(t) => cluster::Shared::handle(t.clone(), cluster::Flavor::Pair),
+                None => SharedUpstream::spawn_pair(endpoint.clone()),
+            })
             .collect();
-        let pools = if config.dedicated_per_client {
+        // A logged-in user's pool would be one more set of connections per
+        // node: in a cluster such clients keep their own connection.
+        let pools = if config.dedicated_per_client || cluster.is_some() {
             0
         } else {
             config.user_connections_max
         };
         let users = Users::new(endpoint.clone(), pools, config.dedicated_pool);
-        let ready = Ready::start(endpoint.clone(), None, config.dedicated_pool);
+        let ready = Ready::start(
+            endpoint.clone(),
+            None,
+            if cluster.is_some() {
+                0
+            } else {
+                config.dedicated_pool
+            },
+        );
+        let announce = (!config.cluster_announce.is_empty())
+            .then(|| cluster::announce::Announce::new(&config.cluster_announce, &config.listen));
         let requirepass = config
             .client_password()
             .map(|p| crate::auth::Password::new(p.as_bytes()));
@@ -99,7 +122,19 @@ impl Context {
             maybe_paused: std::sync::atomic::AtomicBool::new(false),
             permissions: Default::default(),
             clients: Default::default(),
+            announce,
+            cluster,
+            node_ready: Mutex::new(Default::default()),
         }
+    }
+
+    /// Connections to the cluster node at `addr`, logged in as the proxy.
+    fn ready_at(&self, topology: &Topology, addr: &str) -> Arc<Ready> {
+        let mut ready = self.node_ready.lock().unwrap();
+        ready
+            .entry(addr.to_string())
+            .or_insert_with(|| Arc::new(Ready::start(topology.endpoint(addr), None, 0)))
+            .clone()
     }
 
     /// The `[limits]` in force: a connection takes them when it is accepted.
@@ -160,7 +195,10 @@ impl Context {
         let mut shared = self.shared_resp3.lock().unwrap();
         if shared.is_empty() {
             *shared = (0..self.config.shared_connections.max(1))
-                .map(|_| SharedUpstream::spawn_resp3(self.endpoint.clone()))
+                .map(|_| match &self.cluster {
+                    Some(t) => cluster::Shared::handle(t.clone(), cluster::Flavor::Resp3),
+                    None => SharedUpstream::spawn_resp3(self.endpoint.clone()),
+                })
                 .collect();
         }
         let i = self.next_shared.fetch_add(1, Ordering::Relaxed);
@@ -177,7 +215,10 @@ impl Context {
         if shared.len() >= 4 * self.config.shared_connections.max(1) {
             return None;
         }
-        let s = SharedUpstream::spawn_pair(self.endpoint.clone());
+        let s = match &self.cluster {
+            Some(t) => cluster::Shared::handle(t.clone(), cluster::Flavor::Pair),
+            None => SharedUpstream::spawn_pair(self.endpoint.clone()),
+        };
         shared.push(s.clone());
         Some(s)
     }
@@ -236,6 +277,8 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         shared_resp3: None,
         meta: meta::Meta::default(),
         dedicated: None,
+        dedicated_node: None,
+        node_wanted: None,
         pinned: ctx.config.dedicated_per_client,
         mode: Mode::default(),
         auth: crate::auth::State::Open,
@@ -290,6 +333,10 @@ struct Session {
     /// Name, library and protocol, as the client set them.
     meta: meta::Meta,
     dedicated: Option<Dedicated>,
+    /// In a cluster: the node the dedicated connection is to, and the one
+    /// the next one opened should be to.
+    dedicated_node: Option<String>,
+    node_wanted: Option<String>,
     /// Requests go to the dedicated connection.
     pinned: bool,
     mode: Mode,
@@ -655,6 +702,16 @@ impl Session {
             self.viewed(kind, args, frame.clone(), view).await;
             return None;
         }
+        if let Some(reply) = self
+            .ctx
+            .announce
+            .as_ref()
+            .filter(|_| !self.mode.multi)
+            .and_then(|a| a.answer(args, self.protocol()))
+        {
+            self.answer(reply).await;
+            return None;
+        }
         if let Some(request) = self.tracking_redirect(args).await {
             self.send_dedicated(kind, args, &request, None, None).await;
             return None;
@@ -722,11 +779,18 @@ impl Session {
                     && !crate::queue::visible::concerns(args)
                     && !clients::concerns(args)
                     && crate::auth::sets_requirepass(args).is_none()
+                    && !self.announces(args)
             }
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
         }
+    }
+
+    /// Whether the proxy answers this `CLUSTER` request itself (see
+    /// `cluster::announce`).
+    fn announces(&self, args: Args<'_>) -> bool {
+        self.ctx.announce.is_some() && args.is(0, "CLUSTER")
     }
 
     fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
@@ -1058,7 +1122,24 @@ impl Session {
         // the request is written before any other client's next one.
         let pool_login = self.member.as_ref().and_then(Member::ready);
         let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
-        let opened = if self.auth == crate::auth::State::Open {
+        let node = self.ctx.cluster.as_ref().and_then(|t| {
+            self.node_wanted
+                .take()
+                .or_else(|| t.any())
+                .map(|a| (t.clone(), a))
+        });
+        self.dedicated_node = node.as_ref().map(|(_, a)| a.clone());
+        let opened = if let (Some((topology, addr)), true) =
+            (&node, self.auth == crate::auth::State::Open)
+        {
+            let ready = self.ctx.ready_at(topology, addr);
+            Dedicated::open_ready(&ready, self.out.clone()).await
+        } else if let Some((topology, addr)) = &node {
+            if self.dedicated.is_some() {
+                self.set_auth(crate::auth::State::after_reset(self.proxy_password()));
+            }
+            Dedicated::open_plain(&topology.endpoint(addr), self.out.clone()).await
+        } else if self.auth == crate::auth::State::Open {
             Dedicated::open_ready(&self.ctx.ready, self.out.clone()).await
         } else if let Some(ready) = pool_login {
             Dedicated::open_ready(&ready, self.out.clone()).await
@@ -1099,8 +1180,15 @@ impl Session {
         queued: Option<Box<dyn ReplyTransform>>,
         expect: Option<Expect>,
     ) {
+        let replay_multi = self.choose_node(args).await;
         if !self.switch_to_dedicated().await {
             return;
+        }
+        if replay_multi {
+            // The client has had MULTI's reply from the first node.
+            if let Some(d) = self.dedicated.as_mut() {
+                d.send_dropped(b"*1\r\n$5\r\nMULTI\r\n", 1).await;
+            }
         }
         // The database a SELECT chooses, which queue operations follow.
         let select = (queued.is_none() && expect.is_none() && args.is(0, "SELECT"))
@@ -1157,6 +1245,48 @@ impl Session {
             d.drain_unpaired().await;
         }
         self.maybe_unpin();
+    }
+
+    /// In a cluster, a request with keys goes to their node: a dedicated
+    /// connection to another node is given up for one to it, unless it
+    /// holds state (subscriptions, WATCH, queued commands, a login of the
+    /// client's own), where Redis Cluster would redirect the client
+    /// instead. A MULTI with nothing queued yet moves with its first
+    /// command: returns whether it must be sent again on the new one.
+    async fn choose_node(&mut self, args: Args<'_>) -> bool {
+        let Some(topology) = &self.ctx.cluster else {
+            return false;
+        };
+        let slot = crate::command::table::with_current(|t| cluster::slot::command_slot(args, t));
+        let cluster::slot::CommandSlot::Slot(slot) = slot else {
+            return false;
+        };
+        let Some(want) = topology.owner(slot) else {
+            return false;
+        };
+        let own_login = self.auth != crate::auth::State::Open;
+        let mut replay_multi = false;
+        if let Some(d) = &self.dedicated {
+            let elsewhere = self.dedicated_node.as_deref() != Some(want.as_str());
+            if !elsewhere || d.is_dead() || own_login {
+                return false;
+            }
+            let fresh_multi = self.mode.multi
+                && self.mode.queued() == 0
+                && !self.mode.watch
+                && !self.mode.sticky
+                && !self.mode.unpaired;
+            if fresh_multi {
+                // Its MULTI answered, the connection holds nothing else.
+                d.idle().await;
+                replay_multi = true;
+            } else if self.mode.any() || !d.is_idle() || d.is_bound() {
+                return false;
+            }
+            self.dedicated = None;
+        }
+        self.node_wanted = Some(want);
+        replay_multi
     }
 
     async fn switch_to_dedicated(&mut self) -> bool {

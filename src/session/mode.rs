@@ -19,6 +19,11 @@ pub struct Mode {
 }
 
 impl Mode {
+    /// Commands queued in the open MULTI so far.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
     pub fn any(&self) -> bool {
         self.multi || self.watch || self.sticky || self.unpaired
     }

@@ -37,9 +37,65 @@ pub struct Pending {
     count: u32,
     target: Option<Target>,
     client: Arc<ClientState>,
+    /// Set for a request sent to a cluster node: a redirection in reply
+    /// goes to the router instead of the client.
+    redirect: Option<Box<Redirect>>,
 }
 
-enum Target {
+/// A request a cluster node may answer with a redirection (`MOVED`, `ASK`)
+/// or a refusal to retry (`TRYAGAIN`, `CLUSTERDOWN`), and who handles it.
+pub struct Redirect {
+    /// The request alone, to send again.
+    pub request: Bytes,
+    /// The hash slot of its keys; `None`: it has none (any node serves it).
+    pub slot: Option<u16>,
+    /// Redirections followed so far: bounded by the router.
+    pub hops: u8,
+    /// `TRYAGAIN` and `CLUSTERDOWN` replies retried so far.
+    pub retries: u8,
+    /// The bytes sent were `ASKING` and then the request: the first reply
+    /// is `ASKING`'s own and not the client's.
+    pub asking: bool,
+    pub handler: Arc<dyn Redirector>,
+}
+
+/// The cluster router, as the shared connections see it.
+pub trait Redirector: Send + Sync {
+    /// `reply` (one error line) answered `request`: send it again where it
+    /// belongs, or answer it. Called from a connection's reader: must not
+    /// wait.
+    fn redirect(&self, request: Request, redirect: Box<Redirect>, reply: Bytes);
+    /// `request` was never sent: its node could not be reached (a primary
+    /// that failed, say). Send it again once it may be, or answer it.
+    fn unreachable(&self, request: Request, redirect: Box<Redirect>, error: UpstreamError);
+}
+
+/// A request that could not be sent: a cluster router may send it to
+/// another node; otherwise it is answered with `error`.
+fn unsent(request: Request, error: UpstreamError) {
+    let Request { mut pending, .. } = request;
+    match pending.redirect.take() {
+        Some(redirect) => {
+            let handler = redirect.handler.clone();
+            let request = Request {
+                bytes: redirect.request.clone(),
+                pending,
+            };
+            handler.unreachable(request, redirect, error);
+        }
+        None => pending.deliver(Err(error)),
+    }
+}
+
+/// Whether a reply is a cluster redirection or a refusal worth retrying.
+fn is_cluster_retry(reply: &[u8]) -> bool {
+    [&b"-MOVED "[..], b"-ASK ", b"-TRYAGAIN ", b"-CLUSTERDOWN "]
+        .iter()
+        .any(|p| reply.starts_with(p))
+}
+
+/// Where the replies to a request of a [`Router`] go.
+pub enum Target {
     /// A slot in the client's ordered reply queue.
     Slot(u64),
     /// A request of the proxy's own, awaited by its sender.
@@ -49,6 +105,44 @@ enum Target {
 }
 
 impl Pending {
+    /// A request's reply goes to `target`, and its redirections (if any) to
+    /// `redirect`'s handler. Counted as a shared request of `client` (see
+    /// `ClientState::shared_drained`) until answered.
+    pub fn new(
+        target: Target,
+        client: Arc<ClientState>,
+        redirect: Option<Box<Redirect>>,
+    ) -> Pending {
+        client.shared_sent();
+        let count = if redirect.as_ref().is_some_and(|r| r.asking) {
+            2
+        } else {
+            1
+        };
+        Pending {
+            count,
+            target: Some(target),
+            client,
+            redirect,
+        }
+    }
+
+    /// Sent again after a redirection: with `ASKING` first or not.
+    pub fn resent(mut self, redirect: Box<Redirect>) -> Pending {
+        self.count = if redirect.asking { 2 } else { 1 };
+        self.redirect = Some(redirect);
+        self
+    }
+
+    pub fn client(&self) -> &Arc<ClientState> {
+        &self.client
+    }
+
+    /// Answers the request (an error from the router, say).
+    pub fn answer(self, reply: Reply) {
+        self.deliver(reply)
+    }
+
     /// Hands over the first `count` replies of a batch of several.
     fn deliver_part(&mut self, bytes: Bytes, count: u32) {
         if let Some(Target::Slot(seq)) = &self.target {
@@ -58,7 +152,34 @@ impl Pending {
     }
 
     fn can_part(&self) -> bool {
-        matches!(self.target, Some(Target::Slot(_)))
+        matches!(self.target, Some(Target::Slot(_))) && self.redirect.is_none()
+    }
+
+    /// The whole reply of a request sent to a cluster node: redirections go
+    /// to the router.
+    fn complete(mut self, reply: Bytes) {
+        let Some(redirect) = self.redirect.take() else {
+            return self.deliver(Ok(reply));
+        };
+        let reply = if redirect.asking {
+            // ASKING's own `+OK` (or error) comes first.
+            let mut scanner = ReplyScanner::new();
+            match scanner.scan(&reply) {
+                Ok(Some(n)) => reply.slice(n..),
+                _ => reply,
+            }
+        } else {
+            reply
+        };
+        if !is_cluster_retry(&reply) {
+            return self.deliver(Ok(reply));
+        }
+        let handler = redirect.handler.clone();
+        let request = Request {
+            bytes: redirect.request.clone(),
+            pending: self,
+        };
+        handler.redirect(request, redirect, reply);
     }
 
     fn deliver(mut self, reply: Reply) {
@@ -112,6 +233,28 @@ fn lane() -> (Lane, LaneRx) {
 pub struct SharedUpstream {
     writes: Lane,
     reads: Option<Lane>,
+    /// Set for a Redis Cluster: requests go to the nodes the router picks,
+    /// and the lanes above are not used.
+    router: Option<Arc<dyn Router>>,
+}
+
+/// Sends requests to the nodes of a cluster (`crate::cluster`), each to the
+/// shared connection of the node that owns its keys.
+pub trait Router: Send + Sync {
+    /// `count` complete requests of `client`, in order; `reads` if none of
+    /// them may write (see `session::route::lane`).
+    fn send(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>, to: To, reads: bool);
+    fn is_congested(&self) -> bool;
+}
+
+/// Where the replies to requests handed to a [`Router`] go.
+pub enum To {
+    /// The client's next slots, one per request, the first transformed.
+    Client(Option<Box<dyn ReplyTransform>>),
+    /// One request of the proxy's own, awaited.
+    Call(oneshot::Sender<Reply>),
+    /// Requests of the proxy's own whose replies nobody needs.
+    Discard,
 }
 
 impl SharedUpstream {
@@ -122,6 +265,7 @@ impl SharedUpstream {
         SharedUpstream {
             writes,
             reads: None,
+            router: None,
         }
     }
 
@@ -133,6 +277,7 @@ impl SharedUpstream {
         SharedUpstream {
             writes,
             reads: None,
+            router: None,
         }
     }
 
@@ -146,6 +291,7 @@ impl SharedUpstream {
         SharedUpstream {
             writes,
             reads: Some(reads),
+            router: None,
         }
     }
 
@@ -159,6 +305,7 @@ impl SharedUpstream {
         SharedUpstream {
             writes,
             reads: Some(reads),
+            router: None,
         }
     }
 
@@ -181,12 +328,39 @@ impl SharedUpstream {
         let pair = SharedUpstream {
             writes,
             reads: Some(reads),
+            router: None,
         };
         (pair, ended)
     }
 
+    /// Requests go where `router` sends them.
+    pub fn routed(router: Arc<dyn Router>) -> SharedUpstream {
+        // Lanes nobody serves: a routed handle never sends on them.
+        let (writes, _) = lane();
+        SharedUpstream {
+            writes,
+            reads: None,
+            router: Some(router),
+        }
+    }
+
+    /// Queues a request prepared by a router on this (unrouted) connection:
+    /// on the reads lane if `reads` and there is one.
+    pub fn push(&self, request: Request, reads: bool) {
+        debug_assert!(self.router.is_none());
+        let lane = match &self.reads {
+            Some(r) if reads => r,
+            _ => &self.writes,
+        };
+        // A send error drops the request, which answers it with an error.
+        let _ = lane.tx.send(request);
+    }
+
     /// Whether either connection is busy with big replies.
     pub fn is_congested(&self) -> bool {
+        if let Some(router) = &self.router {
+            return router.is_congested();
+        }
         self.writes.congested.load(Ordering::Relaxed)
             || self
                 .reads
@@ -202,6 +376,7 @@ impl SharedUpstream {
                 count,
                 target: Some(target),
                 client,
+                redirect: None,
             },
         };
         // A send error drops the request, which answers it with an error.
@@ -216,6 +391,9 @@ impl SharedUpstream {
         client: &Arc<ClientState>,
         transform: Option<Box<dyn ReplyTransform>>,
     ) {
+        if let Some(router) = &self.router {
+            return router.send(bytes, count, client, To::Client(transform), false);
+        }
         let seq = client.reserve(count, transform);
         Self::enqueue(
             &self.writes,
@@ -229,6 +407,9 @@ impl SharedUpstream {
     /// Like [`send`](Self::send), for requests none of which may write:
     /// on the reads lane, where no write held by a pause is ahead of them.
     pub fn send_reads(&self, bytes: Bytes, count: u32, client: &Arc<ClientState>) {
+        if let Some(router) = &self.router {
+            return router.send(bytes, count, client, To::Client(None), true);
+        }
         let seq = client.reserve(count, None);
         let lane = self.reads.as_ref().unwrap_or(&self.writes);
         Self::enqueue(lane, bytes, count, Target::Slot(seq), client.clone());
@@ -240,13 +421,19 @@ impl SharedUpstream {
         if bytes.is_empty() {
             return;
         }
+        if let Some(router) = &self.router {
+            return router.send(bytes, count, client, To::Discard, false);
+        }
         Self::enqueue(&self.writes, bytes, count, Target::Discard, client.clone());
     }
 
     /// One request of the proxy's own, awaited.
     pub async fn call(&self, bytes: Bytes, client: Arc<ClientState>) -> Reply {
         let (tx, rx) = oneshot::channel();
-        Self::enqueue(&self.writes, bytes, 1, Target::Call(tx), client);
+        match &self.router {
+            Some(router) => router.send(bytes, 1, &client, To::Call(tx), false),
+            None => Self::enqueue(&self.writes, bytes, 1, Target::Call(tx), client),
+        }
         rx.await.unwrap_or(Err(UpstreamError::ConnectionLost))
     }
 }
@@ -302,7 +489,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                 crate::telemetry::upstream().errors.increment(1);
                 outage::began(&e.to_string());
                 tracing::debug!("{e}; retrying in {backoff:?}");
-                first.pending.deliver(Err(e.clone()));
+                unsent(first, e.clone());
                 // Until the next attempt every request fails at once rather
                 // than waiting for a Redis that may be gone for long.
                 let retry_at = tokio::time::Instant::now() + backoff;
@@ -314,7 +501,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                         // A new primary: no reason to wait any longer.
                         () = &mut moved => break,
                         req = rx.recv() => match req {
-                            Some(req) => req.pending.deliver(Err(e.clone())),
+                            Some(req) => unsent(req, e.clone()),
                             None => return,
                         },
                     }
@@ -586,7 +773,7 @@ async fn run(
                             let bytes = buf.split_to(done).freeze();
                             done = 0;
                             replies = 0;
-                            pending.deliver(Ok(bytes));
+                            pending.complete(bytes);
                         } else if done >= PART && head.can_part() {
                             let head = q.front_mut().unwrap();
                             head.deliver_part(buf.split_to(done).freeze(), replies);

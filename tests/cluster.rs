@@ -1,0 +1,951 @@
+//! A Redis Cluster upstream: clients that know nothing of the cluster talk
+//! to ackproxy as to one Redis. Against a real local cluster: replies for
+//! keys in one slot are byte for byte those of a single Redis; commands
+//! split over slots or sent to every node answer as one Redis would;
+//! cross-slot commands get Redis Cluster's own error; and queues keep
+//! every message through a resharding, with no client ever seeing a
+//! redirection.
+//!
+//! The long resharding run runs with `ACKPROXY_LONG_TESTS=1`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn start_proxy(cluster: &ClusterSet, extra: &[&str]) -> Proxy {
+    let seed = cluster.seed();
+    let mut args = vec!["--upstream-mode", "cluster", "--upstream", seed.as_str()];
+    args.extend_from_slice(extra);
+    Proxy::start_args(&args)
+}
+
+fn start_proxy_with(cluster: &ClusterSet, toml: &str) -> Proxy {
+    let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
+    std::fs::write(
+        &path,
+        format!(
+            "upstream_mode = \"cluster\"\nupstream = {:?}\n{toml}",
+            cluster.seed()
+        ),
+    )
+    .unwrap();
+    Proxy::start_args(&["--config", path.to_str().unwrap()])
+}
+
+/// One client straight to a single Redis, one through the proxy to the
+/// cluster.
+struct Pair {
+    direct: Client,
+    proxied: Client,
+}
+
+impl Pair {
+    fn same(&mut self, args: &[&str]) -> Vec<u8> {
+        let d = self.direct.raw(args);
+        let p = self.proxied.raw(args);
+        assert_eq!(
+            String::from_utf8_lossy(&p),
+            String::from_utf8_lossy(&d),
+            "reply to {args:?} differs"
+        );
+        d
+    }
+
+    fn same_raw(&mut self, bytes: &[u8], n: usize) {
+        self.direct.send_raw(bytes);
+        self.proxied.send_raw(bytes);
+        for i in 0..n {
+            let d = self.direct.read_raw();
+            let p = self.proxied.read_raw();
+            assert_eq!(
+                String::from_utf8_lossy(&p),
+                String::from_utf8_lossy(&d),
+                "reply {i} to a pipeline differs"
+            );
+        }
+    }
+}
+
+/// Runs `words` with `{t}` standing for a hash tag.
+fn tagged(words: &[&str], tag: &str) -> Vec<String> {
+    words.iter().map(|w| w.replace("{t}", tag)).collect()
+}
+
+#[test]
+fn one_slot_replies_match_one_redis() {
+    let cluster = ClusterSet::start(3, 0);
+    let single = Redis::start();
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = Pair {
+        direct: single.client(),
+        proxied: proxy.client(),
+    };
+    // Every node's slots, one tag on each.
+    for tag in ["{a}", "{b}", "{c}"] {
+        let corpus: &[&[&str]] = &[
+            &["SET", "{t}s", "v"],
+            &["GET", "{t}s"],
+            &["APPEND", "{t}s", "w"],
+            &["GETRANGE", "{t}s", "0", "-1"],
+            &["INCR", "{t}n"],
+            &["INCRBYFLOAT", "{t}n", "1.5"],
+            &["INCR", "{t}s"],
+            &["SET", "{t}x", "1", "EX", "100"],
+            &["TTL", "{t}x"],
+            &["PERSIST", "{t}x"],
+            &["TYPE", "{t}x"],
+            &["RPUSH", "{t}l", "a", "b", "c", "d"],
+            &["LRANGE", "{t}l", "0", "-1"],
+            &["LPOP", "{t}l", "2"],
+            &["LMOVE", "{t}l", "{t}l2", "LEFT", "RIGHT"],
+            &["RPOPLPUSH", "{t}l", "{t}l2"],
+            &["LRANGE", "{t}l2", "0", "-1"],
+            &["HSET", "{t}h", "f", "1", "g", "2"],
+            &["HGETALL", "{t}h"],
+            &["HINCRBY", "{t}h", "f", "5"],
+            &["SADD", "{t}a", "1", "2", "3"],
+            &["SADD", "{t}b", "2", "3", "4"],
+            &["SINTER", "{t}a", "{t}b"],
+            &["SUNIONSTORE", "{t}u", "{t}a", "{t}b"],
+            &["SCARD", "{t}u"],
+            &["ZADD", "{t}z", "1", "a", "2", "b", "3", "c"],
+            &["ZRANGE", "{t}z", "0", "-1", "WITHSCORES"],
+            &[
+                "ZUNIONSTORE",
+                "{t}zu",
+                "2",
+                "{t}z",
+                "{t}z",
+                "WEIGHTS",
+                "1",
+                "2",
+            ],
+            &["ZRANGE", "{t}zu", "0", "-1", "WITHSCORES"],
+            &["XADD", "{t}st", "1-1", "f", "v"],
+            &["XRANGE", "{t}st", "-", "+"],
+            &["XLEN", "{t}st"],
+            &["MSET", "{t}m1", "1", "{t}m2", "2"],
+            &["MGET", "{t}m1", "{t}m2", "{t}none"],
+            &["DEL", "{t}m1", "{t}m2", "{t}none"],
+            &["EXISTS", "{t}s", "{t}h"],
+            &["RENAME", "{t}s", "{t}s2"],
+            &["GET", "{t}s2"],
+            &["LPUSH", "{t}s2", "x"],
+            &["GET"],
+            &["NOSUCHCOMMAND", "{t}s2"],
+            &["EVAL", "return redis.call('GET', KEYS[1])", "1", "{t}s2"],
+            &["EVAL", "return #KEYS", "2", "{t}a", "{t}b"],
+            &["BLPOP", "{t}empty", "0.05"],
+            &["BRPOP", "{t}l2", "1"],
+            &["OBJECT", "ENCODING", "{t}h"],
+            &["ECHO", "hello"],
+            &["PING"],
+        ];
+        for words in corpus {
+            let words = tagged(words, tag);
+            let args: Vec<&str> = words.iter().map(String::as_str).collect();
+            c.same(&args);
+        }
+        // A pipeline and a transaction, each in one slot.
+        let pipeline: Vec<u8> = (0..50)
+            .flat_map(|i| Client::encode(&[b"INCR", format!("{tag}p{}", i % 5).as_bytes()]))
+            .collect();
+        c.same_raw(&pipeline, 50);
+        let tx = tagged(&["{t}tx"], tag).remove(0);
+        c.same(&["MULTI"]);
+        c.same(&["SET", &tx, "1"]);
+        c.same(&["INCRBY", &tx, "41"]);
+        c.same(&["GET", &tx]);
+        c.same(&["EXEC"]);
+        c.same(&["WATCH", &tx]);
+        c.same(&["MULTI"]);
+        c.same(&["INCR", &tx]);
+        c.same(&["EXEC"]);
+    }
+}
+
+#[test]
+fn split_and_fanned_out_commands_answer_as_one_redis() {
+    let cluster = ClusterSet::start(3, 0);
+    let single = Redis::start();
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = Pair {
+        direct: single.client(),
+        proxied: proxy.client(),
+    };
+    let keys: Vec<String> = (0..40).map(|i| format!("key:{i}")).collect();
+    let mut mset = vec!["MSET".to_string()];
+    for k in &keys {
+        mset.push(k.clone());
+        mset.push(format!("value of {k}"));
+    }
+    fn run(c: &mut Pair, v: Vec<String>) {
+        let words: Vec<&str> = v.iter().map(String::as_str).collect();
+        c.same(&words);
+    }
+    run(&mut c, mset);
+    let with = |name: &str, extra: &[&str]| {
+        let mut v = vec![name.to_string()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.extend(keys.iter().rev().cloned());
+        v
+    };
+    run(&mut c, with("MGET", &["missing:1", "key:3"]));
+    run(&mut c, with("EXISTS", &["key:1", "missing"]));
+    run(&mut c, with("TOUCH", &[]));
+    c.same(&["DBSIZE"]);
+    // KEYS and SCAN: the same keys, in whatever order the nodes give them.
+    let sorted_keys = |v: Value| -> Vec<Vec<u8>> {
+        let Value::Array(items) = v else {
+            panic!("not an array: {v:?}")
+        };
+        let mut out: Vec<Vec<u8>> = items
+            .into_iter()
+            .map(|i| match i {
+                Value::Bulk(b) => b,
+                other => panic!("not a key: {other:?}"),
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(
+        sorted_keys(c.proxied.cmd(&["KEYS", "key:*"])),
+        sorted_keys(c.direct.cmd(&["KEYS", "key:*"]))
+    );
+    let mut scanned = Vec::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let Value::Array(reply) = c.proxied.cmd(&["SCAN", &cursor, "COUNT", "7"]) else {
+            panic!("SCAN reply")
+        };
+        calls += 1;
+        let Value::Bulk(next) = &reply[0] else {
+            panic!("SCAN cursor")
+        };
+        scanned.extend(sorted_keys(reply[1].clone()));
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 1000, "SCAN does not end");
+    }
+    scanned.sort();
+    scanned.dedup();
+    assert_eq!(scanned, sorted_keys(c.direct.cmd(&["KEYS", "*"])));
+    assert!(matches!(c.proxied.cmd(&["RANDOMKEY"]), Value::Bulk(_)));
+    run(&mut c, with("UNLINK", &["missing"]));
+    c.same(&["DBSIZE"]);
+    c.same(&["RANDOMKEY"]);
+    c.same(&["SET", "a", "1"]);
+    c.same(&["SET", "b", "2"]);
+    c.same(&["DEL", "a", "b", "c"]);
+    c.same(&["FLUSHALL"]);
+    c.same(&["DBSIZE"]);
+    // A script loaded through the proxy runs on every node.
+    let sha = c.same(&["SCRIPT", "LOAD", "return KEYS[1]"]);
+    let sha = String::from_utf8_lossy(&sha);
+    let sha = sha.lines().nth(1).unwrap().to_string();
+    for k in ["a", "b", "c", "d"] {
+        c.same(&["EVALSHA", &sha, "1", k]);
+    }
+    c.same(&["SCRIPT", "EXISTS", &sha, "0000"]);
+}
+
+#[test]
+fn cross_slot_commands_get_redis_clusters_error() {
+    let cluster = ClusterSet::start(3, 0);
+    let proxy = start_proxy(&cluster, &[]);
+    let mut p = proxy.client();
+    let node = cluster.primary_of_key("a");
+    let mut direct = Client::connect(node);
+    for args in [
+        &["RENAME", "a", "b"][..],
+        &["MSETNX", "a", "1", "b", "2"],
+        &["SUNIONSTORE", "a", "b", "c"],
+        &["RPOPLPUSH", "a", "b"],
+        &["EVAL", "return 1", "2", "a", "b"],
+        &["BLMOVE", "a", "b", "LEFT", "LEFT", "0"],
+        &["SINTER", "a", "b"],
+    ] {
+        let d = direct.raw(args);
+        let got = p.raw(args);
+        assert!(
+            String::from_utf8_lossy(&d).starts_with("-CROSSSLOT"),
+            "Redis Cluster itself answers {args:?} with {:?}",
+            String::from_utf8_lossy(&d)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&d),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_request_to_a_moved_slot_is_followed_not_shown() {
+    let cluster = ClusterSet::start(3, 0);
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = proxy.client();
+    let slot = 866; // "{a}"'s slot is 15495; "key:866"… any slot works
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    assert_eq!(c.cmd(&["SET", &key, "before"]), Value::Simple("OK".into()));
+    let from = cluster.owner(slot);
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != from)
+        .unwrap();
+    // Half-way: keys of the slot on both nodes, the slot migrating.
+    cluster.begin_migration(slot, from, to);
+    let other = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    // A key the source does not have: Redis answers ASK.
+    assert_eq!(
+        c.cmd(&["SET", &other, "during"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["GET", &key]), Value::bulk("before"));
+    cluster.move_keys(slot, from, to);
+    assert_eq!(c.cmd(&["GET", &other]), Value::bulk("during"));
+    cluster.end_migration(slot, from, to);
+    // The proxy's map still says `from`: Redis answers MOVED.
+    assert_eq!(c.cmd(&["GET", &key]), Value::bulk("before"));
+    assert_eq!(c.cmd(&["SET", &key, "after"]), Value::Simple("OK".into()));
+    assert_eq!(
+        Client::connect(to).cmd(&["GET", &key]),
+        Value::bulk("after")
+    );
+}
+
+/// Redis Cluster's slot of a key (CRC16 of its hash tag).
+fn key_slot(key: &str) -> u16 {
+    ackproxy::cluster::key_slot(key.as_bytes())
+}
+
+const QUEUES: usize = 6;
+
+/// What the resharding run saw.
+#[derive(Default)]
+struct Tally {
+    pushed: Mutex<HashSet<String>>,
+    acked: Mutex<HashMap<String, usize>>,
+    deliveries: AtomicUsize,
+    redirects: Mutex<Vec<String>>,
+    errors: AtomicUsize,
+    /// The reshards are over: the producer stops.
+    resharded: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// The `i`th queue of the run: names whose hash slots are among the
+/// cluster's lowest (below 100), which every resharding round of the run
+/// moves.
+fn queue_name(i: usize) -> String {
+    (0..)
+        .map(|n| format!("jobs:{n}"))
+        .filter(|q| key_slot(q) < 100)
+        .nth(i)
+        .unwrap()
+}
+
+fn consumer(port: u16, queue: String, tally: Arc<Tally>) {
+    let mut c = Client::connect(port);
+    c.set_read_timeout(Some(Duration::from_secs(30)));
+    while !tally.stop.load(Ordering::Relaxed) {
+        match c.cmd(&["BRPOP", &queue, "1"]) {
+            Value::Array(kv) => {
+                let Some(Value::Bulk(p)) = kv.get(1) else {
+                    panic!("BRPOP reply {kv:?}")
+                };
+                tally.deliveries.fetch_add(1, Ordering::Relaxed);
+                let payload = String::from_utf8_lossy(p).into_owned();
+                let id = payload.split('"').nth(3).expect("a JSON id").to_string();
+                match c.cmd(&["ACK", &queue, &id]) {
+                    Value::Int(1) => *tally.acked.lock().unwrap().entry(id).or_default() += 1,
+                    Value::Int(_) => {}
+                    other => note_error(&tally, &format!("ACK: {other:?}")),
+                }
+            }
+            Value::Nil => {}
+            other => note_error(&tally, &format!("BRPOP: {other:?}")),
+        }
+    }
+}
+
+fn note_error(tally: &Tally, what: &str) {
+    if what.contains("MOVED") || what.contains("ASK") {
+        tally.redirects.lock().unwrap().push(what.to_string());
+    }
+    tally.errors.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Pushes at least `messages`, and goes on (paced) until the reshards are
+/// over, so that they happen under load.
+fn producer(port: u16, messages: usize, tally: Arc<Tally>) {
+    let mut c = Client::connect(port);
+    for n in 0.. {
+        if n >= messages && tally.resharded.load(Ordering::Relaxed) {
+            return;
+        }
+        if n % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let id = format!("{n:012}");
+        let payload = format!("{{\"id\":\"{id}\",\"body\":\"x\"}}");
+        let queue = queue_name(n % QUEUES);
+        loop {
+            match c.cmd(&["LPUSH", &queue, &payload]) {
+                Value::Int(_) => break,
+                other => {
+                    note_error(&tally, &format!("LPUSH: {other:?}"));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        tally.pushed.lock().unwrap().insert(id);
+    }
+}
+
+/// Slots of the queues move between primaries while 20 consumers (half on
+/// each of two proxies) pop and acknowledge: every message is acked, none
+/// is lost, and no client sees a redirection.
+fn resharding_run(messages: usize, moves: usize) {
+    let cluster = ClusterSet::start(3, 0);
+    let rules = "connect_timeout_ms = 1000\n\
+                 [[queue]]\npattern = \"jobs:*\"\nack_id = \"json:id\"\nlease_ms = 2000\n\
+                 max_deliveries = 1000\n";
+    let proxies = [
+        start_proxy_with(&cluster, rules),
+        start_proxy_with(&cluster, rules),
+    ];
+    let tally = Arc::new(Tally::default());
+    let mut threads = Vec::new();
+    for i in 0..20 {
+        let (port, t) = (proxies[i % 2].port, tally.clone());
+        threads.push(std::thread::spawn(move || {
+            consumer(port, queue_name(i % QUEUES), t)
+        }));
+    }
+    let producer_thread = {
+        let (port, t) = (proxies[0].port, tally.clone());
+        std::thread::spawn(move || producer(port, messages, t))
+    };
+    // `redis-cli --cluster reshard` moves the lowest 100 slots (every
+    // queue's) from their owner to the next primary, round after round,
+    // while the run goes on.
+    let started = Instant::now();
+    for _ in 0..moves {
+        let from = cluster.owner(0);
+        let primaries = cluster.primaries();
+        let next = (primaries.iter().position(|p| *p == from).unwrap() + 1) % primaries.len();
+        cluster.reshard(100, from, primaries[next]);
+        assert_eq!(
+            cluster.owner(0),
+            primaries[next],
+            "the reshard moved slot 0"
+        );
+    }
+    tally.resharded.store(true, Ordering::Relaxed);
+    producer_thread.join().unwrap();
+    let messages = tally.pushed.lock().unwrap().len();
+    wait_until_within("every message acked", Duration::from_secs(120), || {
+        tally.acked.lock().unwrap().len() >= messages
+    });
+    tally.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let acked = tally.acked.lock().unwrap();
+    let pushed = tally.pushed.lock().unwrap();
+    let missing: Vec<&String> = pushed
+        .iter()
+        .filter(|id| !acked.contains_key(*id))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "never acked: {missing:?}");
+    let redirects = tally.redirects.lock().unwrap();
+    assert!(
+        redirects.is_empty(),
+        "clients saw redirections: {redirects:?}"
+    );
+    let deliveries = tally.deliveries.load(Ordering::Relaxed);
+    // Redelivered only what was leased when a pop or an ACK failed.
+    let duplicates = deliveries - messages;
+    assert!(
+        duplicates <= 20 * (tally.errors.load(Ordering::Relaxed) + 1),
+        "{duplicates} duplicate deliveries for {} errors",
+        tally.errors.load(Ordering::Relaxed)
+    );
+    eprintln!(
+        "resharding run: {messages} messages, {moves} reshards of 100 slots in {:?}, \
+         {deliveries} deliveries, {} errors",
+        started.elapsed(),
+        tally.errors.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn queues_keep_every_message_through_a_resharding() {
+    resharding_run(3_000, 3);
+}
+
+#[test]
+fn long_resharding_run() {
+    if std::env::var("ACKPROXY_LONG_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    resharding_run(50_000, 30);
+}
+
+#[test]
+fn a_dead_letter_list_outside_its_queues_slot_is_refused_in_cluster_mode() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args([
+            "--check-config",
+            "--upstream-mode",
+            "cluster",
+            "--upstream",
+            "127.0.0.1:7000",
+            "--queues",
+            "[[queue]]\npattern = \"jobs:*\"\ndead_letter = \"dead:$queue\"",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("jobs:*") && stderr.contains("hash slot"),
+        "{stderr}"
+    );
+    // The default list, and one with the queue's tag, pass.
+    for dead in ["", "dead_letter = \"{jobs}:dead\""] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+            .args([
+                "--check-config",
+                "--upstream-mode",
+                "cluster",
+                "--upstream",
+                "127.0.0.1:7000",
+                "--queues",
+                &format!("[[queue]]\npattern = \"jobs\"\n{dead}"),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{dead}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// What the failover run saw.
+#[derive(Default)]
+struct Seen {
+    /// Payloads whose push a replica acknowledged (`WAIT 1` answered 1).
+    pushed: Mutex<Vec<String>>,
+    /// Payloads acknowledged by a worker, and when the ACK's reply came.
+    acked: Mutex<HashMap<String, Instant>>,
+    /// Payloads whose ACK got no reply (the primary died under it): it may
+    /// have run.
+    uncertain: Mutex<HashSet<String>>,
+    reconnects: AtomicUsize,
+    stop_pushing: AtomicBool,
+    stop: AtomicBool,
+}
+
+fn connect_again(port: u16, seen: &Seen) -> Option<Client> {
+    loop {
+        if seen.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Ok(c) = Client::try_connect(port) {
+            c.set_read_timeout(Some(Duration::from_secs(10)));
+            return Some(c);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn failover_worker(port: u16, queue: String, seen: Arc<Seen>) {
+    let mut conn = connect_again(port, &seen);
+    while let Some(c) = conn.as_mut() {
+        if seen.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let lost = match c.try_cmd(&["BRPOP", &queue, "1"]) {
+            Ok(Value::Array(kv)) => {
+                let Some(Value::Bulk(p)) = kv.get(1) else {
+                    panic!("BRPOP reply {kv:?}")
+                };
+                let payload = String::from_utf8_lossy(p).into_owned();
+                match c.try_cmd(&["ACK", &queue, &payload]) {
+                    Ok(Value::Int(1)) => {
+                        seen.acked
+                            .lock()
+                            .unwrap()
+                            .entry(payload)
+                            .or_insert_with(Instant::now);
+                        false
+                    }
+                    Ok(Value::Error(e)) if e.contains("connection lost") => {
+                        seen.uncertain.lock().unwrap().insert(payload);
+                        false
+                    }
+                    // Not acknowledged: it comes again when its lease ends.
+                    Ok(_) => false,
+                    Err(_) => {
+                        seen.uncertain.lock().unwrap().insert(payload);
+                        true
+                    }
+                }
+            }
+            Ok(Value::Nil) => false,
+            Ok(Value::Error(e)) => {
+                assert!(
+                    !e.starts_with("MOVED") && !e.starts_with("ASK"),
+                    "a worker saw a redirection: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+                false
+            }
+            Ok(other) => panic!("BRPOP: {other:?}"),
+            Err(_) => true,
+        };
+        if lost {
+            seen.reconnects.fetch_add(1, Ordering::Relaxed);
+            conn = connect_again(port, &seen);
+        }
+    }
+}
+
+/// Pushes to `queue`, each push followed by `WAIT 1` on a connection
+/// pinned to the queue's node by a WATCH of the queue (so that WAIT
+/// measures the push's own replication), until told to stop.
+fn failover_producer(port: u16, queue: String, seen: Arc<Seen>) {
+    let mut next = 0usize;
+    let mut conn: Option<Client> = None;
+    while !seen.stop_pushing.load(Ordering::Relaxed) {
+        let c = match conn.as_mut() {
+            Some(c) => c,
+            None => {
+                let Some(mut c) = connect_again(port, &seen) else {
+                    return;
+                };
+                if c.try_cmd(&["WATCH", &queue]).ok() != Some(Value::Simple("OK".into())) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                conn.insert(c)
+            }
+        };
+        let payload = format!("{queue}/m{next}");
+        next += 1;
+        let pushed = c
+            .try_cmd(&["LPUSH", &queue, &payload])
+            .and_then(|r| match r {
+                Value::Int(_) => c.try_cmd(&["WAIT", "1", "2000"]).map(Some),
+                _ => Ok(None),
+            });
+        match pushed {
+            Ok(Some(Value::Int(n))) if n >= 1 => seen.pushed.lock().unwrap().push(payload),
+            Ok(_) => {
+                // Not known replicated (it may still arrive); a connection
+                // to a node that is no primary any more is let go.
+                conn = None;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => {
+                seen.reconnects.fetch_add(1, Ordering::Relaxed);
+                conn = None;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A primary killed with SIGKILL mid-run: every push a replica
+/// acknowledged is acknowledged by a worker at least once, and workers
+/// carry on by themselves. Prints the recovery time: from the kill to the
+/// first message of the dead primary's queue acknowledged after it.
+#[test]
+fn a_killed_primary_loses_no_replicated_message() {
+    let mut cluster = ClusterSet::start(3, 1);
+    let rules = "connect_timeout_ms = 500\n\
+                 [[queue]]\npattern = \"jobs:*\"\nlease_ms = 3000\nmax_deliveries = 1000\n";
+    let proxy = start_proxy_with(&cluster, rules);
+    // One queue on each primary.
+    let mut queues: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    for i in 0.. {
+        let q = format!("jobs:{i}");
+        if owners.insert(cluster.owner(key_slot(&q))) {
+            queues.push(q);
+        }
+        if queues.len() == 3 {
+            break;
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let mut threads = Vec::new();
+    for q in &queues {
+        for _ in 0..3 {
+            let (port, q, s) = (proxy.port, q.clone(), seen.clone());
+            threads.push(std::thread::spawn(move || failover_worker(port, q, s)));
+        }
+    }
+    let producers: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            let (port, q, s) = (proxy.port, q.clone(), seen.clone());
+            std::thread::spawn(move || failover_producer(port, q, s))
+        })
+        .collect();
+    wait_until_within("pushes replicated", Duration::from_secs(60), || {
+        seen.pushed.lock().unwrap().len() >= 300
+    });
+    let victim = cluster.owner(key_slot(&queues[0]));
+    cluster.kill9(victim);
+    let killed_at = Instant::now();
+    let new = cluster.wait_failover(victim);
+    eprintln!(
+        "primary {victim} killed, {new} took over after {:?}",
+        killed_at.elapsed()
+    );
+    let first_after = || {
+        let prefix = format!("{}/", queues[0]);
+        seen.acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, at)| p.starts_with(&prefix) && **at > killed_at)
+            .map(|(_, at)| *at)
+            .min()
+    };
+    wait_until_within("an ACK on the new primary", Duration::from_secs(60), || {
+        first_after().is_some()
+    });
+    eprintln!(
+        "recovery: {:?} from the kill to the first message of its queue acknowledged",
+        first_after().unwrap() - killed_at
+    );
+    // The other queues' pushes go on meanwhile; the dead primary's queue
+    // has no replica left to acknowledge its pushes.
+    let before = seen.pushed.lock().unwrap().len();
+    wait_until_within("more pushes replicated", Duration::from_secs(60), || {
+        seen.pushed.lock().unwrap().len() >= before + 100
+    });
+    seen.stop_pushing.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.join().expect("producer");
+    }
+    let pushed = seen.pushed.lock().unwrap().clone();
+    let mut info = proxy.client();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let acked = seen.acked.lock().unwrap().clone();
+        let missing: Vec<&String> = pushed.iter().filter(|p| !acked.contains_key(*p)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        // An ACK that ran but whose reply was lost with the primary: its
+        // message is nowhere any more.
+        let uncertain = seen.uncertain.lock().unwrap().clone();
+        let drained = queues.iter().all(|q| {
+            let Value::Array(fields) = info.cmd(&["QUEUE", "INFO", q]) else {
+                return false;
+            };
+            fields.chunks(2).all(|kv| match (&kv[0], kv.get(1)) {
+                (Value::Bulk(k), Some(v))
+                    if matches!(&k[..], b"ready" | b"leased" | b"delayed") =>
+                {
+                    *v == Value::Int(0)
+                }
+                _ => true,
+            })
+        });
+        if missing.iter().all(|p| uncertain.contains(*p)) && drained {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} replicated pushes never acknowledged, e.g. {:?}",
+            missing.len(),
+            pushed.len(),
+            &missing[..missing.len().min(10)]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    seen.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("worker");
+    }
+    eprintln!(
+        "{} replicated pushes, {} acknowledged, {} reconnects",
+        pushed.len(),
+        seen.acked.lock().unwrap().len(),
+        seen.reconnects.load(Ordering::Relaxed)
+    );
+}
+
+/// Two proxies in front of one Redis, each announcing both: a
+/// cluster-aware client (redis-py's RedisCluster, when installed) finds
+/// them as a cluster, spreads its connections over both, and its keys and
+/// queue work as through one.
+#[test]
+fn cluster_aware_clients_spread_over_the_announced_proxies() {
+    let redis = Redis::start();
+    let ports = [free_port(), free_port()];
+    let announce = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let rules = "--queues=[[queue]]\npattern = \"jobs\"\nack_id = \"json:id\"";
+    let proxies: Vec<Proxy> = ports
+        .iter()
+        .map(|p| Proxy::start_on(*p, redis.port, &["--cluster-announce", &announce, rules]))
+        .collect();
+    // The same answer from both, naming both.
+    let slots = proxies[0].client().raw(&["CLUSTER", "SLOTS"]);
+    assert_eq!(slots, proxies[1].client().raw(&["CLUSTER", "SLOTS"]));
+    let text = String::from_utf8_lossy(&slots);
+    assert!(text.starts_with("*2\r\n*3\r\n:0\r\n:8191\r\n"), "{text}");
+    assert!(text.contains(&format!(":{}\r\n", ports[1])), "{text}");
+    let mut c = proxies[1].client();
+    assert_eq!(c.cmd(&["CLUSTER", "KEYSLOT", "foo"]), Value::Int(12182));
+    let Value::Bulk(nodes) = c.cmd(&["CLUSTER", "NODES"]) else {
+        panic!("CLUSTER NODES")
+    };
+    let nodes = String::from_utf8_lossy(&nodes).into_owned();
+    assert!(
+        nodes.contains(&format!("127.0.0.1:{}@0 myself,master", ports[1])),
+        "{nodes}"
+    );
+    let has_redis_py = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+        return;
+    }
+    let script = r#"
+import sys, json, redis
+from redis.cluster import RedisCluster
+rc = RedisCluster(host="127.0.0.1", port=int(sys.argv[1]), socket_timeout=30)
+assert len(rc.get_primaries()) == 2, rc.get_primaries()
+for i in range(200):
+    rc.set(f"key:{i}", str(i))
+for i in range(200):
+    assert rc.get(f"key:{i}") == str(i).encode()
+for i in range(20):
+    rc.lpush("jobs", json.dumps({"id": f"m{i}"}))
+acked = 0
+for i in range(20):
+    m = json.loads(rc.rpop("jobs"))
+    acked += rc.execute_command("ACK", "jobs", m["id"], target_nodes=rc.get_random_node())
+assert acked == 20, acked
+used = [n.name for n in rc.get_nodes() if n.redis_connection and n.redis_connection.connection_pool._created_connections > 0]
+print(sorted(used))
+assert len(used) == 2, used
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &ports[0].to_string()])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing leased is left behind.
+    let info = c.cmd(&["QUEUE", "INFO", "jobs"]);
+    assert_eq!(field(&info, "leased"), Some(Value::Int(0)), "{info:?}");
+}
+
+#[test]
+fn the_example_configuration_checks() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/cluster.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(["--check-config", "--config", example])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Redis Cluster, learnt from 127.0.0.1:7000,127.0.0.1:7001"),
+        "{stdout}"
+    );
+}
+
+/// A blocking pop parked on a queue of each node wakes as soon as its
+/// queue gets a push: each primary's keyspace notifications are heard, not
+/// polled for (the safety recheck alone would take a second).
+#[test]
+fn parked_pops_on_every_node_wake_on_a_push() {
+    let cluster = ClusterSet::start(3, 0);
+    let m = free_port();
+    let proxy = {
+        let seed = cluster.seed();
+        let metrics = format!("127.0.0.1:{m}");
+        Proxy::start_args(&[
+            "--upstream-mode",
+            "cluster",
+            "--upstream",
+            &seed,
+            "--metrics",
+            &metrics,
+            "--queues",
+            "[[queue]]\npattern = \"jobs:*\"",
+        ])
+    };
+    let mut queues: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    for i in 0.. {
+        let q = format!("jobs:{i}");
+        if owners.insert(cluster.owner(key_slot(&q))) {
+            queues.push(q);
+        }
+        if queues.len() == 3 {
+            break;
+        }
+    }
+    // A first pop turns the subscriptions on.
+    let mut first = proxy.client();
+    assert_eq!(first.cmd(&["BRPOP", &queues[0], "0.1"]), Value::Nil);
+    wait_until("every node's keyspace notifications", || {
+        metric(m, "ackproxy_wakeup_polling") == 0.0
+    });
+    for q in &queues {
+        let mut waiter = proxy.client();
+        waiter.send(&["BRPOP", q, "10"]);
+        // Parked (the pop found nothing) before the push.
+        wait_until("the pop parked", || {
+            metric(m, "ackproxy_parked_clients") >= 1.0
+        });
+        let pushed = Instant::now();
+        assert_eq!(proxy.client().cmd(&["LPUSH", q, "m"]), Value::Int(1));
+        let reply = waiter.read_value();
+        let took = pushed.elapsed();
+        assert_eq!(reply, Value::Array(vec![Value::bulk(q), Value::bulk("m")]));
+        assert!(took < Duration::from_millis(700), "{q}: woken {took:?} after its push");
+    }
+}
