@@ -946,6 +946,9 @@ fn parked_pops_on_every_node_wake_on_a_push() {
         let reply = waiter.read_value();
         let took = pushed.elapsed();
         assert_eq!(reply, Value::Array(vec![Value::bulk(q), Value::bulk("m")]));
-        assert!(took < Duration::from_millis(700), "{q}: woken {took:?} after its push");
+        assert!(
+            took < Duration::from_millis(700),
+            "{q}: woken {took:?} after its push"
+        );
     }
 }

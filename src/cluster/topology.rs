@@ -149,7 +149,20 @@ impl Topology {
                 *e.credentials.write().unwrap() = credentials.clone();
             }
         }
-        *self.map.write().unwrap() = Arc::new(map);
+        let mut primaries = map.primaries().to_vec();
+        primaries.sort();
+        let changed = {
+            let mut current = self.map.write().unwrap();
+            let mut before = current.primaries().to_vec();
+            before.sort();
+            *current = Arc::new(map);
+            before != primaries
+        };
+        if changed {
+            // A new primary may lack what the proxy knows is loaded (the
+            // queue library): counted as a new connection to Redis.
+            self.base.note_opened();
+        }
     }
 
     async fn keep_fresh(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
