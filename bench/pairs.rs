@@ -25,6 +25,12 @@
 //! that a change in the machine's load hits every mode alike; the table
 //! shows per-mode medians.
 //!
+//! The generator alone, against any proxy already running (a cluster-mode
+//! one, say), on queues filled beforehand: `pairs --generate rpop <port>
+//! <conns> [q0,q1,…]`; with a list, connection n works on queue n modulo
+//! its length (the mode's own key otherwise); it prints `pairs=…
+//! failures=… elapsed_s=…` and leaves checking the queues to its caller.
+//!
 //! Run: `cargo bench --bench pairs`. `ACKPROXY_BIN` overrides the proxy
 //! binary, `PAIRS_MODES=seed,rpop` picks modes, `PAIRS_RECORD=1` appends the
 //! result to `bench/RESULTS.md`. Smoke test: `PAIRS_SMOKE=1` or
@@ -332,8 +338,8 @@ impl WorkerOut {
 
 /// One worker: pop, take the id, acknowledge, until the first empty pop.
 /// On `np` that empty pop is also what acknowledges the last message.
-async fn worker(mode: Mode, mut c: Conn, n: usize) -> WorkerOut {
-    let key = mode.key();
+async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
+    let key = key.as_str();
     let sha = |s: &str| sha1_smol::Sha1::from(s).digest().to_string();
     let ack_sha = sha(SEED_ACK);
     let pop = words(&match mode {
@@ -399,12 +405,16 @@ async fn worker(mode: Mode, mut c: Conn, n: usize) -> WorkerOut {
     out
 }
 
-/// `--generate <mode> <port> <conns>`: runs the workers and prints the
-/// results as `key=value` words on one line of stdout.
+/// `--generate <mode> <port> <conns> [queues]`: runs the workers and prints
+/// the results as `key=value` words on one line of stdout.
 fn generate(args: &[String]) -> Res<()> {
     let mode = args.first().and_then(|m| Mode::parse(m)).ok_or("no mode")?;
     let port: u16 = args.get(1).and_then(|p| p.parse().ok()).ok_or("no port")?;
     let conns: usize = args.get(2).and_then(|n| n.parse().ok()).ok_or("no conns")?;
+    let queues: Vec<String> = match args.get(3) {
+        Some(list) => list.split(',').map(str::to_string).collect(),
+        None => vec![mode.key().to_string()],
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -419,7 +429,7 @@ fn generate(args: &[String]) -> Res<()> {
         let tasks: Vec<_> = cs
             .into_iter()
             .enumerate()
-            .map(|(n, c)| tokio::spawn(worker(mode, c, n)))
+            .map(|(n, c)| tokio::spawn(worker(mode, c, n, queues[n % queues.len()].clone())))
             .collect();
         let mut outs = Vec::with_capacity(conns);
         for t in tasks {
