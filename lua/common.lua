@@ -112,8 +112,15 @@ end
 -- What this call did, as flat (group base, event number, amount) triples,
 -- and the stats hashes whose time to live it renews. Library locals live
 -- as long as the library: register() starts every call with them empty.
+-- TOUCHED_ANY says whether TOUCHED holds anything: next() is a C call,
+-- which costs a call more than all the Lua around it.
 local TALLIED = {}
-local TOUCHED = {}
+local TOUCHED, TOUCHED_ANY = {}, false
+
+-- Stats hash `key` gets its time to live renewed at the end of the call.
+local function touch(key)
+  TOUCHED[key], TOUCHED_ANY = true, true
+end
 
 -- Counts n of event `name` (one of event_names()) for queue k: in its
 -- stats hash at once (so an error later in the call does not lose it) and
@@ -122,7 +129,7 @@ local TOUCHED = {}
 local function tally(k, name, n)
   if not n or n == 0 then return end
   if redis.call('HINCRBY', k.stats, name, n) == n then
-    TOUCHED[k.stats] = true
+    touch(k.stats)
   end
   local at = #TALLIED
   TALLIED[at + 1], TALLIED[at + 2], TALLIED[at + 3] = k.base, EVENT[name], n
@@ -154,7 +161,7 @@ local function write_pending(k)
   if not p then return end
   PENDING[at], PENDING_N[at], PENDING_KEYS = nil, nil, PENDING_KEYS - 1
   for name, n in pairs(p) do redis.call('HINCRBY', key, name, n) end
-  TOUCHED[key] = true
+  touch(key)
 end
 
 -- Counts n of a common event (see PENDING) for queue k, in the reply at
@@ -169,7 +176,7 @@ local function tally_soon(k, name, n)
   if not p then
     if PENDING_KEYS >= PENDING_MAX_KEYS then
       redis.call('HINCRBY', key, name, n)
-      TOUCHED[key] = true
+      touch(key)
       return
     end
     p = {}
@@ -187,7 +194,9 @@ end
 -- element when it is not (-m - 1 events; false stands for nil, which would
 -- end the array). src/queue/tally.rs reads it back.
 local function reply(result)
-  for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  if TOUCHED_ANY then
+    for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  end
   local n = #TALLIED
   local out
   if type(result) == 'table' then
@@ -210,7 +219,7 @@ end
 -- reply costs Redis about as much as a small command, and these two run
 -- once each for every message. src/queue/tally.rs puts the event back.
 local function short_reply(value, result)
-  if #TALLIED == 3 and not next(TOUCHED) then return value end
+  if #TALLIED == 3 and not TOUCHED_ANY then return value end
   return reply(result)
 end
 
@@ -223,13 +232,13 @@ local function register(op, f)
     -- Emptied in place: a new table every call is garbage Redis's Lua
     -- collects, at a cost that grows with the library's size.
     for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
-    if next(TOUCHED) then TOUCHED = {} end
+    if TOUCHED_ANY then TOUCHED, TOUCHED_ANY = {}, false end
     DB = nil
     return f(keys, args)
   end)
   redis.register_function('ackq_' .. op .. '_db_' .. LIB, function(keys, args)
     for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
-    if next(TOUCHED) then TOUCHED = {} end
+    if TOUCHED_ANY then TOUCHED, TOUCHED_ANY = {}, false end
     DB = args[#args] .. '|'
     args[#args] = nil
     return f(keys, args)
@@ -255,7 +264,7 @@ local function delay(k, payload, due, flag)
     -- The counter restarts if the stats hash expired: NX keeps a member
     -- still waiting from being overwritten, and the next number is tried.
     local seq = redis.call('HINCRBY', k.stats, '#seq', 1)
-    TOUCHED[k.stats] = true
+    touch(k.stats)
     local m = string.format('%0' .. SEQ_DIGITS .. '.0f', seq % 1e15) .. flag .. payload
     if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then
       mark_delayed(k, due)
@@ -272,7 +281,7 @@ local PUSH_CHUNK = 100
 local function delay_all(k, payloads, due, flag)
   if #payloads == 0 then return end
   local last = redis.call('HINCRBY', k.stats, '#seq', #payloads)
-  TOUCHED[k.stats] = true
+  touch(k.stats)
   local members = {}
   for i, p in ipairs(payloads) do
     members[i] = string.format('%0' .. SEQ_DIGITS .. '.0f', (last - #payloads + i) % 1e15) .. flag .. p
