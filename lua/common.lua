@@ -511,9 +511,11 @@ end
 
 -- The first lease with this id key and its record (see lease_fields), or
 -- nil: one HGET in the common case of a single message with that id in
--- flight.
-local function first_lease(k, ik)
-  local token, raw = ik, redis.call('HGET', k.msgs, ik)
+-- flight. raw: the record under ik when the caller read it already (false:
+-- none).
+local function first_lease(k, ik, raw)
+  local token = ik
+  if raw == nil then raw = redis.call('HGET', k.msgs, ik) end
   if not raw then
     token = redis.call('ZRANGEBYLEX', k.ids, '[' .. ik .. ':', '(' .. ik .. ';', 'LIMIT', 0, 1)[1]
     if not token then return nil end
