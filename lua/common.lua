@@ -534,6 +534,12 @@ local function tokens_in_dest(k, dest, payload, n)
   return out
 end
 
+-- The decimal text of the lengths of most ids: a number in a
+-- concatenation is formatted with sprintf, which cost a pop more than
+-- some of its commands.
+local LENGTH_TEXT = {}
+for n = 1, 64 do LENGTH_TEXT[n] = '' .. n end
+
 -- Leases payload, whose ack id is id (id key token). h: its history as
 -- the lease carries it (deliveries so far, this one included, NACKs,
 -- expiries and disconnects so far, when it was first delivered), or true
@@ -545,7 +551,7 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     if id == payload then
       rec = 's' .. ms_text(now) .. '|' .. payload
     else
-      rec = 't' .. ms_text(now) .. '|' .. #id .. '|' .. id .. payload
+      rec = 't' .. ms_text(now) .. '|' .. (LENGTH_TEXT[#id] or #id) .. '|' .. id .. payload
     end
   else
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
