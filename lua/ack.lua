@@ -15,12 +15,18 @@
 -- One lease released and nothing else tallied: its start alone (see
 -- short_reply). Unknown ids count nothing.
 
+-- The result, kept between calls and emptied in place (a new table per
+-- ACK was garbage that cost about as much as a command to collect):
+-- reply() copies it, short_reply() takes one value out of it.
+local ACK_OUT = { 0, 0 }
+
 register('ack', function(KEYS, ARGV)
   local k = group(KEYS, 1)
   local r = rule(ARGV, 1)
   local budget = LATE_SCAN_PER_CALL
   local released, late = 0, 0
-  local out = { 0, 0 }
+  local out = ACK_OUT
+  for i = #out, 3, -1 do out[i] = nil end
   for i = RULE_SIZE + 1, #ARGV do
     local ik = id_key(ARGV[i])
     local raw = redis.call('HGET', k.msgs, ik)
