@@ -16,8 +16,8 @@
 -- short_reply). Unknown ids count nothing.
 
 -- The result, kept between calls and emptied in place (a new table per
--- ACK was garbage that cost about as much as a command to collect):
--- reply() copies it, short_reply() takes one value out of it.
+-- ACK is garbage, whose collection costs more than the emptying): reply()
+-- copies it, short_reply() takes one value out of it.
 local ACK_OUT = { 0, 0 }
 
 register('ack', function(KEYS, ARGV)
