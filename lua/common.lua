@@ -87,7 +87,9 @@ local function now_ms()
   local t = redis.call('TIME')
   local us = t[2]
   local text = t[1] .. string.sub(PAD6[#us] .. us, 1, 3)
-  NOW_N, NOW_TEXT = tonumber(text), text
+  -- Arithmetic reads the digits as tonumber would, without a C call
+  -- (each costs Redis's Lua about as much as making a small table).
+  NOW_N, NOW_TEXT = text + 0, text
   return NOW_N, text
 end
 
@@ -112,8 +114,15 @@ end
 -- What this call did, as flat (group base, event number, amount) triples,
 -- and the stats hashes whose time to live it renews. Library locals live
 -- as long as the library: register() starts every call with them empty.
+-- TOUCHED_ANY says whether TOUCHED holds anything: next(), which ran
+-- twice per call, is a C call, and those cost more than plain Lua.
 local TALLIED = {}
-local TOUCHED = {}
+local TOUCHED, TOUCHED_ANY = {}, false
+
+-- Stats hash `key` gets its time to live renewed at the end of the call.
+local function touch(key)
+  TOUCHED[key], TOUCHED_ANY = true, true
+end
 
 -- Counts n of event `name` (one of event_names()) for queue k: in its
 -- stats hash at once (so an error later in the call does not lose it) and
@@ -122,7 +131,7 @@ local TOUCHED = {}
 local function tally(k, name, n)
   if not n or n == 0 then return end
   if redis.call('HINCRBY', k.stats, name, n) == n then
-    TOUCHED[k.stats] = true
+    touch(k.stats)
   end
   local at = #TALLIED
   TALLIED[at + 1], TALLIED[at + 2], TALLIED[at + 3] = k.base, EVENT[name], n
@@ -154,7 +163,7 @@ local function write_pending(k)
   if not p then return end
   PENDING[at], PENDING_N[at], PENDING_KEYS = nil, nil, PENDING_KEYS - 1
   for name, n in pairs(p) do redis.call('HINCRBY', key, name, n) end
-  TOUCHED[key] = true
+  touch(key)
 end
 
 -- Counts n of a common event (see PENDING) for queue k, in the reply at
@@ -169,7 +178,7 @@ local function tally_soon(k, name, n)
   if not p then
     if PENDING_KEYS >= PENDING_MAX_KEYS then
       redis.call('HINCRBY', key, name, n)
-      TOUCHED[key] = true
+      touch(key)
       return
     end
     p = {}
@@ -187,7 +196,9 @@ end
 -- element when it is not (-m - 1 events; false stands for nil, which would
 -- end the array). src/queue/tally.rs reads it back.
 local function reply(result)
-  for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  if TOUCHED_ANY then
+    for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
+  end
   local n = #TALLIED
   local out
   if type(result) == 'table' then
@@ -210,7 +221,7 @@ end
 -- reply costs Redis about as much as a small command, and these two run
 -- once each for every message. src/queue/tally.rs puts the event back.
 local function short_reply(value, result)
-  if #TALLIED == 3 and not next(TOUCHED) then return value end
+  if #TALLIED == 3 and not TOUCHED_ANY then return value end
   return reply(result)
 end
 
@@ -223,13 +234,13 @@ local function register(op, f)
     -- Emptied in place: a new table every call is garbage Redis's Lua
     -- collects, at a cost that grows with the library's size.
     for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
-    if next(TOUCHED) then TOUCHED = {} end
+    if TOUCHED_ANY then TOUCHED, TOUCHED_ANY = {}, false end
     DB = nil
     return f(keys, args)
   end)
   redis.register_function('ackq_' .. op .. '_db_' .. LIB, function(keys, args)
     for i = #TALLIED, 1, -1 do TALLIED[i] = nil end
-    if next(TOUCHED) then TOUCHED = {} end
+    if TOUCHED_ANY then TOUCHED, TOUCHED_ANY = {}, false end
     DB = args[#args] .. '|'
     args[#args] = nil
     return f(keys, args)
@@ -255,7 +266,7 @@ local function delay(k, payload, due, flag)
     -- The counter restarts if the stats hash expired: NX keeps a member
     -- still waiting from being overwritten, and the next number is tried.
     local seq = redis.call('HINCRBY', k.stats, '#seq', 1)
-    TOUCHED[k.stats] = true
+    touch(k.stats)
     local m = string.format('%0' .. SEQ_DIGITS .. '.0f', seq % 1e15) .. flag .. payload
     if redis.call('ZADD', k.delayed, 'NX', due, m) == 1 then
       mark_delayed(k, due)
@@ -272,7 +283,7 @@ local PUSH_CHUNK = 100
 local function delay_all(k, payloads, due, flag)
   if #payloads == 0 then return end
   local last = redis.call('HINCRBY', k.stats, '#seq', #payloads)
-  TOUCHED[k.stats] = true
+  touch(k.stats)
   local members = {}
   for i, p in ipairs(payloads) do
     members[i] = string.format('%0' .. SEQ_DIGITS .. '.0f', (last - #payloads + i) % 1e15) .. flag .. p
@@ -502,9 +513,11 @@ end
 
 -- The first lease with this id key and its record (see lease_fields), or
 -- nil: one HGET in the common case of a single message with that id in
--- flight.
-local function first_lease(k, ik)
-  local token, raw = ik, redis.call('HGET', k.msgs, ik)
+-- flight. raw: the record under ik when the caller read it already (false:
+-- none).
+local function first_lease(k, ik, raw)
+  local token = ik
+  if raw == nil then raw = redis.call('HGET', k.msgs, ik) end
   if not raw then
     token = redis.call('ZRANGEBYLEX', k.ids, '[' .. ik .. ':', '(' .. ik .. ';', 'LIMIT', 0, 1)[1]
     if not token then return nil end
@@ -523,6 +536,12 @@ local function tokens_in_dest(k, dest, payload, n)
   return out
 end
 
+-- The decimal text of the lengths of most ids: a number in a
+-- concatenation is formatted with sprintf, on every pop that writes a
+-- text record.
+local LENGTH_TEXT = {}
+for n = 1, 64 do LENGTH_TEXT[n] = '' .. n end
+
 -- Leases payload, whose ack id is id (id key token). h: its history as
 -- the lease carries it (deliveries so far, this one included, NACKs,
 -- expiries and disconnects so far, when it was first delivered), or true
@@ -534,7 +553,7 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     if id == payload then
       rec = 's' .. ms_text(now) .. '|' .. payload
     else
-      rec = 't' .. ms_text(now) .. '|' .. #id .. '|' .. id .. payload
+      rec = 't' .. ms_text(now) .. '|' .. (LENGTH_TEXT[#id] or #id) .. '|' .. id .. payload
     end
   else
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
@@ -1076,7 +1095,9 @@ local function pop_leased(k, r, g, pop_cmd, count, now, retried, dest, push, own
   local out = { 0, g }
   while #out - 2 < count do
     local v = redis.pcall(pop_cmd, k.q)
-    if type(v) == 'table' then return nil, v, skips end
+    -- A value or false, else an error table: a value's .err is a string
+    -- method's, nil (cheaper than type(), a C call).
+    if v and v.err then return nil, v, skips end
     if not v then
       if retried then drop_stale_marks(k, STALE_MARKS_PER_CALL) end
       break

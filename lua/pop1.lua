@@ -11,7 +11,9 @@ register('pop1', function(KEYS, ARGV)
   local now, now_text = now_ms()
   local retried = pop_due(k, r, now, now_text, REQUEUE_PER_CALL, PROMOTE_PER_CALL)
   local pop_cmd = ARGV[RULE_SIZE + 1] == 'L' and 'LPOP' or 'RPOP'
-  local out, err = pop_leased(k, r, 1, pop_cmd, tonumber(ARGV[RULE_SIZE + 2]) or 1, now, retried, '', '', '', SKIP_PER_CALL)
+  local count = ARGV[RULE_SIZE + 2]
+  count = count and tonumber(count) or 1
+  local out, err = pop_leased(k, r, 1, pop_cmd, count, now, retried, '', '', '', SKIP_PER_CALL)
   if err then return err end
   if out and out[1] == 0 and #out == 3 then return short_reply(out[3], out) end
   return reply(out or false)
