@@ -730,10 +730,13 @@ struct Pool {
     /// Stale marks there may be beyond `stale`, until a check reads how
     /// many there are (see [`Pool::release`]).
     stale_slack: i64,
-    /// Per connection, requeued copies whose lease it held when it ran out
-    /// on a next-pop rule, and that left the list behind the proxy's back:
-    /// its next pop still calls them back (see [`Pool::release`]).
-    late_gone: BTreeMap<u64, i64>,
+    /// By ack id, the connection that held the lease of a requeued copy
+    /// when it ran out on a next-pop rule, the copy having left the list
+    /// behind the proxy's back: that connection's next pop still calls it
+    /// back (see [`Pool::release`]), unless an ACK of the id did first (a
+    /// late ACK calls back one copy, whoever sends it: see
+    /// [`Pool::ack_all`]).
+    late_gone: BTreeMap<String, u64>,
     /// The ids of those marks, until they are dropped. They are reused,
     /// and their new messages' leases end (see [`free_id`]).
     tainted: std::collections::BTreeSet<String>,
@@ -883,7 +886,9 @@ impl Pool {
         // does not find, the others mark theirs, and those marks are stale.
         // Which comes first the model cannot tell. Where the queue is no
         // list any more, every one of them is forgotten.
-        let gone = self.late_gone.remove(&owner).unwrap_or(0);
+        let before = self.late_gone.len();
+        self.late_gone.retain(|_, o| *o != owner);
+        let gone = (before - self.late_gone.len()) as i64;
         if gone > 0 {
             seen("next pops that called back copies that vanished", 1);
             self.late_acks += gone;
@@ -977,13 +982,19 @@ impl Pool {
             self.key
         );
         if got == hi {
-            // Each one the proxy still counted is now forgotten.
+            // Each one the proxy still counted is now forgotten, and so is
+            // the call-back its holder's next pop would have made: the late
+            // ACK just made it (README, "Ack policies": the next pop calls
+            // the redelivery back "as a late ACK does. ACK works as well").
             for id in &open {
                 if let Some(n) = self.vanished.get_mut(id) {
                     *n -= 1;
                     if *n == 0 {
                         self.vanished.remove(id);
                     }
+                }
+                if self.late_gone.remove(id).is_some() {
+                    seen("late ACKs of vanished copies a next pop would call back", 1);
                 }
             }
         }
@@ -1022,7 +1033,7 @@ impl Pool {
         match m.st {
             St::Ready { requeued, late } => {
                 if let Some(o) = late {
-                    *self.late_gone.entry(o).or_insert(0) += 1;
+                    self.late_gone.insert(m.id.clone(), o);
                 }
                 if requeued {
                     *self.vanished.entry(m.id.clone()).or_insert(0) += 1;
@@ -2628,6 +2639,25 @@ fn run_reloads(seed: u64) {
         allowed.extend(p.stale_keys());
     }
     assert_clean(&mut d, &allowed, "after the drain");
+}
+
+/// Sequences that once failed, replayed on every run (the clock picks the
+/// others). 6150287735597336910: a next-pop connection's leases ran out
+/// under a removed rule, their copies were popped as a plain list, then
+/// ACKed late (the proxy answers 1: it cannot know the copies left); the
+/// connection's next pop must then call back nothing, so it makes no skip
+/// mark. A change to the generators replays other sequences under these
+/// seeds: still valid cases, no longer these.
+const RELOAD_SEEDS: [u64; 1] = [6150287735597336910];
+
+#[test]
+fn reloads_of_seeds_that_once_failed_match_the_model() {
+    for seed in RELOAD_SEEDS {
+        println!("seed {seed}");
+        TRACE.with(|t| t.borrow_mut().clear());
+        let _replay = Replay(seed);
+        run_reloads(seed);
+    }
 }
 
 #[test]
