@@ -1806,7 +1806,7 @@ fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
 /// names made from it, with and without a hash tag of their own: a list
 /// that passes for all of them passes for any name.
 fn dead_letter_in_queue_slot(pattern: &str, template: &str) -> bool {
-    use crate::cluster::key_slot;
+    use crate::keyslot::key_slot;
     let names: Vec<String> = if is_glob(pattern) {
         ["a", "jobs", "{t}x", "x{u}", "b}c", "{}d"]
             .iter()

@@ -90,7 +90,7 @@ pub const DEAD_HISTORY: u64 = 10_000;
 
 use bytes::Bytes;
 
-use crate::cluster::key_slot;
+use crate::keyslot::key_slot;
 
 pub struct QueueKeys {
     /// In [`GROUP`] order.
