@@ -330,6 +330,22 @@ fn a_request_to_a_moved_slot_is_followed_not_shown() {
     );
 }
 
+/// Queues `jobs:N`, one on each of the three primaries.
+fn queue_on_each_primary(cluster: &ClusterSet) -> Vec<String> {
+    let mut queues: Vec<String> = Vec::new();
+    let mut owners = HashSet::new();
+    for i in 0.. {
+        let q = format!("jobs:{i}");
+        if owners.insert(cluster.owner(key_slot(&q))) {
+            queues.push(q);
+        }
+        if queues.len() == 3 {
+            break;
+        }
+    }
+    queues
+}
+
 /// Redis Cluster's slot of a key (CRC16 of its hash tag).
 fn key_slot(key: &str) -> u16 {
     ackproxy::cluster::key_slot(key.as_bytes())
@@ -689,18 +705,7 @@ fn a_killed_primary_loses_no_replicated_message() {
     let rules = "connect_timeout_ms = 500\n\
                  [[queue]]\npattern = \"jobs:*\"\nlease_ms = 3000\nmax_deliveries = 1000\n";
     let proxy = start_proxy_with(&cluster, rules);
-    // One queue on each primary.
-    let mut queues: Vec<String> = Vec::new();
-    let mut owners = HashSet::new();
-    for i in 0.. {
-        let q = format!("jobs:{i}");
-        if owners.insert(cluster.owner(key_slot(&q))) {
-            queues.push(q);
-        }
-        if queues.len() == 3 {
-            break;
-        }
-    }
+    let queues = queue_on_each_primary(&cluster);
     let seen = Arc::new(Seen::default());
     let mut threads = Vec::new();
     for q in &queues {
@@ -917,17 +922,7 @@ fn parked_pops_on_every_node_wake_on_a_push() {
             "[[queue]]\npattern = \"jobs:*\"",
         ])
     };
-    let mut queues: Vec<String> = Vec::new();
-    let mut owners = HashSet::new();
-    for i in 0.. {
-        let q = format!("jobs:{i}");
-        if owners.insert(cluster.owner(key_slot(&q))) {
-            queues.push(q);
-        }
-        if queues.len() == 3 {
-            break;
-        }
-    }
+    let queues = queue_on_each_primary(&cluster);
     // A first pop turns the subscriptions on.
     let mut first = proxy.client();
     assert_eq!(first.cmd(&["BRPOP", &queues[0], "0.1"]), Value::Nil);
