@@ -202,14 +202,14 @@ fn pop_call(rules: &Rules, queue: &str) -> Call {
     }
 }
 
-/// The proxy's ACK call (as `queue::commands::ack` builds it).
+/// The proxy's ACK call (the operation `queue::commands::ack` sends).
 fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
+    use ackproxy::queue::ops::{Ack, Op};
     let q = rules
         .resolve(queue.as_bytes())
         .expect("bench queue is configured");
-    ackproxy::queue::commands::ack_call(&q, &[bytes::Bytes::copy_from_slice(id)])
-        .request()
-        .to_vec()
+    let ids = std::iter::once(bytes::Bytes::copy_from_slice(id));
+    Ack { q: &q, ids }.call().request().to_vec()
 }
 
 async fn worker(

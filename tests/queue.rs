@@ -1106,8 +1106,12 @@ fn consumer_disconnect_redelivers() {
 
 // --------------------------------------------------------- parked clients
 
-fn wait_parked() {
-    thread::sleep(Duration::from_millis(30));
+/// Waits until the proxy behind metrics endpoint `metrics` has `n` pops
+/// parked: a client's pop is in the arrival order only once it is.
+fn wait_parked(metrics: u16, n: usize) {
+    wait_until(&format!("{n} parked pops"), || {
+        metric(metrics, "ackproxy_parked_clients") == n as f64
+    });
 }
 
 #[test]
@@ -1174,11 +1178,13 @@ fn parked_forms_woken_by_direct_push() {
 fn parked_clients_served_in_arrival_order() {
     const N: usize = 50;
     let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &["--metrics", &addr]);
     let mut clients: Vec<Client> = (0..N).map(|_| proxy.client()).collect();
-    for c in clients.iter_mut() {
+    for (i, c) in clients.iter_mut().enumerate() {
         c.send(&["BRPOP", "wq", "0"]);
-        wait_parked();
+        wait_parked(metrics, i + 1);
     }
     let mut direct = redis.client();
     for i in 0..N {

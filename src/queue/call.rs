@@ -1,7 +1,7 @@
 //! Calling the queue functions. A [`Call`] is built from the calling
-//! convention (a queue's key group, its rule arguments) and sent as
-//! `FCALL`; a call that finds the library missing is sent again behind its
-//! load (see `library.rs`).
+//! convention (a queue's key group, its rule arguments) by an operation of
+//! `ops.rs` and sent as `FCALL`; a call that finds the library missing is
+//! sent again behind its load (see `library.rs`).
 
 use std::sync::Arc;
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::call::{Call, Caller, ScriptReply};
+use super::call::{Caller, ScriptReply};
 use super::job::{above_one_call, Job};
-use super::library;
+use super::ops::{self, Op};
 use super::registry::Registry;
 use super::rules::{Queue, Rules};
 use super::tally;
@@ -63,14 +63,20 @@ fn not_a_queue(key: &[u8]) -> Bytes {
     reply::error(&format!("no queue rule matches key '{name}'"))
 }
 
-/// `call` in database `db`, its reply made the client's by `build`.
-fn rewrite<F>(call: Call, db: i64, build: F) -> Intercept
+/// Operation `op` in database `db`, its reply made the client's by
+/// `build`.
+fn rewrite<O, F>(op: O, db: i64, mut build: F) -> Intercept
 where
-    F: FnMut(Value) -> Bytes + Send + 'static,
+    O: Op,
+    F: FnMut(O::Reply) -> Bytes + Send + 'static,
 {
+    let call = op.call();
     Intercept::Rewrite {
         request: call.request_in(db),
-        transform: ScriptReply::boxed(call, db, build),
+        transform: ScriptReply::boxed(call, db, move |v| match O::read(&v) {
+            Ok(r) => build(r),
+            Err(e) => e.to_reply(),
+        }),
     }
 }
 
@@ -111,32 +117,17 @@ pub const MAX_DURATION_MS: i64 = crate::config::MAX_DURATION_MS as i64;
 /// held to [`MAX_DURATION_MS`] from now; this only refuses the absurd.
 pub const MAX_AT_MS: i64 = 32_503_680_000_000;
 
-/// The ACK script call for `ids` (at most [`IDS_PER_CALL`]).
-pub fn ack_call(q: &Queue, ids: &[Bytes]) -> Call {
-    ack_call_of(q, ids.iter().cloned())
-}
-
-fn ack_call_of(q: &Queue, ids: impl Iterator<Item = Bytes>) -> Call {
-    let mut call = Call::new(&library::ACK).queue_rule(q);
-    call.argv.extend(ids);
-    call
-}
-
 /// ACK's reply: leases released plus late ACKs. The age of each lease it
 /// released (pop → ACK, by Redis's clock) goes to the rule's ack latency.
-fn count_acks(q: &Queue, v: &Value) -> i64 {
-    let items = v.array();
-    let released = items.first().map(Value::int).unwrap_or(0);
-    let late = items.get(1).map(Value::int).unwrap_or(0);
-    let rule = crate::telemetry::rule(&q.rule.pattern);
-    let started = items.get(2..).unwrap_or_default();
-    if !started.is_empty() {
+fn count_acks(q: &Queue, acked: &ops::Acked) -> i64 {
+    if !acked.started.is_empty() {
+        let rule = crate::telemetry::rule(&q.rule.pattern);
         let now = super::clock::redis_now_ms();
-        for at in started {
-            rule.acked_after((now - at.int()).max(0) as u64);
+        for at in &acked.started {
+            rule.acked_after((now - at).max(0) as u64);
         }
     }
-    released + late
+    acked.count()
 }
 
 fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
@@ -162,9 +153,10 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         // them first (and no second reference to each, which would cost
         // an allocation apiece).
         let ids = args.iter().skip(2).map(Bytes::copy_from_slice);
-        let call = ack_call_of(&q, ids);
-        return rewrite(call, registry.db, move |v| {
-            let n = count_acks(&q, &v);
+        let op = ops::Ack { q: &q, ids };
+        let q = q.clone();
+        return rewrite(op, registry.db, move |acked| {
+            let n = count_acks(&q, &acked);
             changed(&registry, &q, n);
             int_reply(n)
         });
@@ -173,8 +165,12 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
-            match caller.run(&ack_call(&q, chunk)).await {
-                Ok(v) => total += count_acks(&q, &v),
+            let op = ops::Ack {
+                q: &q,
+                ids: chunk.iter().cloned(),
+            };
+            match caller.op(op).await {
+                Ok(acked) => total += count_acks(&q, &acked),
                 Err(e) => {
                     changed(&registry, &q, total);
                     return e.to_reply();
@@ -234,15 +230,6 @@ fn trailing_ms(args: Args<'_>, first: usize, options: &[(&str, i64)]) -> Result<
     Ok((n - 2, Some((which, ms))))
 }
 
-fn nack_call(q: &Queue, delay: Option<i64>, ids: &[Bytes]) -> Call {
-    let delay = delay.map(|ms| ms.to_string()).unwrap_or_default();
-    let mut call = Call::new(&library::NACK).queue_rule(q).arg(delay);
-    for id in ids {
-        call = call.arg(id.clone());
-    }
-    call
-}
-
 /// NACK queue id [id ...] [DELAY ms]
 pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
     if args.len() < 3 {
@@ -269,29 +256,36 @@ pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: b
     if one_call {
         // Move leases are only marked here; the reaper ends them.
         registry.touch(&q.name);
-        let call = nack_call(&q, delay, &ids);
+        let op = ops::Nack {
+            q: &q,
+            delay,
+            ids: &ids,
+        };
         let registry = registry.clone();
-        return rewrite(call, registry.db, move |v| {
-            let n = v.array().first().map(Value::int).unwrap_or(0);
-            changed(&registry, &q, n);
-            int_reply(n)
+        let q = q.clone();
+        return rewrite(op, registry.db, move |nacked| {
+            changed(&registry, &q, nacked.ended);
+            int_reply(nacked.ended)
         });
     }
     let registry = registry.clone();
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in ids.chunks(IDS_PER_CALL) {
-            let v = match caller.run(&nack_call(&q, delay, chunk)).await {
-                Ok(v) => v,
+            let op = ops::Nack {
+                q: &q,
+                delay,
+                ids: chunk,
+            };
+            let nacked = match caller.op(op).await {
+                Ok(n) => n,
                 Err(e) => return e.to_reply(),
             };
-            let items = v.array();
-            total += items.first().map(Value::int).unwrap_or(0);
+            total += nacked.ended;
             // Move leases: their stale copy leaves the destination and the
             // message is back in the queue before the client hears back.
-            for pair in items.get(1..).unwrap_or_default().chunks(2) {
-                let [token, dest] = pair else { break };
-                expire_move(&caller, &q, dest.bytes(), token.bytes()).await;
+            for (token, dest) in &nacked.moves {
+                expire_move(&caller, &q, dest, token).await;
             }
         }
         // Messages waiting for their delay are due later: the reaper looks.
@@ -393,11 +387,12 @@ fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
     };
     // A shorter lease may now be due before the reaper expected.
     registry.touch(&q.name);
-    let call = Call::new(&library::EXTEND)
-        .queue(&q)
-        .arg(Bytes::copy_from_slice(args.get(3).unwrap_or_default()))
-        .arg(ms.to_string());
-    rewrite(call, registry.db, |v| int_reply(v.int()))
+    let op = ops::Extend {
+        q: &q,
+        id: Bytes::copy_from_slice(args.get(3).unwrap_or_default()),
+        ms,
+    };
+    rewrite(op, registry.db, int_reply)
 }
 
 /// A map of names to integers and strings, as Redis answers `XINFO`: a map
@@ -429,23 +424,22 @@ fn map_reply(out: &mut BytesMut, fields: &[(String, Field)], protocol: u8) {
 
 /// QUEUE INFO queue
 fn info(q: Arc<Queue>, how: Shape) -> Intercept {
-    let call = Call::new(&library::INFO).queue(&q).rule(&q);
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    rewrite(call, how.db, move |v| {
-        let a = v.array();
-        let int = |i: usize| Field::Int(a.get(i).map(Value::int).unwrap_or(0));
+    let op = ops::Info { q: &q };
+    let q = q.clone();
+    rewrite(op, how.db, move |i| {
         let mut fields: Vec<(String, Field)> = vec![
-            ("ready".into(), int(0)),
-            ("leased".into(), int(1)),
-            ("delayed".into(), int(5)),
-            ("dead".into(), int(2)),
-            ("oldest-lease-age-ms".into(), int(3)),
-            ("requeued".into(), int(4)),
-            ("poison".into(), int(7)),
+            ("ready".into(), Field::Int(i.ready)),
+            ("leased".into(), Field::Int(i.leased)),
+            ("delayed".into(), Field::Int(i.delayed)),
+            ("dead".into(), Field::Int(i.dead)),
+            ("oldest-lease-age-ms".into(), Field::Int(i.oldest_lease_ms)),
+            ("requeued".into(), Field::Int(i.requeued)),
+            ("poison".into(), Field::Int(i.poison)),
         ];
-        let totals = a.get(6).map(Value::array).unwrap_or_default();
-        fields
-            .extend(tally::totals(totals).map(|(name, n)| (name.replace('_', "-"), Field::Int(n))));
+        fields.extend(
+            tally::totals(&i.totals).map(|(name, n)| (name.replace('_', "-"), Field::Int(n))),
+        );
         let rule = &q.rule;
         fields.extend([
             ("lease-ms".into(), Field::Int(rule.lease_ms as i64)),
@@ -489,16 +483,7 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
             ("suggested-lease-ms".into(), Field::Int(suggested)),
         ]);
         // Last: a nested array, after every flat field.
-        let poison_ids = a.get(8).map(Value::array).unwrap_or_default();
-        fields.push((
-            "poison-ids".into(),
-            Field::List(
-                poison_ids
-                    .iter()
-                    .map(|v| Bytes::copy_from_slice(v.bytes()))
-                    .collect(),
-            ),
-        ));
+        fields.push(("poison-ids".into(), Field::List(i.poison_ids)));
         let mut out = BytesMut::new();
         map_reply(&mut out, &fields, how.protocol);
         out.freeze()
@@ -511,29 +496,26 @@ fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
-    let call = Call::new(&library::LEASES).queue(&q).arg(count.to_string());
-    rewrite(call, how.db, move |v| {
-        let leases = v.array();
+    let op = ops::Leases { q: &q, count };
+    rewrite(op, how.db, move |leases| {
         let mut out = BytesMut::new();
         reply::array(&mut out, leases.len());
         for l in leases {
-            let f = l.array();
-            // (name, index in the script's answer)
             let fields: Vec<(String, Field)> = [
-                ("id", 0),
-                ("payload", 1),
-                ("deliveries", 2),
-                ("nacks", 5),
-                ("expiries", 6),
-                ("expires-in-ms", 3),
-                ("destination", 4),
+                ("id", l.id),
+                ("payload", l.payload),
+                ("deliveries", l.deliveries),
+                ("nacks", l.nacks),
+                ("expiries", l.expiries),
+                ("expires-in-ms", l.expires_in_ms),
+                ("destination", l.destination),
             ]
-            .iter()
-            .map(|&(name, i)| {
-                let value = match f.get(i) {
-                    Some(Value::Int(n)) => Field::Int(*n),
-                    Some(v) => Field::Str(Bytes::copy_from_slice(v.bytes())),
-                    None => Field::Nil,
+            .into_iter()
+            .map(|(name, v)| {
+                let value = match v {
+                    Value::Int(n) => Field::Int(n),
+                    Value::Nil => Field::Nil,
+                    v => Field::Str(Bytes::copy_from_slice(v.bytes())),
                 };
                 (name.to_string(), value)
             })
@@ -576,28 +558,24 @@ pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), Bytes> {
     Ok((payloads, due))
 }
 
-fn push_call(q: &Queue, due: Due, payloads: &[Bytes]) -> Call {
-    let (when, ms): (&'static [u8], String) = match due {
-        Due::Now => (b"", String::new()),
-        Due::Delay(ms) => (b"D", ms.to_string()),
-        Due::At(ms) => (b"A", ms.to_string()),
+fn push_op<'a>(q: &'a Queue, due: Due, payloads: &'a [Bytes]) -> ops::Push<'a> {
+    let (when, ms): (&'static [u8], Bytes) = match due {
+        Due::Now => (b"", Bytes::new()),
+        Due::Delay(ms) => (b"D", Bytes::from(ms.to_string())),
+        Due::At(ms) => (b"A", Bytes::from(ms.to_string())),
     };
-    let mut call = Call::new(&library::PUSH)
-        .queue(q)
-        .rule(q)
-        .arg(Bytes::from_static(when))
-        .arg(ms);
-    for p in payloads {
-        call = call.arg(p.clone());
+    ops::Push {
+        q,
+        when,
+        ms,
+        payloads,
     }
-    call
 }
 
 /// After a delayed push: the reaper looks at the queue when the messages
 /// are due (`ms` from now, as the script measured it on Redis's clock).
-fn note_delayed(registry: &Registry, q: &Queue, v: &Value) {
-    let ms = v.array().get(1).map(Value::int).unwrap_or(-1);
-    if ms >= 0 {
+fn note_delayed(registry: &Registry, q: &Queue, pushed: &ops::Pushed) {
+    if let Some(ms) = pushed.due_in_ms {
         let wait = std::time::Duration::from_millis(ms as u64).min(super::registry::MAX_WAIT);
         registry.note(&q.name, tokio::time::Instant::now() + wait);
     }
@@ -618,21 +596,21 @@ fn push(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) -> 
     }
     let registry = registry.clone();
     if payloads.len() <= PUSH_PER_CALL {
-        let call = push_call(&q, due, &payloads);
-        return rewrite(call, registry.db, move |v| {
-            note_delayed(&registry, &q, &v);
-            let n = v.array().first().map(Value::int).unwrap_or(0);
-            changed(&registry, &q, n);
-            int_reply(n)
+        let op = push_op(&q, due, &payloads);
+        let q = q.clone();
+        return rewrite(op, registry.db, move |pushed| {
+            note_delayed(&registry, &q, &pushed);
+            changed(&registry, &q, pushed.accepted);
+            int_reply(pushed.accepted)
         });
     }
     Intercept::Job(Job::new(move |caller| async move {
         let mut total = 0;
         for chunk in payloads.chunks(PUSH_PER_CALL) {
-            match caller.run(&push_call(&q, due, chunk)).await {
-                Ok(v) => {
-                    note_delayed(&registry, &q, &v);
-                    total += v.array().first().map(Value::int).unwrap_or(0);
+            match caller.op(push_op(&q, due, chunk)).await {
+                Ok(pushed) => {
+                    note_delayed(&registry, &q, &pushed);
+                    total += pushed.accepted;
                 }
                 Err(e) => {
                     changed(&registry, &q, total);
@@ -676,14 +654,14 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Interce
     if args.len() != 4 || parse_i64(count).is_none() {
         return Intercept::Pass;
     }
-    let call = Call::new(&library::LREM)
-        .key(Bytes::copy_from_slice(dest))
-        .queue(q)
-        .arg(Bytes::copy_from_slice(count))
-        .arg(Bytes::copy_from_slice(payload));
+    let op = ops::Lrem {
+        dest,
+        q,
+        count,
+        payload,
+    };
     let (q, registry) = (q.clone(), registry.clone());
-    rewrite(call, registry.db, move |v| {
-        let n = v.array().first().map(Value::int).unwrap_or(0);
+    rewrite(op, registry.db, move |n| {
         changed(&registry, &q, n);
         int_reply(n)
     })
@@ -695,13 +673,11 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
     };
-    let call = Call::new(&library::DEAD).queue(&q).arg(count.to_string());
-    rewrite(call, how.db, move |v| {
-        let letters = v.array();
+    let op = ops::Dead { q: &q, count };
+    rewrite(op, how.db, move |letters| {
         let mut out = BytesMut::new();
         reply::array(&mut out, letters.len());
         for l in letters {
-            let f = l.array();
             let fields: Vec<(String, Field)> = [
                 "payload",
                 "id",
@@ -714,11 +690,11 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
                 "dead-lettered-ms",
             ]
             .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let value = match f.get(i) {
-                    Some(Value::Int(n)) => Field::Int(*n),
-                    Some(Value::Str(s)) => Field::Str(s.clone()),
+            .zip(l.fields)
+            .map(|(name, v)| {
+                let value = match v {
+                    Value::Int(n) => Field::Int(n),
+                    Value::Str(s) => Field::Str(s),
                     // No history kept (dropped past the bound, or the
                     // payload was put there by something else).
                     _ => Field::Nil,
@@ -734,13 +710,6 @@ fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
 
 /// Dead letters one QUEUE REDRIVE call moves.
 pub const REDRIVE_PER_CALL: i64 = 100;
-
-fn redrive_call(q: &Queue, n: i64) -> Call {
-    Call::new(&library::REDRIVE)
-        .queue(q)
-        .rule(q)
-        .arg(n.to_string())
-}
 
 /// The refusal of `QUEUE <sub>` on a queue whose dead-letter list other
 /// keys' messages may reach: a dead letter is its raw payload, so taking
@@ -786,7 +755,6 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
     if let Some(refused) = shared_dead_letters("REDRIVE", &q) {
         return refused;
     }
-    let moved = |v: &Value| v.array().first().map(Value::int).unwrap_or(0);
     if how.one_call && count > REDRIVE_PER_CALL {
         return Intercept::Refuse(if args.len() == 3 {
             reply::error(&format!(
@@ -799,11 +767,11 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
     }
     let registry = registry.clone();
     if count <= REDRIVE_PER_CALL {
-        let call = redrive_call(&q, count);
-        return rewrite(call, registry.db, move |v| {
-            let n = moved(&v);
-            changed(&registry, &q, n);
-            int_reply(n)
+        let op = ops::Redrive { q: &q, count };
+        let q = q.clone();
+        return rewrite(op, registry.db, move |r| {
+            changed(&registry, &q, r.moved);
+            int_reply(r.moved)
         });
     }
     Intercept::Job(Job::new(move |caller| async move {
@@ -815,13 +783,12 @@ fn redrive(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>, how: Shape) 
         let mut total = 0;
         while total < count {
             let ask = (count - total).min(REDRIVE_PER_CALL);
-            match caller.run(&redrive_call(&q, ask)).await {
-                Ok(v) => {
-                    let n = moved(&v);
+            match caller.op(ops::Redrive { q: &q, count: ask }).await {
+                Ok(r) => {
+                    let n = r.moved;
                     total += n;
                     if first {
-                        let left = v.array().get(1).map(Value::int).unwrap_or(0);
-                        count = count.min(n.saturating_add(left.max(0)));
+                        count = count.min(n.saturating_add(r.left.max(0)));
                         first = false;
                     }
                     if n < ask {
@@ -850,11 +817,11 @@ fn purge(args: Args<'_>, q: Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
     if let Some(refused) = shared_dead_letters("PURGE", &q) {
         return refused;
     }
-    let call = Call::new(&library::PURGE).queue(&q);
-    let registry = registry.clone();
-    rewrite(call, registry.db, move |v| {
-        changed(&registry, &q, v.int());
-        int_reply(v.int())
+    let op = ops::Purge { q: &q };
+    let (q, registry) = (q.clone(), registry.clone());
+    rewrite(op, registry.db, move |n| {
+        changed(&registry, &q, n);
+        int_reply(n)
     })
 }
 
@@ -881,33 +848,25 @@ fn one_dead_letter(
             return refused;
         }
     }
-    let call = Call::new(&library::DEAD_ONE)
-        .queue(&q)
-        .rule(&q)
-        .arg(Bytes::from_static(if redrive { b"R" } else { b"D" }))
-        .arg(Bytes::copy_from_slice(id))
-        .arg(Bytes::copy_from_slice(payload));
-    let registry = registry.clone();
-    rewrite(call, registry.db, move |v| {
-        let n = v.array().first().map(Value::int).unwrap_or(0);
+    let op = ops::DeadOne {
+        q: &q,
+        redrive,
+        id,
+        payload,
+    };
+    let (q, registry) = (q.clone(), registry.clone());
+    rewrite(op, registry.db, move |n| {
         changed(&registry, &q, n);
         int_reply(n)
     })
 }
 
 /// Ends one expired (or nacked) move lease, removing its stale copy from
-/// `dest` first. Returns (requeued, dead-lettered).
-pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> (i64, i64) {
-    let call = Call::new(&library::EXPIRE_MOVE)
-        .queue(q)
-        .key(Bytes::copy_from_slice(dest))
-        .rule(q)
-        .arg(Bytes::copy_from_slice(token));
-    match caller.run(&call).await {
-        Ok(v) => (
-            v.array().first().map(Value::int).unwrap_or(0),
-            v.array().get(1).map(Value::int).unwrap_or(0),
-        ),
-        Err(_) => (0, 0),
-    }
+/// `dest` first.
+pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> ops::Ended {
+    // Redis away or refusing: the lease stays, and the reaper tries again.
+    caller
+        .op(ops::ExpireMove { q, dest, token })
+        .await
+        .unwrap_or_default()
 }

@@ -13,6 +13,7 @@ pub mod dbs;
 pub mod job;
 pub mod keys;
 pub mod library;
+pub mod ops;
 pub mod owners;
 pub mod pop;
 pub mod reaper;

@@ -19,12 +19,11 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::call::{Call, Caller};
+use super::call::Caller;
 use super::dbs::Dbs;
-use super::library;
+use super::ops;
 use super::pop::Pop;
 use super::rules::{Queue, Rules};
-use super::value::Value;
 use crate::config::AckPolicy;
 
 /// A number for each client connection of this process.
@@ -136,22 +135,21 @@ const MAX_CALLS: usize = 10_000;
 pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     let mut ended = 0;
     for _ in 0..MAX_CALLS {
-        let call = Call::new(&library::DISOWN)
-            .queue(q)
-            .rule(q)
-            .arg(owner.clone())
-            .arg(DISOWN_PER_CALL.to_string());
-        let Ok(v) = caller.run(&call).await else {
+        let op = ops::Disown {
+            q,
+            owner,
+            limit: DISOWN_PER_CALL,
+            release: false,
+        };
+        let Ok(d) = caller.op(op).await else {
             // Redis is away: the leases expire as usual.
             return ended;
         };
-        let items = v.array();
-        ended += items.first().map(Value::int).unwrap_or(0);
-        for pair in items.get(2..).unwrap_or_default().chunks(2) {
-            let [token, dest] = pair else { break };
-            super::commands::expire_move(caller, q, dest.bytes(), token.bytes()).await;
+        ended += d.ended;
+        for (token, dest) in &d.moves {
+            super::commands::expire_move(caller, q, dest, token).await;
         }
-        if items.get(1).map(Value::int) != Some(1) {
+        if !d.more {
             break;
         }
     }
@@ -174,25 +172,22 @@ pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
             break;
         }
         let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
-        let mut call = Call::new(&library::HOLD)
-            .queue(q)
-            .rule(q)
-            .arg(HOLD_PER_CALL.to_string())
-            .arg(after.clone());
-        for owner in chunk {
-            call = call.arg(owner.clone());
-        }
-        let Ok(v) = caller.run(&call).await else {
+        let op = ops::Hold {
+            q,
+            limit: HOLD_PER_CALL,
+            after: after.clone(),
+            owners: chunk,
+        };
+        let Ok(h) = caller.op(op).await else {
             // Redis is away: the leases run out as any other.
             return renewed;
         };
-        let items = v.array();
-        renewed += items.first().map(Value::int).unwrap_or(0);
-        match items.get(1).map(Value::int).unwrap_or(0) {
+        renewed += h.renewed;
+        match h.next {
             // The budget ran out at the next-th connection of the chunk.
             next @ 1.. if (next as usize) <= chunk.len() => {
                 rest = &rest[next as usize - 1..];
-                after = Bytes::copy_from_slice(items.get(2).map(Value::bytes).unwrap_or_default());
+                after = h.after;
             }
             _ => {
                 rest = &rest[chunk.len()..];
@@ -269,13 +264,14 @@ impl Holder {
 /// bounded calls.
 pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
     for _ in 0..MAX_CALLS {
-        let call = Call::new(&library::RELEASE)
-            .queue(q)
-            .rule(q)
-            .arg(owner.clone())
-            .arg(DISOWN_PER_CALL.to_string());
-        match caller.run(&call).await {
-            Ok(v) if v.array().get(1).map(Value::int) == Some(1) => {}
+        let op = ops::Disown {
+            q,
+            owner,
+            limit: DISOWN_PER_CALL,
+            release: true,
+        };
+        match caller.op(op).await {
+            Ok(d) if d.more => {}
             // Done, or Redis is away: the leases then expire as usual.
             _ => return,
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, CallError, Caller};
-use super::library;
+use super::ops::{self, Op, Source, Taken};
 use super::rules::{Queue, Rules};
 use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
@@ -23,20 +23,6 @@ pub const SOURCES_PER_CALL: usize = 16;
 /// Earlier leases of the connection acknowledged per call by a pop on an
 /// `ack = "next-pop"` queue.
 const RELEASE_PER_CALL: i64 = 100;
-
-pub enum Source {
-    Queue(Arc<Queue>),
-    Plain(Bytes),
-}
-
-impl Source {
-    pub fn key(&self) -> &Bytes {
-        match self {
-            Source::Queue(q) => &q.name,
-            Source::Plain(k) => k,
-        }
-    }
-}
 
 /// A parsed pop on at least one queue key.
 pub struct Pop {
@@ -236,45 +222,6 @@ pub struct Popped {
     pub count: usize,
 }
 
-/// What one pop script call found.
-enum Found {
-    /// Nothing in any source of the call.
-    Nothing,
-    /// Source `g` (0-based in the call) exists; `more` when the call stopped
-    /// at its skip bound and source `g` may still hold messages.
-    Popped {
-        g: usize,
-        values: Vec<Bytes>,
-        more: bool,
-    },
-    /// Nothing popped: the connection's earlier leases (next-pop) are not
-    /// all acknowledged yet. Call again.
-    Again,
-}
-
-fn found(v: &Value) -> Result<Found, CallError> {
-    let items = v.array();
-    if items.is_empty() {
-        return Ok(Found::Nothing);
-    }
-    let (Some(status), Some(g)) = (items.first(), items.get(1)) else {
-        return Err(CallError::Unexpected);
-    };
-    let g = g.int();
-    if g < 1 {
-        return Err(CallError::Unexpected);
-    }
-    if status.int() == 2 {
-        return Ok(Found::Again);
-    }
-    Ok(Found::Popped {
-        g: g as usize - 1,
-        // Slices of the reply, not copies of them.
-        values: items[2..].iter().map(Value::to_bytes).collect(),
-        more: status.int() == 1,
-    })
-}
-
 /// How far a pop carried out as bounded calls has got (see [`Pop::run`]).
 #[derive(Default)]
 pub struct Progress {
@@ -313,59 +260,20 @@ fn null_array(protocol: u8) -> Bytes {
     Bytes::from_static(if protocol >= 3 { b"_\r\n" } else { b"*-1\r\n" })
 }
 
-/// A call's COUNT argument: the common one without an allocation.
-fn count_arg(count: u64) -> Bytes {
-    match count {
-        1 => Bytes::from_static(b"1"),
-        n => Bytes::from(n.to_string()),
-    }
-}
-
 impl Pop {
     /// The pop-and-lease script call over `sources[from..to]`, popping up
     /// to `count` (never blocks), acknowledging first up to `release`
     /// earlier leases of the connection on next-pop queues (-1: all).
     fn call_for(&self, from: usize, to: usize, count: u64, release: i64) -> Call {
-        let end: &'static [u8] = if self.left { b"L" } else { b"R" };
-        let push: Bytes = match &self.dest {
-            None => Bytes::new(),
-            Some((_, true)) => Bytes::from_static(b"L"),
-            Some((_, false)) => Bytes::from_static(b"R"),
-        };
-        let sources = &self.sources[from..to];
-        if let ([Source::Queue(q)], None, true, true) =
-            (sources, &self.dest, self.owner.is_empty(), count > 0)
-        {
-            // The common shape has a function of its own, with half the
-            // arguments (Redis pays for each), and none past the rule for
-            // RPOP of one.
-            let call = Call::new(&library::POP1).queue_rule(q);
-            if !self.left && count == 1 {
-                return call;
-            }
-            return call.arg(Bytes::from_static(end)).arg(count_arg(count));
+        ops::Pop {
+            sources: &self.sources[from..to],
+            left: self.left,
+            count,
+            dest: self.dest.as_ref(),
+            owner: &self.owner,
+            release,
         }
-        let mut call = Call::new(&library::POP)
-            .arg(sources.len().to_string())
-            .arg(Bytes::from_static(end))
-            .arg(count_arg(count))
-            .arg(push)
-            .arg(self.owner.clone())
-            .arg(release.to_string());
-        for s in sources {
-            match s {
-                Source::Queue(q) => {
-                    call = call.queue(q).arg(Bytes::from_static(b"q")).rule(q);
-                }
-                Source::Plain(k) => {
-                    call = call.key(k.clone()).arg(Bytes::from_static(b"p"));
-                }
-            }
-        }
-        if let Some((dest, _)) = &self.dest {
-            call = call.key(dest.clone());
-        }
-        call
+        .call()
     }
 
     /// The whole pop as one call, for inside MULTI, where it cannot be
@@ -379,8 +287,8 @@ impl Pop {
     /// The client's reply for a [`Pop::single_call`]'s answer; `None` when
     /// nothing was popped (a blocking form then waits).
     pub fn reply(&self, v: &Value) -> Option<Bytes> {
-        match found(v) {
-            Ok(Found::Popped { g, values, .. }) => self.build(Some(g), &values),
+        match ops::Pop::read(v) {
+            Ok(Taken::Took { g, values, .. }) => self.build(Some(g), &values),
             _ => self.build(None, &[]),
         }
     }
@@ -438,9 +346,9 @@ impl Pop {
     /// Takes in the answer to the call [`Pop::next_call`] gave last.
     pub fn absorb(&self, p: &mut Progress, v: &Value) -> Result<(), CallError> {
         let want = self.count.unwrap_or(1);
-        match found(v)? {
-            Found::Again => {}
-            Found::Nothing => {
+        match ops::Pop::read(v)? {
+            Taken::Again => {}
+            Taken::Nothing => {
                 if p.got.is_empty() {
                     p.source = None;
                     p.from = p.hi;
@@ -448,7 +356,7 @@ impl Pop {
                     p.done = true;
                 }
             }
-            Found::Popped { g, values, more } => {
+            Taken::Took { g, values, more } => {
                 let g = p.lo + g;
                 let k = values.len() as u64;
                 p.source = Some(g);
@@ -502,8 +410,8 @@ impl Pop {
 
     /// What a [`Pop::single_call`] popped, for bookkeeping.
     pub fn popped(&self, v: &Value) -> Popped {
-        let (queue, count) = match found(v) {
-            Ok(Found::Popped { g, values, .. }) => match self.sources.get(g) {
+        let (queue, count) = match ops::Pop::read(v) {
+            Ok(Taken::Took { g, values, .. }) => match self.sources.get(g) {
                 Some(Source::Queue(q)) if !values.is_empty() => (Some(q.clone()), values.len()),
                 _ => (None, values.len()),
             },

@@ -37,11 +37,10 @@ use tokio::time::Instant;
 
 use std::collections::HashMap;
 
-use super::call::Call;
 use super::clock;
 use super::dbs::{Db, Dbs};
 use super::keys;
-use super::library;
+use super::ops;
 use super::registry::{Sample, Sizes, MAX_WAIT};
 use super::rules::{Queue, Rules};
 use super::value::Value;
@@ -168,23 +167,17 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(v) = db
-                .own
-                .run(&Call::new(&library::INFO).queue(&q).rule(&q))
-                .await
-            else {
+            let Ok(i) = db.own.op(ops::Info { q: &q }).await else {
                 break;
             };
-            let a = v.array();
-            let field = |i: usize| a.get(i).map(Value::int).unwrap_or(0);
             let sample = Sample {
                 pattern: q.rule.pattern.clone(),
                 dead_list: Bytes::copy_from_slice(q.keys.dead()),
-                ready: field(0),
-                leased: field(1),
-                dead: field(2),
-                oldest_ms: field(3),
-                delayed: field(5),
+                ready: i.ready,
+                leased: i.leased,
+                dead: i.dead,
+                oldest_ms: i.oldest_lease_ms,
+                delayed: i.delayed,
             };
             db.registry.sampled(&name, asked, sample);
         }
@@ -215,38 +208,31 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        let call = Call::new(&library::REAP)
-            .queue(q)
-            .rule(q)
-            .arg(self.batch.to_string());
-        let Ok(v) = db.own.run(&call).await else {
+        let op = ops::Reap {
+            q,
+            batch: self.batch,
+        };
+        let Ok(r) = db.own.op(op).await else {
             // Redis is down or refused: try again later.
             db.registry
                 .reschedule(&q.name, Instant::now() + self.interval.max(MAX_WAIT / 4));
             return false;
         };
-        let items = v.array();
-        let int = |i: usize| items.get(i).map(Value::int).unwrap_or(0);
-        let (mut requeued, mut dead, left, next_ms, promoted) =
-            (int(0), int(1), int(2), int(3), int(4));
-        let moves = items.get(5..).unwrap_or_default();
-        for pair in moves.chunks(2) {
-            let [token, dest] = pair else { break };
-            let (a, b) =
-                super::commands::expire_move(&db.own, q, dest.bytes(), token.bytes()).await;
-            requeued += a;
-            dead += b;
+        let (mut requeued, mut dead, left, promoted) = (r.requeued, r.dead, r.left, r.promoted);
+        for (token, dest) in &r.moves {
+            let ended = super::commands::expire_move(&db.own, q, dest, token).await;
+            requeued += ended.requeued;
+            dead += ended.dead;
         }
         let batch = self.batch as i64;
-        let full = requeued + dead >= batch || promoted >= batch || moves.len() / 2 >= self.batch;
+        let full = requeued + dead >= batch || promoted >= batch || r.moves.len() >= self.batch;
         if left == 0 {
             db.registry.forget(&q.name);
         } else {
             // A full batch may leave more: look again at once.
-            let wait = if full || next_ms < 0 {
-                Duration::ZERO
-            } else {
-                Duration::from_millis(next_ms as u64).min(MAX_WAIT)
+            let wait = match r.next_ms {
+                Some(ms) if !full => Duration::from_millis(ms as u64).min(MAX_WAIT),
+                _ => Duration::ZERO,
             };
             db.registry.reschedule(&q.name, Instant::now() + wait);
         }

@@ -26,7 +26,8 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::call::{CallError, Caller};
-use super::pop::{Pop, Source};
+use super::ops::Source;
+use super::pop::Pop;
 use super::registry::Registry;
 use super::rules::Rules;
 use crate::cluster::topology::Topology;
