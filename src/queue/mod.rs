@@ -495,44 +495,55 @@ impl Queues {
         self.dbs.at(db).clients.clone()
     }
 
-    /// A blocking pop in database `db`: first the call a non-blocking pop
-    /// of its form makes, on the client's shared connection (`caller`;
-    /// `None`: the proxy's own, where parked pops run), as Redis serves a
-    /// blocking pop on a list that has elements at once; only if that finds
-    /// nothing does it park until it gets a message or its timeout passes.
-    pub async fn blocking_pop(&self, pop: Pop, caller: Option<Caller>, db: i64) -> Bytes {
+    /// A blocking pop in database `db`, its first step: the call a
+    /// non-blocking pop of its form makes, on the client's shared connection
+    /// (`caller`; `None`: the proxy's own, where parked pops run), as Redis
+    /// serves a blocking pop on a list that has elements at once. `Ok` with
+    /// the client's reply, or `Err` with the pop to [`Queues::park`] when
+    /// it found nothing (or pops parked before it have the first claim).
+    /// One bounded call, not interrupted: a message it leased is the
+    /// client's.
+    pub async fn pop_now(&self, pop: Pop, caller: Option<Caller>, db: i64) -> Result<Bytes, Pop> {
         let db = self.dbs.at(db);
-        let started = tokio::time::Instant::now();
-        let timeout_reply = pop.timeout_reply();
-        let next_pop: Vec<Arc<rules::Queue>> = pop
-            .queues()
-            .filter(|q| q.rule.ack == config::AckPolicy::NextPop)
-            .cloned()
-            .collect();
         if db.waiters.waiting_on(&pop) {
             // What is pushed there is for the pops parked first: this one
             // parks behind them. Asking for the next message finished the
             // last one: acknowledged now, not when the dispatcher gets to
             // this pop (which may be a long time).
             if pop.next {
-                for q in &next_pop {
+                for q in pop
+                    .queues()
+                    .filter(|q| q.rule.ack == config::AckPolicy::NextPop)
+                {
                     owners::release(&db.own, q, &pop.owner).await;
                 }
             }
-        } else {
-            // The call acknowledges the connection's earlier leases on
-            // next-pop queues (if it is a next pop) before it pops, also
-            // when it finds nothing.
-            match pop.run(caller.as_ref().unwrap_or(&db.own)).await {
-                Ok(done) => {
-                    after_pop(&db.registry, &done);
-                    if let Some(reply) = done.reply {
-                        return reply;
-                    }
-                }
-                Err(e) => return e.to_reply(),
-            }
+            return Err(pop);
         }
+        // The call acknowledges the connection's earlier leases on next-pop
+        // queues (if it is a next pop) before it pops, also when it finds
+        // nothing.
+        match pop.run(caller.as_ref().unwrap_or(&db.own)).await {
+            Ok(done) => {
+                after_pop(&db.registry, &done);
+                match done.reply {
+                    Some(reply) => Ok(reply),
+                    None => Err(pop),
+                }
+            }
+            Err(e) => Ok(e.to_reply()),
+        }
+    }
+
+    /// A blocking pop in database `db` that [`Queues::pop_now`] found
+    /// nothing for: it waits until it gets a message or its timeout
+    /// (counted from `started`, when the client's pop began) passes.
+    pub async fn park(&self, pop: Pop, db: i64, started: tokio::time::Instant) -> Bytes {
+        let db = self.dbs.at(db);
+        let timeout_reply = pop.timeout_reply();
+        let next_pop = pop
+            .queues()
+            .any(|q| q.rule.ack == config::AckPolicy::NextPop);
         let deadline = match pop.timeout {
             crate::timeout::Timeout::Millis(ms) => started.checked_add(Duration::from_millis(ms)),
             crate::timeout::Timeout::Forever => None,
@@ -559,7 +570,7 @@ impl Queues {
                 if let Ok(reply) = rx.try_recv() {
                     return reply;
                 }
-                if !next_pop.is_empty() {
+                if next_pop {
                     db.waiters.sync().await;
                 }
                 timeout_reply

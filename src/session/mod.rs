@@ -668,10 +668,7 @@ impl Session {
                         return None;
                     }
                     Intercept::Block(pop) => {
-                        self.client.parked(true);
-                        let stop = self.blocking_pop(&queues, pop).await;
-                        self.client.parked(false);
-                        return stop;
+                        return self.blocking_pop(&queues, pop).await;
                     }
                     Intercept::Job(job) => {
                         self.run_job(job).await;
@@ -1064,9 +1061,36 @@ impl Session {
             client: state.clone(),
             db,
         });
+        let started = tokio::time::Instant::now();
+        // As Redis serves a blocking pop on a list with elements: at once,
+        // the client never blocked (nor shown blocked). One bounded call,
+        // awaited alone.
+        let pop = match queues.pop_now(pop, caller, db).await {
+            Ok(reply) => {
+                self.out.answer(reply, Served::Queue);
+                return None;
+            }
+            Err(pop) => pop,
+        };
+        self.client.parked(true);
+        let stop = self.parked_pop(queues, pop, db, started).await;
+        self.client.parked(false);
+        stop
+    }
+
+    /// The wait of a blocking pop that found nothing at once: until its
+    /// reply, CLIENT UNBLOCK, the client going away, or a shutdown.
+    async fn parked_pop(
+        &mut self,
+        queues: &Arc<Queues>,
+        pop: crate::queue::pop::Pop,
+        db: i64,
+        started: tokio::time::Instant,
+    ) -> Option<Stop> {
+        let state = self.out.clone();
         let unblocked = self.client.unblocked(pop.timeout_reply());
         tokio::pin!(unblocked);
-        let fut = queues.blocking_pop(pop, caller, db);
+        let fut = queues.park(pop, db, started);
         tokio::pin!(fut);
         let mut shutdown = self.ctx.shutdown.clone();
         loop {
