@@ -14,6 +14,7 @@ after the measured stream, so start-up is left out. Workloads:
              128 B messages {"id":"<12 digits>","body":"x..."}, pushed
              straight into Redis beforehand)
   pairs16    10 connections, each pipelining 16 RPOPs, then the 16 ACKs
+  bpairs     as pairs, with BRPOP jobs 1 for the pop
 
 For each: instructions per request (pair), calls of malloc/realloc/calloc
 per request (pair), and, with --strace, system calls per request (pair)
@@ -127,6 +128,14 @@ def split_replies(buf, want):
         if end < 0:
             break
         t = buf[at:at + 1]
+        if t == b"*" and buf[at + 1:end] == b"2":
+            # BRPOP's [key, message]: the message stands for the reply.
+            inner, used = split_replies(buf[end + 2:], 2)
+            if len(inner) < 2:
+                break
+            out.append(inner[1])
+            at = end + 2 + used
+            continue
         if t == b"$":
             n = int(buf[at + 1:end])
             if n < 0:
@@ -148,7 +157,7 @@ def json_id(msg):
     return m.group(1)
 
 
-def pairs(port, total, conns, depth, db):
+def pairs(port, total, conns, depth, db, pop):
     """`total` pop+ACK pairs over `conns` connections (in database `db`),
     each with `depth` pops in flight, then their ACKs: returns the number of
     error replies."""
@@ -167,7 +176,7 @@ def pairs(port, total, conns, depth, db):
         st = {"left": per[i], "buf": b"", "want": 0, "phase": "pop", "s": s}
         state[s.fileno()] = st
         sel.register(s, selectors.EVENT_READ, st)
-        send_pops(st, depth)
+        send_pops(st, depth, pop)
     errors = 0
     while state:
         for key, _ in sel.select(timeout=120):
@@ -198,14 +207,14 @@ def pairs(port, total, conns, depth, db):
                 st["s"].close()
                 del state[key.fd]
             else:
-                send_pops(st, depth)
+                send_pops(st, depth, pop)
     return errors
 
 
-def send_pops(st, depth):
+def send_pops(st, depth, pop):
     n = min(depth, st["left"])
     st["left"] -= n
-    st["s"].sendall(enc(["RPOP", "jobs"]) * n)
+    st["s"].sendall(enc(pop) * n)
     st["want"], st["phase"] = n, "pop"
 
 
@@ -222,8 +231,9 @@ def load(test, port, count, first, db):
                         "-t", test, "-P", "1", "-r", "1000", "-q"] + select,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return 0
-    conns, depth = (CONNS, 1) if test == "pairs" else (10, 16)
-    return pairs(port, count, conns, depth, db)
+    conns, depth = (10, 16) if test == "pairs16" else (CONNS, 1)
+    pop = ["BRPOP", "jobs", "1"] if test == "bpairs" else ["RPOP", "jobs"]
+    return pairs(port, count, conns, depth, db, pop)
 
 
 def start_proxy(binary, tmp, redis_port, threads, wrap):
@@ -270,7 +280,7 @@ def measure(test, binary, tmp, redis, redis_port, n, threads, keep, db):
                               ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"])
     try:
         wait_conn(port, proxy)
-        pairs_test = test.startswith("pairs")
+        pairs_test = test in ("pairs", "pairs16", "bpairs")
         warm = WARM_PAIRS if pairs_test else WARM
         if pairs_test:
             redis.cmd("DEL", "jobs")
@@ -296,7 +306,7 @@ def syscalls(test, binary, tmp, redis, redis_port, n, threads, db):
     proxy, port = start_proxy(binary, tmp, redis_port, threads, [])
     try:
         wait_conn(port, proxy)
-        pairs_test = test.startswith("pairs")
+        pairs_test = test in ("pairs", "pairs16", "bpairs")
         warm = WARM_PAIRS if pairs_test else WARM
         if pairs_test:
             redis.cmd("DEL", "jobs")
@@ -350,7 +360,7 @@ def main():
                   + (" syscalls each | by name (each) |" if a.strace else ""))
             print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---|" if a.strace else ""))
             for test in a.tests.split(","):
-                n = a.pairs if test.startswith("pairs") else a.n
+                n = a.pairs if test in ("pairs", "pairs16", "bpairs") else a.n
                 total, calls, errors = measure(test, binary, tmp, redis, rport, n, a.threads, a.keep, a.db)
                 row = (f"| {test} | {n} | {total:,} | {total / n:,.0f} | {calls['malloc'] / n:.2f} "
                        f"| {calls['realloc'] / n:.2f} | {calls['free'] / n:.2f} | {errors} |")

@@ -58,6 +58,30 @@ const MAX_CHARS: usize = 5 * 1024;
 /// A valid positive timeout is the milliseconds Redis adds to the current
 /// time (which may itself overflow in Redis for values near `i64::MAX`).
 pub fn parse_timeout_secs(arg: &[u8]) -> Result<Timeout, TimeoutError> {
+    whole_seconds(arg).map_or_else(|| parse_exactly(arg), Ok)
+}
+
+/// Digits that do not overflow when counted in ms.
+const WHOLE_DIGITS: usize = 15;
+
+/// Whole seconds, what nearly every blocking pop gives: an integer below
+/// 10^15 is exact in a long double, and so is its product by 1000, so
+/// there is no rounding to reproduce (which costs [`parse_exactly`] tens of
+/// thousands of instructions and a hundred allocations).
+fn whole_seconds(arg: &[u8]) -> Option<Timeout> {
+    if arg.is_empty() || arg.len() > WHOLE_DIGITS || !arg.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let secs = arg.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(match secs {
+        0 => Timeout::Forever,
+        s => Timeout::Millis(s * 1000),
+    })
+}
+
+/// [`parse_timeout_secs`] for any argument, through an emulation of the
+/// 80-bit long double Redis parses into.
+fn parse_exactly(arg: &[u8]) -> Result<Timeout, TimeoutError> {
     let x = parse_long_double(arg).ok_or(TimeoutError::NotAFloat)?;
     let (neg, millis) = match x {
         Ld::Zero { .. } => return Ok(Timeout::Forever),
@@ -450,6 +474,54 @@ mod tests {
 
     fn ld(s: &str) -> Option<Ld> {
         parse_long_double(s.as_bytes())
+    }
+
+    #[test]
+    fn whole_seconds_read_as_the_long_double_emulation_reads_them() {
+        let mut cases: Vec<String> = [
+            "0",
+            "00",
+            "1",
+            "007",
+            "5",
+            "86400",
+            "999999999999999",
+            "000000000000001",
+            "9223372036854775",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = 1 + (x % WHOLE_DIGITS as u64) as u32;
+            cases.push((x % 10u64.pow(digits)).to_string());
+        }
+        for c in &cases {
+            let exact = parse_exactly(c.as_bytes());
+            assert_eq!(t(c), exact, "{c}");
+            if c.len() <= WHOLE_DIGITS {
+                assert_eq!(whole_seconds(c.as_bytes()).map(Ok), Some(exact), "{c}");
+            } else {
+                assert_eq!(whole_seconds(c.as_bytes()), None, "{c}");
+            }
+        }
+        for other in [
+            "",
+            "1.5",
+            "-1",
+            "+1",
+            " 1",
+            "1e3",
+            "0x10",
+            "1000000000000000",
+        ] {
+            assert_eq!(whole_seconds(other.as_bytes()), None, "{other:?}");
+            assert_eq!(t(other), parse_exactly(other.as_bytes()), "{other:?}");
+        }
     }
 
     #[test]

@@ -1751,3 +1751,62 @@ assert redis.Redis(port=int(upstream)).keys("*") == []
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A blocking pop served at once answers like an RPOP; one that finds
+/// nothing parks, and what the client sends behind it (in writes of their
+/// own) waits for its reply, as behind a blocked client in Redis. The
+/// request counts once, however it was served, and its timeout runs from
+/// when it was sent.
+#[test]
+fn requests_behind_a_blocking_pop_wait_for_its_reply() {
+    let redis = Redis::start();
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &["--metrics", &addr]);
+    let queued = || metric(metrics, "ackproxy_commands_total{route=\"queue\"}").max(0.0);
+    let mut direct = redis.client();
+    let mut c = proxy.client();
+    // Served at once: one reply, one command.
+    direct.cmd(&["LPUSH", "wb1", "first"]);
+    let before = queued();
+    assert_eq!(
+        c.cmd(&["BRPOP", "wb1", "5"]),
+        Value::Array(vec![Value::bulk("wb1"), Value::bulk("first")])
+    );
+    wait_until("one queue command counted", || queued() == before + 1.0);
+    // Parks: PING and RPOP sent behind it (in writes of their own) wait.
+    let before = queued();
+    c.send(&["BRPOP", "wb1", "0"]);
+    wait_parked(metrics, 1);
+    c.send(&["PING"]);
+    c.send(&["RPOP", "wb1"]);
+    c.set_read_timeout(Some(Duration::from_millis(300)));
+    let mut probe = [0u8; 1];
+    assert!(
+        std::io::Read::read(&mut c.stream(), &mut probe).is_err(),
+        "a reply came while the pop was parked"
+    );
+    direct.cmd(&["LPUSH", "wb1", "second", "third"]);
+    c.set_read_timeout(Some(Duration::from_secs(5)));
+    assert_eq!(
+        decode(&c.try_read_raw().unwrap()).0,
+        Value::Array(vec![Value::bulk("wb1"), Value::bulk("second")])
+    );
+    assert_eq!(
+        decode(&c.try_read_raw().unwrap()).0,
+        Value::Simple("PONG".into())
+    );
+    assert_eq!(decode(&c.try_read_raw().unwrap()).0, Value::bulk("third"));
+    wait_until("the parked pop and the RPOP counted once each", || {
+        queued() == before + 2.0
+    });
+    assert_eq!(metric(metrics, "ackproxy_parked_clients"), 0.0);
+    // A parked pop's timeout runs from when it was sent.
+    let sent = Instant::now();
+    assert_eq!(c.cmd(&["BRPOP", "wb1", "0.3"]), Value::Nil);
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(3),
+        "timed out after {waited:?}"
+    );
+}
