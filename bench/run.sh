@@ -381,4 +381,6 @@ if [ "$smoke" = 1 ]; then
   # The queue pairs benchmark (its own load generator process, seed 000's
   # scripts and Streams beside ackproxy): every mode must move messages.
   PAIRS_SMOKE=1 ACKPROXY_BIN="$proxy_bin" cargo bench --quiet --bench pairs
+  # A parked pop's wake-up latency: a few samples, to keep it running.
+  ACKPROXY_WAKE_SAMPLES=20 ACKPROXY_BIN="$proxy_bin" cargo bench --quiet --bench wake_latency
 fi
