@@ -75,18 +75,6 @@ gen_bin=$(cargo bench --quiet --bench pairs --no-run --message-format=json-rende
   | exe '/pairs-[^/]*$')
 [ -x "$proxy_bin" ] && [ -x "$gen_bin" ] || { echo "build produced no binaries" >&2; exit 1; }
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-alive() { # pid name
-  kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
-}
-
 # A port whose cluster bus port (+10000) is free too; free_port stays below
 # 32000, so both are below 55000.
 cluster_port() {

@@ -1,5 +1,21 @@
 # Shell helpers of the benchmark scripts (sourced; they set $out first).
 
+# The processes a script starts: it appends their PIDs to `pids`, and they
+# are killed (and waited for) when it exits, also on Ctrl-C. SIGKILL: a
+# redis-server busy in a script ignores SIGTERM.
+pids=()
+stop_children() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap stop_children EXIT
+trap 'exit 130' INT TERM
+
+# Stops the script if process `pid` has died.
+alive() { # pid name
+  kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
+}
+
 # A loopback port nothing listens on, below the ephemeral range (the
 # servers fail loudly if another process takes it first).
 free_port() {

@@ -33,12 +33,6 @@ mkdir -p "$out"
 cargo build --release --quiet
 bin=target/release/ackproxy
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
 source bench/lib.sh
 
 redis_port=$(free_port)

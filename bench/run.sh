@@ -77,19 +77,7 @@ proxy_bin=$(grep '/ackproxy$' <<<"$built" | head -1)
 idle_bin=$(grep '/idle_conns-[^/]*$' <<<"$built" | head -1)
 [ -x "$proxy_bin" ] && [ -x "$idle_bin" ] || { echo "build produced no binaries" >&2; exit 1; }
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 source bench/lib.sh
-
-alive() { # pid name
-  kill -0 "$1" 2>/dev/null || { echo "$2 died; see $out/$2.log" >&2; exit 1; }
-}
 
 # Test certificates for the TLS measurements, made for this run: a CA and
 # a certificate for 127.0.0.1 it signed (ECDSA P-256).

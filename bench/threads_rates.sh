@@ -28,12 +28,6 @@ out="bench/out/threads"
 mkdir -p "$out"
 source bench/lib.sh
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
   --daemonize no --dir "$out" >"$out/redis.log" 2>&1 &

@@ -144,12 +144,7 @@ fn metadata_follows_a_client_to_its_dedicated_connection() {
 /// redis-py itself, with its default settings, when it is installed.
 #[test]
 fn redis_py_workers_share_connections() {
-    let has_redis_py = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_redis_py {
-        println!("skipped: python3 with redis-py not found (pip install redis)");
+    if !redis_py_installed() {
         return;
     }
     let b = Redis::start();

@@ -838,12 +838,7 @@ fn cluster_aware_clients_spread_over_the_announced_proxies() {
         nodes.contains(&format!("127.0.0.1:{}@0 myself,master", ports[1])),
         "{nodes}"
     );
-    let has_redis_py = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_redis_py {
-        println!("skipped: python3 with redis-py not found (pip install redis)");
+    if !redis_py_installed() {
         return;
     }
     let script = r#"

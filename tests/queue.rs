@@ -1673,12 +1673,7 @@ fn a_closed_connection_in_database_3_requeues_there() {
 /// settings give it, when it is installed.
 #[test]
 fn a_redis_py_worker_on_database_1_pops_and_acks_its_own_queue() {
-    let has_redis_py = std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_redis_py {
-        println!("skipped: python3 with redis-py not found (pip install redis)");
+    if !redis_py_installed() {
         return;
     }
     let redis = Redis::start();

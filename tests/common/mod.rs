@@ -1466,3 +1466,16 @@ pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
         }
     }
 }
+
+/// Whether python3 with redis-py is installed; when it is not, says that
+/// the test calling it is skipped.
+pub fn redis_py_installed() -> bool {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        println!("skipped: python3 with redis-py not found (pip install redis)");
+    }
+    has
+}
