@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
+use crate::glob::{check_glob, glob_match, is_glob};
 use crate::resp::Limits;
 
 #[derive(Parser, Debug, Default)]
@@ -744,7 +745,7 @@ impl QueueRule {
     /// list: a glob with a fixed `dead_letter`. (A glob that happens to
     /// match a single key counts too: telling is not worth it.)
     pub fn shares_dead_letter(&self) -> bool {
-        is_glob(&self.pattern) && self.fixed_dead_letter().is_some()
+        is_glob(self.pattern.as_bytes()) && self.fixed_dead_letter().is_some()
     }
 }
 
@@ -1193,15 +1194,12 @@ impl Config {
             }
         }
         for (i, exact) in rules.iter().enumerate() {
-            if is_glob(&exact.pattern) {
+            if is_glob(exact.pattern.as_bytes()) {
                 continue;
             }
             for (j, glob) in rules.iter().enumerate() {
-                if is_glob(&glob.pattern)
-                    && crate::queue::rules::glob_match(
-                        glob.pattern.as_bytes(),
-                        exact.pattern.as_bytes(),
-                    )
+                if is_glob(glob.pattern.as_bytes())
+                    && glob_match(glob.pattern.as_bytes(), exact.pattern.as_bytes())
                 {
                     warnings.push(format!(
                         "{}queue {:?}: pattern: also matched by the glob {:?} of the rule {}; \
@@ -1807,7 +1805,7 @@ fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
 /// that passes for all of them passes for any name.
 fn dead_letter_in_queue_slot(pattern: &str, template: &str) -> bool {
     use crate::keyslot::key_slot;
-    let names: Vec<String> = if is_glob(pattern) {
+    let names: Vec<String> = if is_glob(pattern.as_bytes()) {
         ["a", "jobs", "{t}x", "x{u}", "b}c", "{}d"]
             .iter()
             .map(|fill| {
@@ -1886,73 +1884,6 @@ fn check_hold(rule: &QueueRule) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
-fn is_glob(pattern: &str) -> bool {
-    pattern
-        .bytes()
-        .any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
-}
-
-/// A `[...]` class that the matcher (`queue::rules::glob_match`, Redis's
-/// `stringmatchlen`) would not read as written. An unclosed `[` does not
-/// fail there: the class runs to the end of the pattern, so `jobs[` matches
-/// no key at all, and `jobs[12` matches `jobs1` but not `jobs[12`. An empty
-/// `[]` matches no character.
-pub fn check_glob(pattern: &str) -> Result<(), String> {
-    let p = pattern.as_bytes();
-    let mut i = 0;
-    while i < p.len() {
-        match p[i] {
-            // Escapes the next byte (a trailing `\` is itself).
-            b'\\' => i += 2,
-            b'[' => {
-                let open = i;
-                let mut q = i + 1;
-                if p.get(q) == Some(&b'^') {
-                    q += 1;
-                }
-                let first = q;
-                // The class's tokens as the matcher reads them: `\x`, a
-                // range `a-z` (whose end may be `]`), or one byte.
-                loop {
-                    if q >= p.len() {
-                        return Err(format!(
-                            "the [ at character {} is not closed by a ], so {}; for a literal [ \
-                             write \\[ (in TOML \"\\\\[\" or '\\[')",
-                            pattern[..open].chars().count() + 1,
-                            match (first >= p.len(), first > open + 1) {
-                                (true, false) => "the rule would match no key",
-                                (true, true) => "it would match any one character",
-                                (false, _) => {
-                                    "all that follows it would be one class matching one character"
-                                }
-                            }
-                        ));
-                    }
-                    if p[q] == b'\\' && q + 1 < p.len() {
-                        q += 2;
-                    } else if p[q] == b']' {
-                        break;
-                    } else if q + 2 < p.len() && p[q + 1] == b'-' {
-                        q += 3;
-                    } else {
-                        q += 1;
-                    }
-                }
-                if q == first && first == open + 1 {
-                    return Err(format!(
-                        "the [] at character {} matches no character, so the rule would \
-                         match no key; for a literal [] write \\[]",
-                        pattern[..open].chars().count() + 1
-                    ));
-                }
-                i = q + 1;
-            }
-            _ => i += 1,
-        }
-    }
-    Ok(())
-}
-
 /// A dead-letter list that is the queue itself: its dead letters would be
 /// popped again at once, and never stay dead. `$queue` stands for the
 /// queue's name.
@@ -1960,14 +1891,14 @@ pub fn check_dead_letter(pattern: &str, dead_letter: &str) -> Result<(), String>
     let itself = "the dead-letter list is the queue itself: dead letters would be \
                   popped again at once; leave dead_letter out for the default \
                   (\"{queue}:dead\") or name another list";
-    if !is_glob(pattern) {
+    if !is_glob(pattern.as_bytes()) {
         if dead_letter.replace("$queue", pattern) == pattern {
             return Err(itself.into());
         }
     } else if dead_letter == "$queue" {
         return Err(itself.into());
     } else if !dead_letter.contains("$queue")
-        && crate::queue::rules::glob_match(pattern.as_bytes(), dead_letter.as_bytes())
+        && glob_match(pattern.as_bytes(), dead_letter.as_bytes())
     {
         // The one list all the queues' dead letters go to is one of them.
         return Err(format!(

@@ -12,6 +12,7 @@ pub mod command;
 pub mod config;
 pub mod embedded;
 pub mod error;
+pub mod glob;
 pub mod keyslot;
 pub mod net;
 pub mod ops;

@@ -31,7 +31,7 @@ pub trait ReplyTransform: Send {
     /// [`Transformed::Continue`]) go, if not on the client's shared
     /// upstream: a queue operation in another database than 0 goes on that
     /// database's connection.
-    fn resend_on(&self) -> Option<crate::upstream::shared::SharedUpstream> {
+    fn resend_on(&self) -> Option<&dyn Resend> {
         None
     }
 }
@@ -535,15 +535,19 @@ const COALESCE: usize = 16 * 1024;
 /// Runs until the client is closed: writes replies in order.
 /// How the writer re-sends a request whose transform asks for it (see
 /// [`Transformed::Retry`], [`Transformed::Continue`]): through the client's
-/// shared upstream, which the reply stream knows only as this. The first
-/// request (none if empty) goes before, its reply dropped.
-pub type Resend = Box<
-    dyn Fn(Bytes, Bytes, Arc<ClientState>) -> Pin<Box<dyn Future<Output = Reply> + Send>>
-        + Send
-        + Sync,
->;
+/// shared upstream, which the reply stream knows only as this.
+pub trait Resend: Send + Sync {
+    /// Sends `before` (none if empty; its reply dropped), then `request`,
+    /// and gives `request`'s reply.
+    fn resend(
+        &self,
+        before: Bytes,
+        request: Bytes,
+        client: Arc<ClientState>,
+    ) -> Pin<Box<dyn Future<Output = Reply> + Send>>;
+}
 
-pub async fn run_writer(mut sock: WriteHalf, state: Arc<ClientState>, resend: Resend) {
+pub async fn run_writer<R: Resend>(mut sock: WriteHalf, state: Arc<ClientState>, resend: R) {
     let mut wbuf = BytesMut::new();
     let mut filled = Vec::new();
     // Stamps of the replies in `wbuf` or being written, timed once written.
@@ -642,7 +646,7 @@ pub async fn resolve(
     mut reply: Reply,
     count: u32,
     mut transform: Option<&mut (dyn ReplyTransform + 'static)>,
-    resend: &Resend,
+    resend: &dyn Resend,
     state: &Arc<ClientState>,
 ) -> Bytes {
     // At most one retry: a library loaded right before is not missing again.
@@ -671,13 +675,8 @@ pub async fn resolve(
             Transformed::Retry { .. } => break,
             Transformed::Continue(request) => (Bytes::new(), request),
         };
-        reply = match t.resend_on() {
-            Some(shared) => {
-                shared.send_discarded(before, 1, state);
-                shared.call(request, state.clone()).await
-            }
-            None => resend(before, request, state.clone()).await,
-        };
+        let on = t.resend_on().unwrap_or(resend);
+        reply = on.resend(before, request, state.clone()).await;
     }
     Bytes::from_static(b"-ERR ackproxy: the queue function library could not be loaded\r\n")
 }

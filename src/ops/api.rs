@@ -30,7 +30,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::session::authorize;
+use super::session::{self, Denied, Sessions};
 use crate::queue::Queues;
 
 /// Queue keys listed per rule at most; the page says when there are more.
@@ -49,7 +49,7 @@ pub struct Ops {
     pub queues: Arc<Queues>,
     pub admin_token: Option<String>,
     pub listing: Listing,
-    pub sessions: super::session::Sessions,
+    pub sessions: Sessions,
 }
 
 /// The last queue listing and when it was made. Requests that arrive while
@@ -126,6 +126,20 @@ impl IntoResponse for ApiError {
         };
         (status, Json(json!({ "error": text }))).into_response()
     }
+}
+
+impl From<Denied> for ApiError {
+    fn from(d: Denied) -> ApiError {
+        match d {
+            Denied::ActionsDisabled => ApiError::ActionsDisabled,
+            Denied::Unauthorized => ApiError::Unauthorized,
+        }
+    }
+}
+
+/// Whether the request may act (see [`session::authorize`]).
+fn authorize(ops: &Ops, headers: &HeaderMap) -> Result<(), ApiError> {
+    session::authorize(ops.admin_token.as_deref(), &ops.sessions, headers).map_err(ApiError::from)
 }
 
 /// Runs `QUEUE <args>` and returns its reply as JSON.

@@ -7,6 +7,7 @@
 
 mod api;
 mod health;
+mod login;
 mod serve;
 mod session;
 
@@ -108,9 +109,9 @@ fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
         .route("/api/queues/{key}/purge", post(api::purge))
         .route("/api/queues/{key}/dead/retry", post(api::retry_one))
         .route("/api/queues/{key}/dead/delete", post(api::delete_one))
-        .route("/api/session", get(session::status))
-        .route("/api/login", post(session::login))
-        .route("/api/logout", post(session::logout))
+        .route("/api/session", get(login::status))
+        .route("/api/login", post(login::login))
+        .route("/api/logout", post(login::logout))
         .with_state(state)
         .layer(middleware::from_fn(session::same_origin))
         .layer(middleware::from_fn_with_state(hosts, host_check))

@@ -11,19 +11,15 @@
 //! itself.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::json;
-
-use super::api::{ApiError, Ops};
 
 pub const COOKIE: &str = "ackproxy_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
@@ -31,7 +27,7 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 /// `/api/session` (the page asks on every load and navigation)...
 const IDLE: Duration = Duration::from_secs(3600);
 /// ...and this long after the login, however busy.
-const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+pub(super) const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most: a login past it ends the oldest.
 const MAX_SESSIONS: usize = 64;
 
@@ -64,7 +60,7 @@ fn random_hex() -> Option<String> {
 
 impl Sessions {
     /// A new session: its cookie value and CSRF token.
-    fn open(&self) -> Option<(String, String)> {
+    pub(super) fn open(&self) -> Option<(String, String)> {
         let (id, csrf) = (random_hex()?, random_hex()?);
         let now = Instant::now();
         let mut live = self.live.lock().unwrap();
@@ -86,7 +82,7 @@ impl Sessions {
     }
 
     /// The CSRF token of the request's live session, which it renews.
-    fn csrf_of(&self, headers: &HeaderMap) -> Option<String> {
+    pub(super) fn csrf_of(&self, headers: &HeaderMap) -> Option<String> {
         let id = cookie(headers)?;
         let now = Instant::now();
         let mut live = self.live.lock().unwrap();
@@ -104,7 +100,7 @@ impl Sessions {
         }
     }
 
-    fn close(&self, headers: &HeaderMap) {
+    pub(super) fn close(&self, headers: &HeaderMap) {
         if let Some(id) = cookie(headers) {
             self.live.lock().unwrap().remove(&digest(&id));
         }
@@ -127,11 +123,24 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .map(|(_, value)| value.trim().to_string())
 }
 
+/// Why a request may not act.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// No `admin_token` is configured.
+    ActionsDisabled,
+    /// Neither the bearer token nor a live session with its CSRF token.
+    Unauthorized,
+}
+
 /// Whether the request may act: the bearer token, or a live session with
 /// its CSRF token in [`CSRF_HEADER`].
-pub fn authorize(ops: &Ops, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &ops.admin_token else {
-        return Err(ApiError::ActionsDisabled);
+pub fn authorize(
+    admin_token: Option<&str>,
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Result<(), Denied> {
+    let Some(token) = admin_token else {
+        return Err(Denied::ActionsDisabled);
     };
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -143,13 +152,13 @@ pub fn authorize(ops: &Ops, headers: &HeaderMap) -> Result<(), ApiError> {
         return if same_secret(t.as_bytes(), token.as_bytes()) {
             Ok(())
         } else {
-            Err(ApiError::Unauthorized)
+            Err(Denied::Unauthorized)
         };
     }
     let given = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-    match (ops.sessions.csrf_of(headers), given) {
+    match (sessions.csrf_of(headers), given) {
         (Some(csrf), Some(g)) if same_secret(csrf.as_bytes(), g.as_bytes()) => Ok(()),
-        _ => Err(ApiError::Unauthorized),
+        _ => Err(Denied::Unauthorized),
     }
 }
 
@@ -166,99 +175,10 @@ pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
         == 0
 }
 
-fn no_store(mut r: Response) -> Response {
+pub(super) fn no_store(mut r: Response) -> Response {
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
-}
-
-/// `{admin_actions, logged_in, csrf}`: what the page may offer.
-pub async fn status(State(ops): State<Arc<Ops>>, headers: HeaderMap) -> Response {
-    let csrf = ops
-        .admin_token
-        .as_ref()
-        .and_then(|_| ops.sessions.csrf_of(&headers));
-    no_store(
-        Json(json!({
-            "admin_actions": ops.admin_token.is_some(),
-            "logged_in": csrf.is_some(),
-            "csrf": csrf,
-        }))
-        .into_response(),
-    )
-}
-
-#[derive(Deserialize)]
-pub struct Login {
-    token: String,
-}
-
-/// Wrong tokens wait this long: guessing one is slow.
-const REFUSED_LOGIN_DELAY: Duration = Duration::from_millis(500);
-
-/// `{"token": …}` as JSON: a body other sites' forms cannot send.
-pub async fn login(State(ops): State<Arc<Ops>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(token) = &ops.admin_token else {
-        return ApiError::ActionsDisabled.into_response();
-    };
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
-    if !json {
-        return (
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Json(json!({"error": "expected Content-Type: application/json"})),
-        )
-            .into_response();
-    }
-    let login: Login = match serde_json::from_slice(&body) {
-        Ok(l) => l,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(json!({ "error": format!("expected {{\"token\": …}}: {e}") })),
-            )
-                .into_response()
-        }
-    };
-    if !same_secret(login.token.trim().as_bytes(), token.as_bytes()) {
-        tracing::info!("operations: login refused (wrong admin token)");
-        tokio::time::sleep(REFUSED_LOGIN_DELAY).await;
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({"error": "wrong admin token"})),
-        )
-            .into_response();
-    }
-    let Some((id, csrf)) = ops.sessions.open() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"error": "no random numbers for a session"})),
-        )
-            .into_response();
-    };
-    tracing::info!("operations: logged in");
-    let cookie = format!(
-        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        MAX_AGE.as_secs()
-    );
-    let mut r = Json(json!({"logged_in": true, "csrf": csrf})).into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    no_store(r)
-}
-
-pub async fn logout(State(ops): State<Arc<Ops>>, headers: HeaderMap) -> Response {
-    ops.sessions.close(&headers);
-    let mut r = Json(json!({"logged_in": false})).into_response();
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("ackproxy_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
-    no_store(r)
 }
 
 /// Refuses a request that may change something (any method but GET and

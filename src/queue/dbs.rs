@@ -84,7 +84,7 @@ pub struct Dbs {
     events: Events,
     stop: watch::Receiver<bool>,
     /// Told when a connection, in any database, pops from a queue it had
-    /// not (see `owners::Holder`).
+    /// not (see `holder::Holder`).
     noted: Arc<Notify>,
 }
 

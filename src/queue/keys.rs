@@ -267,7 +267,7 @@ mod tests {
             let k = QueueKeys::new(name, None);
             for s in REAPED_SUFFIXES {
                 assert_eq!(queue_of_reaped_key(k.get(s)), Some(name));
-                assert!(crate::queue::rules::glob_match(
+                assert!(crate::glob::glob_match(
                     reaped_key_scan_pattern().as_bytes(),
                     k.get(s)
                 ));

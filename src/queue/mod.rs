@@ -10,6 +10,7 @@ pub mod call;
 pub mod clock;
 pub mod commands;
 pub mod dbs;
+pub mod holder;
 pub mod job;
 pub mod keys;
 pub mod library;
@@ -147,7 +148,7 @@ impl Queues {
             batch: config.reaper.batch.max(1),
         };
         tokio::spawn(reaper.run(stop.clone()));
-        let holder = owners::Holder {
+        let holder = holder::Holder {
             rules: rules.clone(),
             dbs: dbs.clone(),
         };
@@ -432,21 +433,12 @@ impl Queues {
                 request,
                 mut transform,
             } => {
-                // The same retry as for a client's reply stream.
-                let shared = self.own.shared.clone();
-                let resend: crate::output::Resend = Box::new(move |before, request, client| {
-                    let shared = shared.clone();
-                    Box::pin(async move {
-                        shared.send_discarded(before, 1, &client);
-                        shared.call(request, client).await
-                    })
-                });
                 let reply = self.own.shared.call(request, self.own.client.clone()).await;
                 crate::output::resolve(
                     reply,
                     1,
                     Some(transform.as_mut()),
-                    &resend,
+                    &self.own.shared,
                     &self.own.client,
                 )
                 .await
@@ -651,7 +643,7 @@ impl ReplyTransform for InDb {
         self.inner.apply(reply)
     }
 
-    fn resend_on(&self) -> Option<SharedUpstream> {
-        Some(self.shared.clone())
+    fn resend_on(&self) -> Option<&dyn crate::output::Resend> {
+        Some(&self.shared)
     }
 }

@@ -5,7 +5,7 @@
 //! index). A next-pop pop acknowledges what its connection holds on the
 //! queue inside its own script; when a connection closes, its leases on
 //! requeue_on_disconnect and held queues end at once; while it is open, its
-//! leases on held queues are renewed ([`Holder`]). For that the proxy
+//! leases on held queues are renewed (`holder::Holder`). For that the proxy
 //! remembers, per connection, the queues it popped from under such rules,
 //! within a byte budget.
 
@@ -13,17 +13,14 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{watch, Notify};
-use tokio::time::Instant;
+use tokio::sync::Notify;
 
 use super::call::Caller;
-use super::dbs::Dbs;
 use super::ops;
 use super::pop::Pop;
-use super::rules::{Queue, Rules};
+use super::rules::Queue;
 use crate::config::AckPolicy;
 
 /// A number for each client connection of this process.
@@ -100,7 +97,7 @@ impl Owners {
     }
 
     /// The open connections that popped from each queue remembered.
-    fn by_queue(&self) -> HashMap<Bytes, Vec<u64>> {
+    pub(super) fn by_queue(&self) -> HashMap<Bytes, Vec<u64>> {
         let c = self.conns.lock().unwrap();
         let mut out: HashMap<Bytes, Vec<u64>> = HashMap::new();
         for (conn, names) in &c.queues {
@@ -128,7 +125,7 @@ const DISOWN_PER_CALL: usize = 100;
 /// Calls per queue at most: a connection's leases are at most what it
 /// popped, and a move lease whose destination cannot be cleared must not
 /// keep this going.
-const MAX_CALLS: usize = 10_000;
+pub(super) const MAX_CALLS: usize = 10_000;
 
 /// Ends now the leases `owner` holds on `q`, in bounded calls. Returns how
 /// many ended.
@@ -154,110 +151,6 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
         }
     }
     ended
-}
-
-/// Leases renewed per hold call at most: a read and a write each.
-const HOLD_PER_CALL: usize = 500;
-/// Connections per hold call at most: a range read each.
-const HOLD_OWNERS_PER_CALL: usize = 100;
-
-/// Renews the leases that `owners`, connections still open, hold on `q` (a
-/// held rule), in bounded calls (see `lua/hold.lua`). Returns how many.
-pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
-    let mut renewed = 0;
-    let mut rest = owners;
-    let mut after = Bytes::new();
-    for _ in 0..MAX_CALLS {
-        if rest.is_empty() {
-            break;
-        }
-        let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
-        let op = ops::Hold {
-            q,
-            limit: HOLD_PER_CALL,
-            after: after.clone(),
-            owners: chunk,
-        };
-        let Ok(h) = caller.op(op).await else {
-            // Redis is away: the leases run out as any other.
-            return renewed;
-        };
-        renewed += h.renewed;
-        match h.next {
-            // The budget ran out at the next-th connection of the chunk.
-            next @ 1.. if (next as usize) <= chunk.len() => {
-                rest = &rest[next as usize - 1..];
-                after = h.after;
-            }
-            _ => {
-                rest = &rest[chunk.len()..];
-                after = Bytes::new();
-            }
-        }
-    }
-    renewed
-}
-
-/// A held queue is looked at again this long after its last renewal at
-/// the most, whatever its lease.
-const HOLD_IDLE: Duration = Duration::from_secs(1);
-
-/// Keeps the leases of open connections on held queues (`hold =
-/// "connection"`) alive: every `lease_ms / 3` one bounded renewal per queue
-/// and database for all the connections of this proxy that popped there,
-/// on the proxy's own connection in that database, so a lease has two
-/// thirds of `lease_ms` to spare when a renewal is late. A connection that
-/// closes is forgotten first (its leases then end at once, see
-/// `Queues::closed`); a proxy that stops renewing (stopped, killed) leaves
-/// the leases to run out `lease_ms` later, as any other; a lease is never
-/// renewed past `max_hold_ms` from its delivery.
-pub struct Holder {
-    pub rules: Arc<Rules>,
-    pub dbs: Arc<Dbs>,
-}
-
-impl Holder {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        // When each held queue was last renewed, by database and name.
-        let mut last: HashMap<(i64, Bytes), Instant> = HashMap::new();
-        let mut wait = HOLD_IDLE;
-        loop {
-            tokio::select! {
-                _ = stop.changed() => return,
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.dbs.noted().notified() => {}
-            }
-            let mut next = Instant::now() + HOLD_IDLE;
-            // Queues no connection holds any more are dropped with this.
-            let mut kept = HashMap::new();
-            let others = self.dbs.others();
-            for db in std::iter::once(self.dbs.zero()).chain(others.iter().map(|d| &**d)) {
-                for (name, conns) in db.owners.by_queue() {
-                    // Also under a rule a reload removed: its leases stay held.
-                    let Some(q) = self.rules.resolve_leased(&name).filter(|q| q.rule.holds())
-                    else {
-                        continue;
-                    };
-                    let every = Duration::from_millis(q.rule.lease_ms / 3);
-                    let key = (db.index, name);
-                    let started = Instant::now();
-                    let at = match last.get(&key) {
-                        Some(at) if *at + every > started => *at,
-                        _ => {
-                            let owners: Vec<Bytes> =
-                                conns.iter().map(|c| db.owners.owner(*c)).collect();
-                            hold(&db.own, &q, &owners).await;
-                            started
-                        }
-                    };
-                    next = next.min(at + every);
-                    kept.insert(key, at);
-                }
-            }
-            last = kept;
-            wait = next.saturating_duration_since(Instant::now());
-        }
-    }
 }
 
 /// Acknowledges the leases `owner` holds on `q` (a next-pop rule), in

@@ -254,15 +254,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         limits.max_inflight_per_client,
         peer,
     );
-    let resend_on = shared.clone();
-    let resend: output::Resend = Box::new(move |before, req, client| {
-        let up = resend_on.clone();
-        Box::pin(async move {
-            up.send_discarded(before, 1, &client);
-            up.call(req, client).await
-        })
-    });
-    let writer = tokio::spawn(output::run_writer(wr, out.clone(), resend));
+    let writer = tokio::spawn(output::run_writer(wr, out.clone(), shared.clone()));
     let conn = crate::queue::owners::next_conn();
     let mut session = Session {
         conn,

@@ -11,6 +11,8 @@
 //! (`session::route::lane`), which keeps each client's requests in order.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Credentials, Endpoint};
 use crate::error::UpstreamError;
 use crate::net::Stream;
-use crate::output::{ClientState, Reply, ReplyTransform, BIG_REPLY};
+use crate::output::{ClientState, Reply, ReplyTransform, Resend, BIG_REPLY};
 use crate::resp::ReplyScanner;
 
 /// A batch of `count` complete requests from one client.
@@ -435,6 +437,19 @@ impl SharedUpstream {
             None => Self::enqueue(&self.writes, bytes, 1, Target::Call(tx), client),
         }
         rx.await.unwrap_or(Err(UpstreamError::ConnectionLost))
+    }
+}
+
+impl Resend for SharedUpstream {
+    fn resend(
+        &self,
+        before: Bytes,
+        request: Bytes,
+        client: Arc<ClientState>,
+    ) -> Pin<Box<dyn Future<Output = Reply> + Send>> {
+        self.send_discarded(before, 1, &client);
+        let up = self.clone();
+        Box::pin(async move { up.call(request, client).await })
     }
 }
 
