@@ -17,6 +17,11 @@
 #                                for a before/after comparison in one run
 #   bash bench/run.sh --tests lpush,set   only these redis-benchmark tests
 #                                (TLS: set and get as always)
+#   bash bench/run.sh --latency 5  also measures the latency ackproxy adds:
+#                                GET from 10 clients without pipelining,
+#                                direct, twemproxy and ackproxy interleaved,
+#                                5 rounds, medians of the rounds' p50, p99
+#                                and of each round's difference to direct
 #   bash bench/run.sh --pairs 10 also runs ackproxy unauthenticated and
 #                                logged in back to back, 10 pairs per test,
 #                                and reports the median of the pairs'
@@ -35,6 +40,7 @@ rounds=2
 smoke=0
 baseline=""
 pairs=0
+latency=0
 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,8 +50,9 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift ;;
     --baseline) baseline="$2"; shift ;;
     --pairs) pairs="$2"; shift ;;
+    --latency) latency="$2"; shift ;;
     --tests) only="$2"; shift ;;
-    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin] [--pairs k] [--tests set,get,lpush,rpop]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--smoke] [-n requests] [--idle connections] [--rounds r] [--baseline bin] [--pairs k] [--latency rounds] [--tests set,get,lpush,rpop]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -336,6 +343,41 @@ if [ "$pairs" -gt 0 ]; then
           | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}')
         printf '%-6s P%-3s | median %s | %s\n' "${t^^}" "$pipe" "$median" "${ratios[*]}"
       done
+    done
+  } | tee -a "$report"
+  alive "$proxy_pid" ackproxy
+fi
+
+if [ "$latency" -gt 0 ]; then
+  median() { tr ' ' '\n' | grep . | sort -g \
+    | awk '{v[NR] = $1} END {if (NR % 2) printf "%.3f\n", v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+  declare -A lat_rps lat_50 lat_99 add_50 add_99
+  for _ in $(seq "$latency"); do
+    for target in direct twemproxy ackproxy; do
+      case $target in direct) port=$redis_port ;; twemproxy) port=$twem_port ;; ackproxy) port=$proxy_port ;; esac
+      # The later -c wins over run_benchmark's -c 50.
+      line=$(run_benchmark "$port" get 1 -c 10) || { echo "redis-benchmark failed against $target (latency)" >&2; exit 1; }
+      IFS=, read -r _ r _ _ q50 _ q99 _ <<<"$line"
+      lat_rps[$target]+="$r "; lat_50[$target]+="$q50 "; lat_99[$target]+="$q99 "
+      if [ "$target" = direct ]; then d50=$q50; d99=$q99
+      else
+        add_50[$target]+="$(awk "BEGIN{print ($q50 - $d50) * 1000}") "
+        add_99[$target]+="$(awk "BEGIN{print ($q99 - $d99) * 1000}") "
+      fi
+    done
+  done
+  {
+    echo
+    echo "GET from 10 clients, no pipelining (redis-benchmark -c 10 -n $n -r 100000 -t get);"
+    echo "$latency rounds, the targets interleaved; medians of the rounds"
+    printf '%-10s | %10s | %8s %8s | %14s %14s\n' target rps 'p50 ms' 'p99 ms' 'added p50 µs' 'added p99 µs'
+    for target in direct twemproxy ackproxy; do
+      a50=-; a99=-
+      if [ "$target" != direct ]; then
+        a50=$(median <<<"${add_50[$target]}"); a99=$(median <<<"${add_99[$target]}")
+      fi
+      printf '%-10s | %10s | %8s %8s | %14s %14s\n' "$target" "$(median <<<"${lat_rps[$target]}")" \
+        "$(median <<<"${lat_50[$target]}")" "$(median <<<"${lat_99[$target]}")" "$a50" "$a99"
     done
   } | tee -a "$report"
   alive "$proxy_pid" ackproxy

@@ -532,7 +532,6 @@ impl ClientState {
 /// Replies smaller than this are copied together into one write.
 const COALESCE: usize = 16 * 1024;
 
-/// Runs until the client is closed: writes replies in order.
 /// How the writer re-sends a request whose transform asks for it (see
 /// [`Transformed::Retry`], [`Transformed::Continue`]): through the client's
 /// shared upstream, which the reply stream knows only as this.
@@ -547,6 +546,7 @@ pub trait Resend: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Reply> + Send>>;
 }
 
+/// Runs until the client is closed: writes replies in order.
 pub async fn run_writer<R: Resend>(mut sock: WriteHalf, state: Arc<ClientState>, resend: R) {
     let mut wbuf = BytesMut::new();
     let mut filled = Vec::new();
