@@ -9,6 +9,7 @@ separate processes, and the counters are zeroed after a warm-up and dumped
 after the measured stream, so start-up is left out. Workloads:
 
   get, set   redis-benchmark -c 50 -n N -t get|set -P 1 (no pipelining)
+  get16, set16  the same, 16 requests in flight per connection (-P 16)
   pairs      50 connections, closed loop, no pipelining: RPOP jobs, the
              id from the JSON message, ACK jobs id (rule ack_id = json:id;
              128 B messages {"id":"<12 digits>","body":"x..."}, pushed
@@ -21,7 +22,7 @@ per request (pair), and, with --strace, system calls per request (pair)
 from `strace -c -f` attached to the proxy (not under valgrind) for the
 same stream.
 
-Usage: python3 bench/proxy_instructions.py [-n N] [--pairs N] [--tests get,set,pairs,pairs16]
+Usage: python3 bench/proxy_instructions.py [-n N] [--pairs N] [--tests get,set,get16,set16,pairs,pairs16]
          [--threads T] [--db D] [--strace] [--keep DIR]
   -n N        requests per get/set test (default 20000)
   --pairs N   pairs per pairs test (default 5000)
@@ -225,10 +226,11 @@ def push(redis, first, count):
 
 def load(test, port, count, first, db):
     """Runs `count` requests (pairs) of `test` against the proxy."""
-    if test in ("get", "set"):
+    if test in ("get", "set", "get16", "set16"):
         select = ["--dbnum", str(db)] if db else []
         subprocess.run(["redis-benchmark", "-p", str(port), "-c", str(CONNS), "-n", str(count),
-                        "-t", test, "-P", "1", "-r", "1000", "-q"] + select,
+                        "-t", test[:3], "-P", "16" if test.endswith("16") else "1", "-r", "1000",
+                        "-q"] + select,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         return 0
     conns, depth = (10, 16) if test == "pairs16" else (CONNS, 1)
