@@ -25,16 +25,15 @@ fn start_proxy(cluster: &ClusterSet, extra: &[&str]) -> Proxy {
 }
 
 fn start_proxy_with(cluster: &ClusterSet, toml: &str) -> Proxy {
-    let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
-    std::fs::write(
-        &path,
-        format!(
+    let file = TempFile::new(
+        "ackproxy-test",
+        "toml",
+        &format!(
             "upstream_mode = \"cluster\"\nupstream = {:?}\n{toml}",
             cluster.seed()
         ),
-    )
-    .unwrap();
-    Proxy::start_args(&["--config", path.to_str().unwrap()])
+    );
+    Proxy::start_args(&["--config", file.as_arg()]).owning(file)
 }
 
 /// One client straight to a single Redis, one through the proxy to the

@@ -4,20 +4,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 
-fn log_path() -> PathBuf {
-    std::env::temp_dir().join(format!("ackproxy-log-{}.txt", free_port()))
+/// An empty file for the proxy's log.
+fn log_path() -> TempFile {
+    TempFile::new("ackproxy-log", "txt", "")
 }
 
 /// A configuration file holding `toml`.
-fn config(toml: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("ackproxy-log-{}.toml", free_port()));
-    std::fs::write(&path, toml).unwrap();
-    path
+fn config(toml: &str) -> TempFile {
+    TempFile::new("ackproxy-log", "toml", toml)
 }
 
 fn read(log: &Path) -> String {
@@ -44,7 +43,8 @@ fn await_line(log: &Path, what: &str) -> String {
 fn passthrough_logs_nothing_and_a_file_gets_no_colour() {
     let redis = Redis::start();
     let log = log_path();
-    let proxy = Proxy::start_logged(redis.port, &config(""), &log);
+    let cfg = config("");
+    let proxy = Proxy::start_logged(redis.port, &cfg, &log);
     let before = read(&log);
     let mut c = proxy.client();
     for i in 0..200 {
@@ -74,7 +74,8 @@ fn passthrough_logs_nothing_and_a_file_gets_no_colour() {
 fn upstream_down_and_back_up_are_logged_once_each() {
     let mut redis = Redis::start();
     let log = log_path();
-    let proxy = Proxy::start_logged(redis.port, &config(""), &log);
+    let cfg = config("");
+    let proxy = Proxy::start_logged(redis.port, &cfg, &log);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
     let (port, dir) = (redis.port, redis.dir.clone());

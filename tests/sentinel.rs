@@ -29,11 +29,10 @@ fn sentinel_config(set: &SentinelSet, rules: &str) -> String {
 }
 
 fn start_proxy(set: &SentinelSet, rules: &str, extra: &[&str]) -> Proxy {
-    let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
-    std::fs::write(&path, sentinel_config(set, rules)).unwrap();
-    let mut args = vec!["--config", path.to_str().unwrap()];
+    let file = TempFile::new("ackproxy-test", "toml", &sentinel_config(set, rules));
+    let mut args = vec!["--config", file.as_arg()];
     args.extend_from_slice(extra);
-    Proxy::start_args(&args)
+    Proxy::start_args(&args).owning(file)
 }
 
 /// The port of the Redis that served this proxy connection's `INFO server`.

@@ -489,15 +489,14 @@ fn upstream_requiring_a_client_certificate() {
     // and clients are told at once.
     for cert in [None, Some("rogue")] {
         let port = free_port();
-        let path = std::env::temp_dir().join(format!("ackproxy-test-{port}.toml"));
-        std::fs::write(&path, pki.upstream_toml("ca.pem", cert)).unwrap();
+        let file = TempFile::new("ackproxy-test", "toml", &pki.upstream_toml("ca.pem", cert));
         let (listen, upstream) = (
             format!("127.0.0.1:{port}"),
             format!("127.0.0.1:{}", redis.port),
         );
         let args = [
             "--config",
-            path.to_str().unwrap(),
+            file.as_arg(),
             "--listen",
             &listen,
             "--upstream",
@@ -526,12 +525,11 @@ fn upstream_certificate_is_verified() {
         ),
     ] {
         let port = free_port();
-        let path = std::env::temp_dir().join(format!("ackproxy-test-{port}.toml"));
-        std::fs::write(&path, extra).unwrap();
+        let file = TempFile::new("ackproxy-test", "toml", &extra);
         let listen = format!("127.0.0.1:{port}");
         let args = [
             "--config",
-            path.to_str().unwrap(),
+            file.as_arg(),
             "--listen",
             &listen,
             "--upstream",

@@ -26,6 +26,51 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A file in the temporary directory, removed when dropped: the
+/// configuration files and logs tests write would otherwise pile up in
+/// /tmp, a few hundred per run.
+pub struct TempFile(PathBuf);
+
+impl TempFile {
+    /// `<temp dir>/<prefix>-<free port>.<ext>`, holding `contents`.
+    pub fn new(prefix: &str, ext: &str, contents: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}.{ext}", free_port()));
+        std::fs::write(&path, contents).unwrap();
+        TempFile(path)
+    }
+
+    /// The path as a command-line argument.
+    pub fn as_arg(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn wait_for_ping(port: u16, what: &str, child: &mut Child) {
     wait_until_ready(port, what, child, || {
         let Ok(mut c) = Client::try_connect(port) else {
@@ -835,10 +880,12 @@ pub fn info(port: u16, section: &str) -> String {
     }
 }
 
-/// The built ackproxy binary, killed on drop.
+/// The built ackproxy binary, killed on drop, with the files it was
+/// started with (removed after it).
 pub struct Proxy {
     pub port: u16,
     child: Child,
+    files: Vec<TempFile>,
 }
 
 impl Proxy {
@@ -856,7 +903,11 @@ impl Proxy {
         args.extend_from_slice(extra);
         let mut child = Proxy::spawn(&args);
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy { port, child }
+        Proxy {
+            port,
+            child,
+            files: Vec::new(),
+        }
     }
 
     /// ackproxy with exactly these arguments, up once `ready` holds: for
@@ -864,7 +915,11 @@ impl Proxy {
     pub fn start_when(port: u16, args: &[&str], ready: impl FnMut() -> bool) -> Proxy {
         let mut child = Proxy::spawn(args);
         wait_until_ready(port, "ackproxy", &mut child, ready);
-        Proxy { port, child }
+        Proxy {
+            port,
+            child,
+            files: Vec::new(),
+        }
     }
 
     fn spawn(args: &[&str]) -> Child {
@@ -907,8 +962,7 @@ impl Proxy {
         extra: &[&str],
         nofile: u64,
     ) -> Proxy {
-        let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
-        std::fs::write(&path, toml).unwrap();
+        let file = TempFile::new("ackproxy-test", "toml", toml);
         let port = free_port();
         let (listen, upstream) = (
             format!("127.0.0.1:{port}"),
@@ -920,12 +974,16 @@ impl Proxy {
             "--upstream",
             &upstream,
             "--config",
-            path.to_str().unwrap(),
+            file.as_arg(),
         ];
         args.extend_from_slice(extra);
         let mut child = Proxy::spawn_limited(&args, Some(nofile));
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy { port, child }
+        Proxy {
+            port,
+            child,
+            files: vec![file],
+        }
     }
 
     /// ackproxy in front of `upstream_port` reading the configuration file
@@ -945,7 +1003,11 @@ impl Proxy {
             .spawn()
             .expect("ackproxy binary");
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy { port, child }
+        Proxy {
+            port,
+            child,
+            files: Vec::new(),
+        }
     }
 
     /// SIGHUP: the proxy reloads its configuration.
@@ -959,11 +1021,16 @@ impl Proxy {
 
     /// ackproxy with a TOML config file written from `toml`.
     pub fn start_with_config(upstream_port: u16, toml: &str, extra: &[&str]) -> Proxy {
-        let path = std::env::temp_dir().join(format!("ackproxy-test-{}.toml", free_port()));
-        std::fs::write(&path, toml).unwrap();
-        let mut args = vec!["--config", path.to_str().unwrap()];
+        let file = TempFile::new("ackproxy-test", "toml", toml);
+        let mut args = vec!["--config", file.as_arg()];
         args.extend_from_slice(extra);
-        Proxy::start(upstream_port, &args)
+        Proxy::start(upstream_port, &args).owning(file)
+    }
+
+    /// Keeps `file` until the proxy is dropped, and removes it then.
+    pub fn owning(mut self, file: TempFile) -> Proxy {
+        self.files.push(file);
+        self
     }
 
     /// ackproxy with exactly `--listen` and these arguments, up once it
@@ -976,7 +1043,11 @@ impl Proxy {
         all.extend_from_slice(args);
         let mut child = Proxy::spawn(&all);
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy { port, child }
+        Proxy {
+            port,
+            child,
+            files: Vec::new(),
+        }
     }
 
     pub fn client(&self) -> Client {
