@@ -49,7 +49,9 @@ impl EmbeddedRedis {
         let (dir, scratch) = match &cfg.dir {
             Some(d) => (d.clone(), None),
             None => {
-                let d = std::env::temp_dir().join(format!("ackproxy-redis-{}", std::process::id()));
+                remove_stale_scratch();
+                let d =
+                    std::env::temp_dir().join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
                 (d.clone(), Some(d))
             }
         };
@@ -142,6 +144,36 @@ impl EmbeddedRedis {
         let _ = self.child.kill().await;
         if let Some(d) = self.scratch.take() {
             let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The default directory of the private server is this followed by the
+/// proxy's pid, in the temporary directory.
+const SCRATCH_PREFIX: &str = "ackproxy-redis-";
+
+/// Removes the default directories of proxies that no longer run. A proxy
+/// removes its own when it stops, but one killed with SIGKILL cannot; the
+/// next one to start clears what it left.
+fn remove_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

@@ -124,6 +124,8 @@ fn the_private_redis_server_dies_with_a_killed_proxy() {
     let (proxy, _port) = quick_start();
     let redis = children_named(proxy.0.id(), "redis-server");
     assert_eq!(redis.len(), 1, "one private redis-server: {redis:?}");
+    let scratch = std::env::temp_dir().join(format!("ackproxy-redis-{}", proxy.0.id()));
+    assert!(scratch.is_dir(), "{scratch:?}");
     drop(proxy); // SIGKILL: no clean-up code runs
     let deadline = Instant::now() + Duration::from_secs(5);
     while running(redis[0]) {
@@ -132,6 +134,23 @@ fn the_private_redis_server_dies_with_a_killed_proxy() {
             "redis-server {} outlived the proxy",
             redis[0]
         );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The killed proxy's directory is left; the next proxy removes it, and
+    // its own when it stops.
+    assert!(scratch.is_dir(), "{scratch:?}");
+    let (next, _port) = quick_start();
+    assert!(!scratch.exists(), "{scratch:?} outlived the next start");
+    let own = std::env::temp_dir().join(format!("ackproxy-redis-{}", next.0.id()));
+    assert!(own.is_dir(), "{own:?}");
+    let status = Command::new("kill")
+        .args(["-TERM", &next.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while own.exists() {
+        assert!(Instant::now() < deadline, "{own:?} outlived its proxy");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
