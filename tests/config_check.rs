@@ -182,6 +182,29 @@ fn upstream_needs_host_and_port() {
     );
 }
 
+/// Persistence in the private redis-server's default directory, which is
+/// removed at exit, would keep nothing across a restart.
+#[test]
+fn embedded_persistence_needs_a_directory() {
+    let refused = "[embedded] persistence needs a dir (--embedded-dir)";
+    let run = |args: &[&str]| {
+        let mut cmd = ackproxy();
+        cmd.args(["--check-config", "--listen", "127.0.0.1:0"])
+            .args(args);
+        checked(cmd.output().unwrap())
+    };
+    assert_refused(&run(&["--embedded-persistence"]), &[refused]);
+    let path = file("persistence.toml", "[embedded]\npersistence = true\n");
+    let c = run(&["--config", path.to_str().unwrap()]);
+    assert_refused(&c, &[refused]);
+    let dir = std::env::temp_dir().to_str().unwrap().to_string();
+    let c = run(&["--embedded-persistence", "--embedded-dir", &dir]);
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    // With an upstream the private server is not started.
+    let c = run(&["--embedded-persistence", "--upstream", "127.0.0.1:6379"]);
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+}
+
 fn assert_no_panic(c: &Checked) {
     assert_ne!(c.code, Some(101), "{}", c.stderr);
     assert!(!c.stderr.contains("panicked"), "{}", c.stderr);

@@ -108,6 +108,14 @@ impl Config {
         if self.threads == Some(0) {
             return Err(at.setting("threads", "threads must be at least 1"));
         }
+        let embedded = self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct;
+        if embedded && self.embedded.persistence && self.embedded.dir.is_none() {
+            // The default directory is removed at exit: the data would not
+            // outlive a restart, which is all persistence is for.
+            return Err("[embedded] persistence needs a dir (--embedded-dir): \
+                        the default directory is temporary and removed at exit"
+                .into());
+        }
         self.check_rules(at)
     }
 
