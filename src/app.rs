@@ -64,14 +64,12 @@ async fn start_inner(
     let sentinel = config.upstream_mode == UpstreamMode::Sentinel;
     let cluster_seeds =
         (config.upstream_mode == UpstreamMode::Cluster).then(|| config.cluster_seeds());
-    let embedded = match &config.upstream {
-        Some(_) => None,
-        None if sentinel => None,
-        None => {
-            let e = EmbeddedRedis::start(&config.embedded).await?;
-            config.upstream = Some(e.addr.clone());
-            Some(e)
-        }
+    let embedded = if config.runs_embedded() {
+        let e = EmbeddedRedis::start(&config.embedded).await?;
+        config.upstream = Some(e.addr.clone());
+        Some(e)
+    } else {
+        None
     };
     let ops = crate::ops::prepare(&config).await?;
     // Also without an operations address: the rules' recent ack latencies

@@ -97,8 +97,7 @@ fn check(config: &Config, warnings: &[String]) {
     for w in warnings {
         say(format, Level::WARN, w);
     }
-    if config.upstream.is_none()
-        && config.upstream_mode == ackproxy::config::UpstreamMode::Direct
+    if config.runs_embedded()
         && ackproxy::embedded::find_binary(&config.embedded.redis_server).is_none()
     {
         let missing =

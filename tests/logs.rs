@@ -187,10 +187,10 @@ fn a_clean_stop_logs_no_warning() {
         let rules = config("[[queue]]\npattern = \"jobs\"\n");
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
             .args(["--listen", &listen, "--config"])
-            .arg(&rules)
+            .arg(rules.as_arg())
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(&*log).unwrap())
             .spawn()
             .unwrap();
         wait_until("the proxy to answer", || {

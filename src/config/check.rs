@@ -108,8 +108,7 @@ impl Config {
         if self.threads == Some(0) {
             return Err(at.setting("threads", "threads must be at least 1"));
         }
-        let embedded = self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct;
-        if embedded && self.embedded.persistence && self.embedded.dir.is_none() {
+        if self.runs_embedded() && self.embedded.persistence && self.embedded.dir.is_none() {
             // The default directory is removed at exit: the data would not
             // outlive a restart, which is all persistence is for.
             return Err("[embedded] persistence needs a dir (--embedded-dir): \
@@ -339,7 +338,7 @@ impl Config {
             }
         }
         if self.upstream_tls {
-            if self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct {
+            if self.runs_embedded() {
                 return Err("upstream_tls needs an upstream: the private redis-server \
                             speaks plain TCP"
                     .into());

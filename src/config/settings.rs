@@ -323,6 +323,12 @@ impl Config {
             log_format, connect_timeout_ms, embedded, reaper)
     }
 
+    /// Whether the proxy runs its private redis-server: no upstream, and
+    /// no sentinels to find one.
+    pub fn runs_embedded(&self) -> bool {
+        self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct
+    }
+
     /// The nodes named by `upstream` in cluster mode.
     pub fn cluster_seeds(&self) -> Vec<String> {
         self.upstream

@@ -53,18 +53,6 @@ impl std::ops::Deref for TempFile {
     }
 }
 
-impl AsRef<Path> for TempFile {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempFile {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -903,11 +891,7 @@ impl Proxy {
         args.extend_from_slice(extra);
         let mut child = Proxy::spawn(&args);
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy {
-            port,
-            child,
-            files: Vec::new(),
-        }
+        Proxy::running(port, child)
     }
 
     /// ackproxy with exactly these arguments, up once `ready` holds: for
@@ -915,11 +899,7 @@ impl Proxy {
     pub fn start_when(port: u16, args: &[&str], ready: impl FnMut() -> bool) -> Proxy {
         let mut child = Proxy::spawn(args);
         wait_until_ready(port, "ackproxy", &mut child, ready);
-        Proxy {
-            port,
-            child,
-            files: Vec::new(),
-        }
+        Proxy::running(port, child)
     }
 
     fn spawn(args: &[&str]) -> Child {
@@ -979,11 +959,7 @@ impl Proxy {
         args.extend_from_slice(extra);
         let mut child = Proxy::spawn_limited(&args, Some(nofile));
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy {
-            port,
-            child,
-            files: vec![file],
-        }
+        Proxy::running(port, child).owning(file)
     }
 
     /// ackproxy in front of `upstream_port` reading the configuration file
@@ -1003,11 +979,7 @@ impl Proxy {
             .spawn()
             .expect("ackproxy binary");
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy {
-            port,
-            child,
-            files: Vec::new(),
-        }
+        Proxy::running(port, child)
     }
 
     /// SIGHUP: the proxy reloads its configuration.
@@ -1027,6 +999,14 @@ impl Proxy {
         Proxy::start(upstream_port, &args).owning(file)
     }
 
+    fn running(port: u16, child: Child) -> Proxy {
+        Proxy {
+            port,
+            child,
+            files: Vec::new(),
+        }
+    }
+
     /// Keeps `file` until the proxy is dropped, and removes it then.
     pub fn owning(mut self, file: TempFile) -> Proxy {
         self.files.push(file);
@@ -1043,11 +1023,7 @@ impl Proxy {
         all.extend_from_slice(args);
         let mut child = Proxy::spawn(&all);
         wait_for_ping(port, "ackproxy", &mut child);
-        Proxy {
-            port,
-            child,
-            files: Vec::new(),
-        }
+        Proxy::running(port, child)
     }
 
     pub fn client(&self) -> Client {
