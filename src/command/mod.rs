@@ -7,16 +7,44 @@ pub mod table;
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 /// A framed request's arguments, borrowed from the read buffer.
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
     buf: &'a [u8],
     ranges: &'a [Range<usize>],
+    /// The request as its own `Bytes`, when it is one: an argument kept
+    /// past the request is then a slice of it, not a copy.
+    frame: Option<&'a Bytes>,
 }
 
 impl<'a> Args<'a> {
     pub fn new(buf: &'a [u8], ranges: &'a [Range<usize>]) -> Self {
-        Args { buf, ranges }
+        Args {
+            buf,
+            ranges,
+            frame: None,
+        }
+    }
+
+    /// The arguments of a request held as `frame`.
+    pub fn of_frame(frame: &'a Bytes, ranges: &'a [Range<usize>]) -> Self {
+        Args {
+            buf: frame,
+            ranges,
+            frame: Some(frame),
+        }
+    }
+
+    /// Argument `i` to keep: a slice of the request when it is held as
+    /// its own `Bytes`, else a copy.
+    pub fn to_bytes(&self, i: usize) -> Option<Bytes> {
+        let r = self.ranges.get(i)?.clone();
+        Some(match self.frame {
+            Some(frame) => frame.slice(r),
+            None => Bytes::copy_from_slice(&self.buf[r]),
+        })
     }
 
     pub fn len(&self) -> usize {

@@ -149,10 +149,9 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     }
     let registry = registry.clone();
     if n <= IDS_PER_CALL {
-        // The ids straight from the request into the call: no list of
-        // them first (and no second reference to each, which would cost
-        // an allocation apiece).
-        let ids = args.iter().skip(2).map(Bytes::copy_from_slice);
+        // The ids straight from the request into the call, as slices of
+        // it: no list of them first, no copies.
+        let ids = (2..args.len()).filter_map(|i| args.to_bytes(i));
         let op = ops::Ack { q: &q, ids };
         let q = q.clone();
         return rewrite(op, registry.db, move |acked| {

@@ -604,7 +604,7 @@ impl ReplyTransform for PopCalls {
         }
         let taken = self
             .call
-            .decode(reply)
+            .decode(reply.clone())
             .and_then(|v| self.pop.absorb(&mut self.progress, &v));
         if let Err(e) = taken {
             return Transformed::Done(e.to_reply());
@@ -615,7 +615,9 @@ impl ReplyTransform for PopCalls {
             self.retried = false;
             return Transformed::Continue(request);
         }
-        let done = self.pop.finish(std::mem::take(&mut self.progress));
+        let done = self
+            .pop
+            .finish_after(std::mem::take(&mut self.progress), Some(&reply));
         after_pop(&self.registry, &done);
         Transformed::Done(done.reply.unwrap_or_else(|| self.pop.multi_empty_reply()))
     }

@@ -87,6 +87,9 @@ pub struct Pop<'a> {
     pub release: i64,
 }
 
+/// Values a pop call took: the common one without an allocation.
+pub type Values = SmallVec<[Bytes; 1]>;
+
 /// What a pop call did.
 pub enum Taken {
     /// Nothing in any source of the call.
@@ -95,7 +98,7 @@ pub enum Taken {
     /// stopped at its skip bound and source `g` may still hold messages.
     Took {
         g: usize,
-        values: Vec<Bytes>,
+        values: Values,
         more: bool,
     },
     /// Nothing popped: the connection's earlier leases (next-pop) are not
@@ -160,6 +163,15 @@ impl Op for Pop<'_> {
     }
 
     fn read(v: &Value) -> Result<Taken, CallError> {
+        if let Value::Str(one) = v {
+            // The short reply of `pop1` (see `tally::settle`): one value
+            // from the first source, nothing more there.
+            return Ok(Taken::Took {
+                g: 0,
+                values: smallvec::smallvec![one.clone()],
+                more: false,
+            });
+        }
         let items = v.array();
         if items.is_empty() {
             return Ok(Taken::Nothing);
@@ -217,6 +229,15 @@ impl<I: Iterator<Item = Bytes>> Op for Ack<'_, I> {
     }
 
     fn read(v: &Value) -> Result<Acked, CallError> {
+        if let Value::Int(start) = v {
+            // The short reply of `ack` (see `tally::settle`): one lease
+            // released, that started then.
+            return Ok(Acked {
+                released: 1,
+                late: 0,
+                started: smallvec::smallvec![*start],
+            });
+        }
         let items = v.array();
         Ok(Acked {
             released: int_at(v, 0),
@@ -735,5 +756,52 @@ impl Op for Hold<'_> {
             next: int_at(v, 1),
             after: Bytes::copy_from_slice(v.array().get(2).map(Value::bytes).unwrap_or_default()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> Value {
+        Value::Str(Bytes::copy_from_slice(x.as_bytes()))
+    }
+
+    fn took(t: Taken) -> (usize, Vec<Bytes>, bool) {
+        match t {
+            Taken::Took { g, values, more } => (g, values.to_vec(), more),
+            Taken::Nothing => panic!("nothing"),
+            Taken::Again => panic!("again"),
+        }
+    }
+
+    #[test]
+    fn pop_reads_the_short_reply_as_its_flat_form() {
+        let short = took(Pop::read(&s("payload")).unwrap());
+        let flat = Value::Array(vec![Value::Int(0), Value::Int(1), s("payload")]);
+        assert_eq!(short, took(Pop::read(&flat).unwrap()));
+        assert_eq!(short, (0, vec![Bytes::from_static(b"payload")], false));
+        // Nothing popped is never short.
+        assert!(matches!(Pop::read(&Value::Nil), Ok(Taken::Nothing)));
+    }
+
+    #[test]
+    fn ack_reads_the_short_reply_as_its_flat_form() {
+        let flat = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(0),
+            Value::Int(1700000000123),
+        ]);
+        for v in [Value::Int(1700000000123), flat] {
+            let a = Ack::<std::iter::Empty<Bytes>>::read(&v).unwrap();
+            assert_eq!(
+                (a.released, a.late, a.started.to_vec()),
+                (1, 0, vec![1700000000123])
+            );
+        }
+        let none =
+            Ack::<std::iter::Empty<Bytes>>::read(&Value::Array(vec![Value::Int(0), Value::Int(2)]))
+                .unwrap();
+        assert_eq!((none.released, none.late, none.started.len()), (0, 2, 0));
     }
 }

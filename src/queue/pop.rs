@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::call::{Call, CallError, Caller};
-use super::ops::{self, Op, Source, Taken};
+use super::ops::{self, Op, Source, Taken, Values};
 use super::rules::{Queue, Rules};
 use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
@@ -24,10 +24,13 @@ pub const SOURCES_PER_CALL: usize = 16;
 /// `ack = "next-pop"` queue.
 const RELEASE_PER_CALL: i64 = 100;
 
+/// The keys a pop looks at: the common one key without an allocation.
+pub type Sources = smallvec::SmallVec<[Source; 1]>;
+
 /// A parsed pop on at least one queue key.
 pub struct Pop {
     pub form: PopForm,
-    pub sources: Vec<Source>,
+    pub sources: Sources,
     pub left: bool,
     /// `None` for the forms that pop one value and reply with it alone.
     pub count: Option<u64>,
@@ -89,7 +92,7 @@ fn timeout(a: Option<&[u8]>) -> Option<Timeout> {
 
 pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Parsed {
     let n = args.len();
-    let sources = |keys: &mut dyn Iterator<Item = &[u8]>| -> Vec<Source> {
+    let sources = |keys: &mut dyn Iterator<Item = &[u8]>| -> Sources {
         keys.map(|k| match rules.resolve(k) {
             Some(q) => Source::Queue(q),
             None => Source::Plain(Bytes::copy_from_slice(k)),
@@ -98,7 +101,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
     };
     let mut pop = Pop {
         form,
-        sources: Vec::new(),
+        sources: Sources::new(),
         left: false,
         count: None,
         dest: None,
@@ -229,7 +232,7 @@ pub struct Progress {
     from: usize,
     /// The source that gave elements.
     source: Option<usize>,
-    got: Vec<Bytes>,
+    got: Values,
     /// When the first call that took something answered (its leases
     /// started a little before).
     first_taken: Option<std::time::Instant>,
@@ -248,6 +251,14 @@ fn head_len(n: usize) -> usize {
 /// The length of a bulk string holding `v`.
 fn bulk_len(v: &[u8]) -> usize {
     head_len(v.len()) + v.len() + 2
+}
+
+/// Whether `reply` is exactly the bulk string whose data `v` is a slice
+/// of.
+fn is_bulk_of(reply: &[u8], v: &[u8]) -> bool {
+    reply.first() == Some(&b'$')
+        && reply.len() == bulk_len(v)
+        && std::ptr::eq(reply[reply.len() - 2 - v.len()..].as_ptr(), v.as_ptr())
 }
 
 /// The null a command that returns a string sends, without an allocation.
@@ -398,8 +409,21 @@ impl Pop {
 
     /// What the pop did, once [`Pop::next_call`] has no more calls.
     pub fn finish(&self, p: Progress) -> Popped {
+        self.finish_after(p, None)
+    }
+
+    /// [`Pop::finish`], given the reply of the last call: when that is the
+    /// one bulk string holding the one value a plain pop took (`pop1`'s
+    /// short reply), it is the client's reply byte for byte, in RESP2 and
+    /// RESP3, and goes on as it is rather than written again.
+    pub fn finish_after(&self, p: Progress, last: Option<&Bytes>) -> Popped {
+        let single = matches!(self.form, PopForm::Pop { .. }) && self.count.is_none();
+        let reply = match (last, &p.got[..]) {
+            (Some(last), [v]) if single && is_bulk_of(last, v) => Some(last.clone()),
+            _ => self.build(p.source, &p.got),
+        };
         Popped {
-            reply: self.build(p.source, &p.got),
+            reply,
             queue: match p.source.and_then(|g| self.sources.get(g)) {
                 Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
                 _ => None,
@@ -515,5 +539,25 @@ impl Pop {
             Source::Queue(q) => Some(q),
             Source::Plain(_) => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bulk_is_recognised_only_around_its_own_data() {
+        let reply = Bytes::from_static(b"$7\r\npayload\r\n");
+        let v = reply.slice(4..11);
+        assert!(is_bulk_of(&reply, &v));
+        // The same bytes elsewhere are not its data.
+        let copy = Bytes::copy_from_slice(b"payload");
+        assert!(!is_bulk_of(&reply, &copy));
+        // A reply that holds more than the bulk, or another kind of value.
+        let longer = Bytes::from_static(b"*1\r\n$7\r\npayload\r\n");
+        assert!(!is_bulk_of(&longer, &longer.slice(8..15)));
+        let simple = Bytes::from_static(b"+payload\r\n");
+        assert!(!is_bulk_of(&simple, &simple.slice(1..8)));
     }
 }

@@ -41,7 +41,9 @@ pub type Groups = smallvec::SmallVec<[(usize, Arc<str>); 1]>;
 
 /// The short form a function's reply may take in its common case (see
 /// `short_reply` in `lua/common.lua`): one plain value that stands for a
-/// flat reply with one event of the queue whose group comes first.
+/// flat reply with one event of the queue whose group comes first. Its
+/// event is counted here; the value itself is the result the operation's
+/// reader gets (`ops::Pop::read`, `ops::Ack::read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Short {
     /// The function never answers so.
@@ -53,21 +55,22 @@ pub enum Short {
 }
 
 /// Splits a function's reply, incrementing the counters its events name;
-/// returns the result, or `None` for a reply of another shape.
+/// returns the result (a short reply as it is), or `None` for a reply of
+/// another shape.
 pub fn settle(reply: Value, groups: &[(usize, Arc<str>)], short: Short) -> Option<Value> {
     let mut parts = match (short, reply) {
         (_, Value::Array(parts)) => parts,
+        // Passed on as they are, not rebuilt as the result they stand for
+        // (an allocation on every pop and ACK): `ops::Pop::read` and
+        // `ops::Ack::read` read them. A result of the flat form is never a
+        // bare string (pop) or integer (ack).
         (Short::Pop, value @ Value::Str(_)) => {
             count(groups, 0, 1);
-            return Some(Value::Array(vec![Value::Int(0), Value::Int(1), value]));
+            return Some(value);
         }
-        (Short::Ack, Value::Int(start)) => {
+        (Short::Ack, value @ Value::Int(_)) => {
             count(groups, 1, 1);
-            return Some(Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Int(start),
-            ]));
+            return Some(value);
         }
         _ => return None,
     };
@@ -188,23 +191,15 @@ mod tests {
     }
 
     #[test]
-    fn a_short_reply_stands_for_its_flat_form() {
+    fn a_short_reply_is_passed_on_as_it_is() {
         let groups = vec![(1, Arc::from("settle-short-test"))];
         assert_eq!(
             settle(s("payload"), &groups, Short::Pop),
-            Some(Value::Array(vec![
-                Value::Int(0),
-                Value::Int(1),
-                s("payload")
-            ]))
+            Some(s("payload"))
         );
         assert_eq!(
             settle(Value::Int(1700000000123), &groups, Short::Ack),
-            Some(Value::Array(vec![
-                Value::Int(1),
-                Value::Int(0),
-                Value::Int(1700000000123)
-            ]))
+            Some(Value::Int(1700000000123))
         );
         // Only the function that answers so.
         assert_eq!(settle(s("payload"), &groups, Short::Ack), None);

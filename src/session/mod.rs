@@ -563,7 +563,7 @@ impl Session {
         frame: Bytes,
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
-        let args = Args::new(&frame, ranges);
+        let args = Args::of_frame(&frame, ranges);
         if kind == Kind::Multi {
             self.popped_in_multi = false;
         }
