@@ -35,6 +35,7 @@ pub struct Call {
 }
 
 impl Call {
+    #[inline]
     pub fn new(function: &'static Function) -> Call {
         // Every pop and ACK makes one: the common one allocates nothing
         // but its request.
@@ -47,38 +48,53 @@ impl Call {
         }
     }
 
+    #[inline]
     pub fn key(mut self, k: impl Into<Bytes>) -> Self {
         self.keys.push(k.into());
         self
     }
 
+    #[inline]
     pub fn arg(mut self, a: impl Into<Bytes>) -> Self {
         self.argv.push(a.into());
         self
     }
 
     /// Appends the queue's key group to KEYS (Lua: `group(i)`).
+    #[inline]
     pub fn queue(mut self, q: &Queue) -> Self {
+        self.push_queue(q);
+        self
+    }
+
+    // The builder's steps work in place: a `Call` is some 400 bytes, and
+    // each step that takes and gives it back by value copied it.
+    fn push_queue(&mut self, q: &Queue) {
         self.groups.push((self.keys.len() + 1, q.pattern.clone()));
         self.keys.extend(q.key_group().iter().cloned());
-        self
+    }
+
+    fn push_rule(&mut self, q: &Queue) {
+        self.argv.extend(q.rule_args().iter().cloned());
     }
 
     /// The queue's key group and rule as the first keys and arguments
     /// (`.queue(q).rule(q)`), written into the request from their encoding
     /// made once for the queue.
-    pub fn queue_rule(self, q: &Queue) -> Self {
-        let first = self.keys.is_empty() && self.argv.is_empty();
-        let mut call = self.queue(q).rule(q);
-        if first {
-            call.encoded = Some(q.encoded.clone());
+    #[inline]
+    pub fn queue_rule(mut self, q: &Queue) -> Self {
+        if self.keys.is_empty() && self.argv.is_empty() {
+            self.encoded = Some(q.encoded.clone());
         }
-        call
+        self.push_queue(q);
+        self.push_rule(q);
+        self
     }
 
     /// Appends the queue's rule to ARGV (Lua: `rule(i)`).
+    #[inline]
     pub fn rule(mut self, q: &Queue) -> Self {
-        self.argv.extend(q.rule_args().iter().cloned());
+        self.push_rule(q);
         self
     }
 
