@@ -436,6 +436,91 @@ fn tracking_redirects_to_the_proxy_client() {
     );
 }
 
+/// After `CLIENT TRACKING on REDIRECT id`, `CLIENT GETREDIR` and `CLIENT
+/// TRACKINGINFO` show `id`, the proxy's id the client gave, as Redis shows
+/// the one it was given (not Redis's id of the connection the proxy named),
+/// also once that client is gone (`broken_redirect`).
+#[test]
+fn tracking_shows_the_redirect_id_the_client_gave() {
+    let r = Redis::start();
+    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let mut listener = proxy.client();
+    let listener_id = id(&mut listener);
+    listener.cmd(&["SUBSCRIBE", "__redis__:invalidate"]);
+    let mut tracker = proxy.client();
+    assert_eq!(
+        tracker.cmd(&[
+            "CLIENT",
+            "TRACKING",
+            "on",
+            "REDIRECT",
+            &listener_id.to_string()
+        ]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(
+        tracker.cmd(&["CLIENT", "GETREDIR"]),
+        Value::Int(listener_id)
+    );
+    // flags, redirect, prefixes: Redis's fields, with the proxy's id.
+    let tracking = |c: &mut Client| match c.cmd(&["CLIENT", "TRACKINGINFO"]) {
+        Value::Array(v) if v.len() == 6 => (v[1].clone(), v[3].clone()),
+        other => panic!("TRACKINGINFO: {other:?}"),
+    };
+    let (flags, redirect) = tracking(&mut tracker);
+    assert_eq!(flags, Value::Array(vec![Value::bulk("on")]));
+    assert_eq!(redirect, Value::Int(listener_id));
+    // The redirect target goes; Redis notices when it next has to send it
+    // something.
+    drop(listener);
+    tracker.cmd(&["GET", "tracked"]);
+    let mut writer = proxy.client();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let flags = loop {
+        writer.cmd(&["SET", "tracked", "1"]);
+        tracker.cmd(&["GET", "tracked"]);
+        let (flags, redirect) = tracking(&mut tracker);
+        assert_eq!(redirect, Value::Int(listener_id));
+        if flags != Value::Array(vec![Value::bulk("on")]) || std::time::Instant::now() > deadline {
+            break flags;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        flags,
+        Value::Array(vec![Value::bulk("on"), Value::bulk("broken_redirect")])
+    );
+    assert_eq!(
+        tracker.cmd(&["CLIENT", "GETREDIR"]),
+        Value::Int(listener_id)
+    );
+    // Without a redirect, Redis's own answers.
+    tracker.cmd(&["CLIENT", "TRACKING", "off"]);
+    assert_eq!(tracker.cmd(&["CLIENT", "GETREDIR"]), Value::Int(-1));
+    tracker.cmd(&["CLIENT", "TRACKING", "on"]);
+    assert_eq!(tracker.cmd(&["CLIENT", "GETREDIR"]), Value::Int(0));
+    let (_, redirect) = tracking(&mut tracker);
+    assert_eq!(redirect, Value::Int(0));
+    // In RESP3 the reply is a map, with the same field.
+    let mut listener = proxy.client();
+    let listener_id = id(&mut listener);
+    listener.cmd(&["SUBSCRIBE", "__redis__:invalidate"]);
+    tracker.cmd(&["CLIENT", "TRACKING", "off"]);
+    tracker.cmd(&[
+        "CLIENT",
+        "TRACKING",
+        "on",
+        "REDIRECT",
+        &listener_id.to_string(),
+    ]);
+    tracker.raw(&["HELLO", "3"]);
+    let info = tracker.raw(&["CLIENT", "TRACKINGINFO"]);
+    assert_eq!(
+        String::from_utf8_lossy(&info),
+        format!("%3\r\n$5\r\nflags\r\n~1\r\n$2\r\non\r\n$8\r\nredirect\r\n:{listener_id}\r\n$8\r\nprefixes\r\n*0\r\n")
+    );
+}
+
 /// A blocking pop on a queue waits in the proxy, not in Redis: the client
 /// still counts as blocked, and `CLIENT UNBLOCK` ends its wait as Redis
 /// ends a blocked command's (a timeout's reply, or the UNBLOCKED error).

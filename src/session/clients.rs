@@ -838,13 +838,29 @@ impl Session {
         let at = (3..args.len().saturating_sub(1)).find(|&i| args.is(i, "REDIRECT"))?;
         let id = parse_i64(args.get(at + 1)?)?;
         let upstream = match u64::try_from(id) {
-            Ok(id) => self.upstream_id(id).await.unwrap_or(0),
+            Ok(id) => self.upstream_id(id).await.map_or(0, |up| {
+                self.redirect_ids = Some((up, id));
+                up
+            }),
             Err(_) => 0,
         }
         .to_string();
         let mut words: Vec<&[u8]> = args.iter().collect();
         words[at + 1] = upstream.as_bytes();
         Some(Bytes::from(crate::upstream::encode_command(&words)))
+    }
+
+    /// `CLIENT GETREDIR` and `CLIENT TRACKINGINFO` after a `CLIENT
+    /// TRACKING … REDIRECT id`: Redis answers with its own id of the
+    /// connection the proxy named in the client's place, and the client
+    /// gets the id it gave back, also once that client is gone (the
+    /// `broken_redirect` case). `None` for other requests.
+    pub(super) fn redirect_view(&self, args: Args<'_>) -> Option<Box<dyn ReplyTransform>> {
+        let (upstream, proxy) = self.redirect_ids?;
+        if !(args.is(0, "CLIENT") && (args.is(1, "GETREDIR") || args.is(1, "TRACKINGINFO"))) {
+            return None;
+        }
+        Some(Box::new(RedirectIds { upstream, proxy }))
     }
 
     /// Whether Redis's ACL lets the client's user run the request; if not,
@@ -894,6 +910,38 @@ impl Session {
                 .any(|p| reply.starts_with(p)),
             Err(_) => false,
         }
+    }
+}
+
+/// Redis's id of a redirect target, in a reply, made the proxy's.
+struct RedirectIds {
+    upstream: u64,
+    proxy: u64,
+}
+
+impl ReplyTransform for RedirectIds {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        let from = format!(":{}\r\n", self.upstream);
+        let to = format!(":{}\r\n", self.proxy);
+        // GETREDIR: the id alone.
+        if reply[..] == *from.as_bytes() {
+            return Transformed::Done(Bytes::from(to));
+        }
+        // TRACKINGINFO: the `redirect` field, in RESP2 and RESP3 alike, ahead
+        // of the prefixes (the only free text of the reply).
+        let field = format!("$8\r\nredirect\r\n{from}");
+        let Some(at) = reply
+            .windows(field.len())
+            .position(|w| w == field.as_bytes())
+        else {
+            return Transformed::Done(reply);
+        };
+        let value = at + field.len() - from.len();
+        let mut out = BytesMut::with_capacity(reply.len() + to.len());
+        out.extend_from_slice(&reply[..value]);
+        out.extend_from_slice(to.as_bytes());
+        out.extend_from_slice(&reply[at + field.len()..]);
+        Transformed::Done(out.freeze())
     }
 }
 

@@ -278,6 +278,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         started: Instant::now(),
         pending_at_read: false,
         pops_this_read: 0,
+        redirect_ids: None,
         popped_in_multi: false,
         ctx,
     };
@@ -325,6 +326,10 @@ struct Session {
     /// Name, library and protocol, as the client set them.
     meta: meta::Meta,
     dedicated: Option<Dedicated>,
+    /// Redis's id of the connection the client's last `CLIENT TRACKING …
+    /// REDIRECT id` named, and that `id` (the proxy's): see
+    /// `redirect_view`.
+    redirect_ids: Option<(u64, u64)>,
     /// In a cluster: the node the dedicated connection is to, and the one
     /// the next one opened should be to.
     dedicated_node: Option<String>,
@@ -699,6 +704,11 @@ impl Session {
             .and_then(|a| a.answer(args, self.protocol()))
         {
             self.answer(reply).await;
+            return None;
+        }
+        if let Some(transform) = self.redirect_view(args) {
+            self.viewed(kind, args, frame.clone(), View::Reply(transform))
+                .await;
             return None;
         }
         if let Some(request) = self.tracking_redirect(args).await {
