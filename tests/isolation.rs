@@ -722,3 +722,43 @@ fn a_client_pulling_big_replies_leaves_the_shared_connection() {
     assert_eq!(puller.cmd(&["STRLEN", "big"]), Value::Int(big.len() as i64));
     assert_eq!(upstream_id(&redis, &mut other), shared);
 }
+
+/// `SYNC` and `PSYNC` through the proxy: a replica pointed at the proxy
+/// gets Redis's RDB payload and then its replication stream as Redis sends
+/// them (no reply pairs with a request there), and the proxy's other
+/// clients are served as before. Before, the proxy read the RDB payload as
+/// a RESP reply, which it is not, and the replica never got it.
+#[test]
+fn a_replica_syncs_through_the_proxy() {
+    for mode in MODES {
+        let r = Redis::start();
+        let proxy = Proxy::start(r.port, mode);
+        let mut c = proxy.client();
+        c.cmd(&["SET", "before", "1"]);
+        let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &proxy.port.to_string()]);
+        let mut rc = replica.client();
+        wait_until("the replica has the RDB's key", || {
+            rc.cmd(&["GET", "before"]) == Value::bulk("1")
+        });
+        c.cmd(&["SET", "after", "2"]);
+        wait_until("the replica has the stream's key", || {
+            rc.cmd(&["GET", "after"]) == Value::bulk("2")
+        });
+        let info = bulk_text(c.cmd(&["INFO", "replication"]));
+        assert!(info.contains("connected_slaves:1"), "{mode:?}: {info}");
+        assert!(info.contains("state=online"), "{mode:?}: {info}");
+        assert_eq!(c.cmd(&["PING"]), Value::Simple("PONG".into()));
+        // The replica's link goes when its proxy connection does.
+        drop(proxy);
+        wait_until("the replica notices", || {
+            bulk_text(rc.cmd(&["INFO", "replication"])).contains("master_link_status:down")
+        });
+    }
+}
+
+fn bulk_text(v: Value) -> String {
+    match v {
+        Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("not a bulk string: {other:?}"),
+    }
+}

@@ -279,6 +279,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         pending_at_read: false,
         pops_this_read: 0,
         redirect_ids: None,
+        relaying: false,
         popped_in_multi: false,
         ctx,
     };
@@ -350,6 +351,11 @@ struct Session {
     pops_this_read: u32,
     /// The open transaction has a pop queued.
     popped_in_multi: bool,
+    /// After `SYNC` or `PSYNC`: the client is a replica (or `redis-cli
+    /// --rdb`), whose connection carries an RDB payload and then the
+    /// replication stream, no RESP replies to requests; its bytes and
+    /// Redis's are relayed as they come.
+    relaying: bool,
 }
 
 impl Session {
@@ -413,6 +419,16 @@ impl Session {
         }
     }
 
+    /// What the client sent, to Redis as it is (see `relaying`).
+    async fn relay(&mut self) -> Option<Stop> {
+        let sent = match self.dedicated.as_mut() {
+            Some(d) => d.relay(&self.buf).await.is_ok(),
+            None => false,
+        };
+        self.buf.clear();
+        (!sent).then_some(Stop::Gone)
+    }
+
     /// Like Redis's `timeout`: idle clients are closed, but never ones
     /// waiting in a blocking command or subscribed.
     fn idle_timeout(&self) -> Option<Duration> {
@@ -427,6 +443,9 @@ impl Session {
     /// Handles every complete request in the buffer. Consecutive requests
     /// bound for the shared upstream leave as one batch.
     async fn process(&mut self) -> Option<Stop> {
+        if self.relaying {
+            return self.relay().await;
+        }
         let mut pos = 0;
         let mut batch = 0u32;
         // Some request of the batch may write.
@@ -472,6 +491,9 @@ impl Session {
                     self.ranges = ranges;
                     if let Some(stop) = stop {
                         return Some(stop);
+                    }
+                    if self.relaying {
+                        return self.relay().await;
                     }
                 }
                 Scan::Inline { consumed, encoded } => {
@@ -1259,6 +1281,13 @@ impl Session {
         let closes = oversized(args) || kind == Kind::Urgent && args.is(0, "SHUTDOWN");
         let bound = self.mode.any() || closes || (d.is_bound() && !d.is_idle());
         d.set_bound(bound);
+        if kind == Kind::StickyUnpaired
+            && !self.mode.multi
+            && (args.is(0, "SYNC") || args.is(0, "PSYNC"))
+        {
+            d.start_relay();
+            self.relaying = true;
+        }
         // Counted (and stamped) before it is sent: its reply may be read
         // before the write returns.
         self.out.sent_dedicated(expect.is_some());

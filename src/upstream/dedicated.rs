@@ -71,6 +71,10 @@ struct Shared {
     /// The database selected, as confirmed by Redis.
     db: Arc<AtomicI64>,
     by_kind: ByKind,
+    /// Set before a `SYNC` or `PSYNC` is written: once every paired reply
+    /// before it has arrived, Redis's bytes go to the client as they come
+    /// (an RDB payload is no RESP value), for the rest of the connection.
+    relay: AtomicBool,
 }
 
 /// Channels, patterns and shard channels apart, as `CLIENT LIST` shows
@@ -194,6 +198,7 @@ impl Dedicated {
             subscriptions: AtomicI64::new(0),
             db: Arc::new(AtomicI64::new(0)),
             by_kind: ByKind::default(),
+            relay: AtomicBool::new(false),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out, moved));
         crate::telemetry::upstream().dedicated.increment(1.0);
@@ -253,6 +258,17 @@ impl Dedicated {
             self.wr.write_all(&joined).await?;
         }
         self.wr.flush().await
+    }
+
+    /// The connection becomes a relay (see `Shared::relay`): from the
+    /// request written next on, which must be the `SYNC` or `PSYNC`.
+    pub fn start_relay(&self) {
+        self.shared.relay.store(true, Ordering::Release);
+    }
+
+    /// The client's bytes, as they came, on a relayed connection.
+    pub async fn relay(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write(bytes).await
     }
 
     /// `count` requests of the proxy's own whose replies are dropped.
@@ -380,6 +396,7 @@ async fn read_loop(
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut scanner = ReplyScanner::new();
+    let mut relaying = false;
     tokio::pin!(moved);
     let failure = 'outer: loop {
         crate::resp::grow(&mut buf, 16 * 1024);
@@ -395,6 +412,15 @@ async fn read_loop(
         let mut raw_len = 0usize;
         let mut raw_count = 0u32;
         loop {
+            if relaying
+                || (shared.relay.load(Ordering::Acquire)
+                    && shared.expect.lock().unwrap().is_empty())
+            {
+                // Everything from here on goes as it comes, scanned or not.
+                relaying = true;
+                raw_len = buf.len();
+                break;
+            }
             let len = match scanner.scan(&buf[raw_len..]) {
                 Ok(Some(len)) => len,
                 Ok(None) => break,
