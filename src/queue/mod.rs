@@ -617,7 +617,7 @@ impl ReplyTransform for PopCalls {
         }
         let done = self
             .pop
-            .finish_after(std::mem::take(&mut self.progress), Some(&reply));
+            .finish(std::mem::take(&mut self.progress), Some(&reply));
         after_pop(&self.registry, &done);
         Transformed::Done(done.reply.unwrap_or_else(|| self.pop.multi_empty_reply()))
     }

@@ -318,7 +318,7 @@ impl Pop {
             let v = caller.run(&call).await?;
             self.absorb(&mut p, &v)?;
         }
-        Ok(self.finish(p))
+        Ok(self.finish(p, None))
     }
 
     /// Whether [`Pop::run`] would need one call at most, all going well:
@@ -407,16 +407,12 @@ impl Pop {
         Ok(())
     }
 
-    /// What the pop did, once [`Pop::next_call`] has no more calls.
-    pub fn finish(&self, p: Progress) -> Popped {
-        self.finish_after(p, None)
-    }
-
-    /// [`Pop::finish`], given the reply of the last call: when that is the
+    /// What the pop did, once [`Pop::next_call`] has no more calls. `last`:
+    /// the reply of the last call, when the caller has it; if that is the
     /// one bulk string holding the one value a plain pop took (`pop1`'s
     /// short reply), it is the client's reply byte for byte, in RESP2 and
     /// RESP3, and goes on as it is rather than written again.
-    pub fn finish_after(&self, p: Progress, last: Option<&Bytes>) -> Popped {
+    pub fn finish(&self, p: Progress, last: Option<&Bytes>) -> Popped {
         let single = matches!(self.form, PopForm::Pop { .. }) && self.count.is_none();
         let reply = match (last, &p.got[..]) {
             (Some(last), [v]) if single && is_bulk_of(last, v) => Some(last.clone()),
