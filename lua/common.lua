@@ -438,11 +438,26 @@ end
 -- The ack id of a payload. A payload that is not a JSON object, or lacks
 -- the field, is its own id: it is still leased, never refused. A string
 -- field is its decoded value; a number is its text as written.
+-- A field name with dots that is not a top-level key is a path into nested
+-- objects (`properties.delivery_tag`, `headers.id`): job frameworks keep
+-- their ids there.
 local function ack_id(payload, field)
   if field == '' then return payload end
   local ok, obj = pcall(cjson.decode, payload)
   if ok and type(obj) == 'table' then
     local v = obj[field]
+    if v == nil and string.find(field, '.', 1, true) then
+      v = obj
+      for part in string.gmatch(field, '[^.]+') do
+        if type(v) ~= 'table' then return payload end
+        v = v[part]
+      end
+      if type(v) == 'number' then
+        local raw = payload
+        for part in string.gmatch(field, '[^.]+') do raw = raw and raw_field(raw, part) end
+        return raw or tostring(v)
+      end
+    end
     if type(v) == 'string' then return v end
     if type(v) == 'number' then return raw_field(payload, field) or tostring(v) end
   end

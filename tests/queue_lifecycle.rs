@@ -1591,3 +1591,142 @@ fn new_queue_commands_need_the_users_rights() {
     assert_eq!(c.cmd(&["QUEUE", "DEAD", "dacl"]), Value::Array(vec![]));
     assert_eq!(admin.cmd(&["EXISTS", "dacl"]), Value::Int(0));
 }
+
+// ---------------------------------------------------- completion signals
+
+/// rq's one-queue pattern: a move pop into an intermediate list, an LREM
+/// from it when the job starts (no ACK on this rule), the finish written to
+/// a registry; and kombu's and Celery's: an HDEL of the delivery tag, a
+/// result stored under the task id, both ids nested in the JSON message.
+const SIGNALS: &str = r#"
+[[queue]]
+pattern = "rq:queue:default"
+lease_ms = 600000
+pop_end = "left"
+lrem_acks = false
+done = ["ZADD rq:finished:default", "ZADD rq:failed:default"]
+
+[[queue]]
+pattern = "rq:queue:*"
+lease_ms = 600000
+pop_end = "left"
+done = ["ZADD rq:finished:*"]
+
+[[queue]]
+pattern = "celery"
+lease_ms = 600000
+ack_id = "json:headers.id"
+done = ["SET celery-task-meta-*"]
+
+[[queue]]
+pattern = "kombu"
+lease_ms = 600000
+ack_id = "json:properties.delivery_tag"
+done = ["HDEL unacked"]
+"#;
+
+fn leased(p: &Proxy, q: &str) -> i64 {
+    info_int(p, q, "leased")
+}
+
+fn wait_leased(p: &Proxy, q: &str, n: i64) {
+    eventually(&format!("{n} leased in {q}"), || {
+        (leased(p, q) == n).then_some(())
+    });
+}
+
+#[test]
+fn a_registry_write_acknowledges_and_an_lrem_at_job_start_does_not() {
+    let redis = Redis::start();
+    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let mut c = p.client();
+    let q = "rq:queue:default";
+    c.cmd(&["RPUSH", q, "j1", "j2", "j3"]);
+    for id in ["j1", "j2", "j3"] {
+        let v = c.cmd(&["LMOVE", q, "rq:queue:default:intermediate", "LEFT", "RIGHT"]);
+        assert_eq!(as_str(&v), id);
+    }
+    // rq's job process takes the job out of the intermediate list before it
+    // runs it: on this rule that is no ACK.
+    assert_eq!(
+        c.cmd(&["LREM", "rq:queue:default:intermediate", "1", "j1"]),
+        Value::Int(1)
+    );
+    assert_eq!(leased(&p, q), 3);
+    // The finish, as rq writes it: in a transaction.
+    assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
+    c.cmd(&["ZADD", "rq:finished:default", "1700000000", "j1"]);
+    let exec = c.cmd(&["EXEC"]);
+    assert_eq!(exec, Value::Array(vec![Value::Int(1)]));
+    wait_leased(&p, q, 2);
+    // A failure is an end too, outside a transaction.
+    assert_eq!(
+        c.cmd(&["ZADD", "rq:failed:default", "NX", "1", "j2"]),
+        Value::Int(1)
+    );
+    wait_leased(&p, q, 1);
+    // A write Redis refuses says nothing, nor one WATCH aborted.
+    c.cmd(&["SET", "rq:finished:default", "x"]);
+    let refused = c.cmd(&["ZADD", "rq:finished:default", "1", "j3"]);
+    assert!(
+        matches!(refused, Value::Error(ref e) if e.starts_with("WRONGTYPE")),
+        "{refused:?}"
+    );
+    c.cmd(&["DEL", "rq:finished:default"]);
+    let mut other = p.client();
+    c.cmd(&["WATCH", "w"]);
+    other.cmd(&["SET", "w", "changed"]);
+    c.cmd(&["MULTI"]);
+    c.cmd(&["ZADD", "rq:finished:default", "1", "j3"]);
+    assert_eq!(c.cmd(&["EXEC"]), Value::Nil);
+    // Given time, nothing of either was acknowledged.
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(leased(&p, q), 1);
+    // The registry of another queue names another queue (a glob rule's
+    // `*`), and acknowledges nothing here.
+    c.cmd(&["RPUSH", "rq:queue:mail", "m1"]);
+    assert_eq!(as_str(&c.cmd(&["LPOP", "rq:queue:mail"])), "m1");
+    c.cmd(&["ZADD", "rq:finished:mail", "1", "j3", "2", "m1"]);
+    wait_leased(&p, "rq:queue:mail", 0);
+    assert_eq!(leased(&p, q), 1);
+}
+
+#[test]
+fn ids_nested_in_json_are_acknowledged_by_a_result_and_by_a_tag() {
+    let redis = Redis::start();
+    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let mut c = p.client();
+    let task = r#"{"body":"e30=","headers":{"lang":"py","id":"5c1f-task"},"properties":{"delivery_tag":"d-1"}}"#;
+    c.cmd(&["LPUSH", "celery", task]);
+    let popped = c.cmd(&["BRPOP", "celery", "1"]);
+    assert!(
+        matches!(popped, Value::Array(ref a) if a.len() == 2),
+        "{popped:?}"
+    );
+    wait_leased(&p, "celery", 1);
+    // The result backend's write, inside the pipeline it comes in.
+    c.send_raw(b"MULTI\r\nSETEX celery-task-meta-5c1f-task 86400 {}\r\nPUBLISH celery-task-meta-5c1f-task {}\r\nEXEC\r\n");
+    for _ in 0..4 {
+        c.read_value();
+    }
+    wait_leased(&p, "celery", 0);
+    assert_eq!(
+        c.cmd(&["SET", "celery-task-meta-none", "{}"]),
+        Value::Simple("OK".into())
+    );
+
+    // A number keeps its digits (no float rounding).
+    let tag = "12345678901234567891";
+    c.cmd(&[
+        "LPUSH",
+        "kombu",
+        &format!(r#"{{"properties":{{"delivery_tag":{tag}}}}}"#),
+    ]);
+    c.cmd(&["RPOP", "kombu"]);
+    c.cmd(&["HSET", "unacked", "12345678901234567890", "x"]);
+    c.cmd(&["HDEL", "unacked", "12345678901234567890"]);
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(leased(&p, "kombu"), 1);
+    c.cmd(&["HDEL", "unacked", tag]);
+    wait_leased(&p, "kombu", 0);
+}

@@ -139,6 +139,9 @@ impl Config {
                     ));
                 }
             }
+            if let Err(why) = check_signals(rule) {
+                return Err(format!("{}queue {p:?}: done: {why}", at.rule(i, "done")));
+            }
             if let Err((key, why)) = check_hold(rule) {
                 return Err(format!("{}queue {p:?}: {key}: {why}", at.rule(i, key)));
             }
@@ -544,6 +547,32 @@ fn check_hold(rule: &QueueRule) -> Result<(), (&'static str, String)> {
                 rule.lease_ms
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Whether each completion signal of `rule` names the queue whose lease
+/// it ends: an exact rule names it itself; under a glob rule with one
+/// `*`, the `*` of a signal's key stands for the rule's.
+fn check_signals(rule: &QueueRule) -> Result<(), String> {
+    let pattern = rule.pattern.as_bytes();
+    if !is_glob(pattern) {
+        return Ok(());
+    }
+    let one_star = pattern.iter().filter(|&&b| b == b'*').count() == 1
+        && !pattern.iter().any(|b| matches!(b, b'?' | b'[' | b'\\'));
+    for s in &rule.done {
+        if !one_star || s.command.id_in_key() || !s.key.contains('*') {
+            return Err(format!(
+                "\"{} {}\" does not say which queue of the glob {:?} it is about: a glob \
+                 rule's signal must be a command whose members are the ids, on a key whose \
+                 `*` stands for the rule's one `*` (\"ZADD rq:finished:*\" for \"rq:queue:*\"); \
+                 or write one rule per queue",
+                s.command.name(),
+                s.key,
+                rule.pattern
+            ));
+        }
     }
     Ok(())
 }

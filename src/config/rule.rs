@@ -95,6 +95,126 @@ impl AckId {
     }
 }
 
+/// A command by which a job framework says, in Redis, that a job ended:
+/// a family of commands that write alike (`SET` stands for `SETEX`,
+/// `PSETEX` and `SETNX` too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalCommand {
+    Zadd,
+    Sadd,
+    Hdel,
+    Lrem,
+    Push,
+    Set,
+    Hset,
+    Del,
+    Xadd,
+}
+
+impl SignalCommand {
+    /// Every command name, with its family; the first of a family names it.
+    const NAMES: [(&'static str, SignalCommand); 18] = [
+        ("ZADD", SignalCommand::Zadd),
+        ("SADD", SignalCommand::Sadd),
+        ("HDEL", SignalCommand::Hdel),
+        ("LREM", SignalCommand::Lrem),
+        ("LPUSH", SignalCommand::Push),
+        ("RPUSH", SignalCommand::Push),
+        ("LPUSHX", SignalCommand::Push),
+        ("RPUSHX", SignalCommand::Push),
+        ("SET", SignalCommand::Set),
+        ("SETEX", SignalCommand::Set),
+        ("PSETEX", SignalCommand::Set),
+        ("SETNX", SignalCommand::Set),
+        ("HSET", SignalCommand::Hset),
+        ("HMSET", SignalCommand::Hset),
+        ("HSETNX", SignalCommand::Hset),
+        ("DEL", SignalCommand::Del),
+        ("UNLINK", SignalCommand::Del),
+        ("XADD", SignalCommand::Xadd),
+    ];
+
+    /// The family of a command name, in any case.
+    pub fn parse(name: &[u8]) -> Option<SignalCommand> {
+        if !(3..=6).contains(&name.len()) {
+            return None;
+        }
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|&(_, c)| c)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, c)| *c == self).unwrap().0
+    }
+
+    /// Whether the job id is in the key's name (a result written under
+    /// the task's id) rather than among the elements the command writes
+    /// or removes (a registry's members, a hash's fields, a list's
+    /// elements).
+    pub fn id_in_key(self) -> bool {
+        matches!(
+            self,
+            SignalCommand::Set | SignalCommand::Hset | SignalCommand::Del | SignalCommand::Xadd
+        )
+    }
+}
+
+/// A completion signal: `"ZADD rq:finished:default"`. When a client's
+/// command of that name on that key succeeds, the proxy acknowledges the
+/// leases whose ids it names. In the key, one `*` stands for the job id
+/// (commands that write under the id's name: the SET and HSET families,
+/// DEL, UNLINK, XADD) or for what the rule's `*` matched (the others,
+/// whose members, fields or elements are the ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoneSignal {
+    pub command: SignalCommand,
+    pub key: String,
+}
+
+impl DoneSignal {
+    pub fn parse(s: &str) -> Result<DoneSignal, String> {
+        let mut words = s.split_whitespace();
+        let (Some(name), Some(key), None) = (words.next(), words.next(), words.next()) else {
+            return Err(format!(
+                "a completion signal is \"COMMAND key\" (\"ZADD rq:finished:default\"), got {s:?}"
+            ));
+        };
+        let Some(command) = SignalCommand::parse(name.as_bytes()) else {
+            let known: Vec<&str> = SignalCommand::NAMES.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "{name:?} is not a command a completion signal can be: one of {}",
+                known.join(", ")
+            ));
+        };
+        let stars = key.matches('*').count();
+        if key.bytes().any(|b| matches!(b, b'?' | b'[' | b'\\')) || stars > 1 {
+            return Err(format!(
+                "the key of a completion signal is a name, or a name with one `*`, got {key:?}"
+            ));
+        }
+        if command.id_in_key() && stars != 1 {
+            return Err(format!(
+                "{} names the job in its key: write the key with one `*` where the id stands \
+                 (\"celery-task-meta-*\"), got {key:?}",
+                command.name()
+            ));
+        }
+        Ok(DoneSignal {
+            command,
+            key: key.to_string(),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for DoneSignal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        DoneSignal::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueRule {
@@ -154,6 +274,15 @@ pub struct QueueRule {
     /// (0: never).
     #[serde(default = "default_poison_after")]
     pub poison_after: u32,
+    /// Completion signals: writes by which a job framework says a job
+    /// ended (see [`DoneSignal`]).
+    #[serde(default)]
+    pub done: Vec<DoneSignal>,
+    /// Whether an `LREM` of a message from a move pop's destination
+    /// acknowledges its lease. A framework that takes the job out of its
+    /// processing list when the job starts (rq) says nothing by it.
+    #[serde(default = "default_true")]
+    pub lrem_acks: bool,
 }
 
 /// How long a connection holds a lease at most, unless the rule says.
@@ -220,6 +349,9 @@ fn default_max_deliveries() -> u32 {
 }
 fn default_poison_after() -> u32 {
     3
+}
+fn default_true() -> bool {
+    true
 }
 fn default_ack_id() -> AckId {
     AckId::Payload

@@ -3,6 +3,42 @@ use clap::Parser;
 use super::cli::name_env_source;
 use super::*;
 
+/// Each framework's ready file is a valid configuration with no warning,
+/// and those with rules name the signals their framework writes.
+#[test]
+fn framework_configs_parse() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/frameworks");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (cfg, warnings) = Config::from_toml_with_warnings(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(warnings.is_empty(), "{}: {warnings:?}", path.display());
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        match name.as_str() {
+            "bull" | "sidekiq" => assert!(cfg.queues.is_empty(), "{name}"),
+            "hotqueue" => assert_eq!(cfg.queues[0].ack, AckPolicy::NextPop),
+            "bee-queue" => assert!(cfg.queues[0].lrem_acks),
+            _ => assert!(!cfg.queues[0].done.is_empty(), "{name}"),
+        }
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "bee-queue",
+            "bull",
+            "celery",
+            "celery-acks-late",
+            "hotqueue",
+            "rq",
+            "sidekiq"
+        ]
+    );
+}
+
 #[test]
 fn example_config_parses() {
     let text = include_str!("../../config/ackproxy.toml");

@@ -119,7 +119,7 @@ pub const MAX_AT_MS: i64 = 32_503_680_000_000;
 
 /// ACK's reply: leases released plus late ACKs. The age of each lease it
 /// released (pop → ACK, by Redis's clock) goes to the rule's ack latency.
-fn count_acks(q: &Queue, acked: &ops::Acked) -> i64 {
+pub(super) fn count_acks(q: &Queue, acked: &ops::Acked) -> i64 {
     if !acked.started.is_empty() {
         let rule = crate::telemetry::rule(&q.rule.pattern);
         let now = super::clock::redis_now_ms();

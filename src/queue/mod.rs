@@ -20,7 +20,9 @@ pub mod pop;
 pub mod reaper;
 pub mod registry;
 pub mod rules;
+pub mod signals;
 pub mod tally;
+pub mod unfit;
 pub mod value;
 pub mod visible;
 pub mod waiters;
@@ -108,6 +110,8 @@ pub struct Queues {
     own: Caller,
     endpoint: Arc<Endpoint>,
     library: library::Loader,
+    /// Where completion signals' acknowledgements go.
+    sink: signals::Sink,
 }
 
 impl Queues {
@@ -153,6 +157,7 @@ impl Queues {
             dbs: dbs.clone(),
         };
         tokio::spawn(holder.run(stop));
+        let sink = signals::Sink::start(rules.clone(), dbs.clone());
         Queues {
             rules,
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
@@ -160,7 +165,53 @@ impl Queues {
             own,
             endpoint,
             library: library::Loader::default(),
+            sink,
         }
+    }
+
+    /// A client's script call (EVAL, EVALSHA, FCALL and their read-only
+    /// forms): if its keys name a move destination of a queue, the script
+    /// may move that queue's messages where the proxy cannot see it (a job
+    /// finished, or a stalled one handed back, inside a framework's own
+    /// script). Logged once per rule and counted: such a framework is
+    /// better served by its own recovery (see config/frameworks/).
+    pub fn script(&self, args: Args<'_>) {
+        if self.rules.is_empty() {
+            return;
+        }
+        let Some(n) = args.get(2).and_then(crate::command::parse_i64) else {
+            return;
+        };
+        let n = usize::try_from(n)
+            .unwrap_or(0)
+            .min(args.len().saturating_sub(3));
+        for key in (3..3 + n).filter_map(|i| args.get(i)) {
+            let queue = self.destinations.read().unwrap().get(key).cloned();
+            let Some(q) = queue.and_then(|name| self.rules.resolve_leased(&name)) else {
+                continue;
+            };
+            unfit::note(&q.rule.pattern, unfit::Unfit::ScriptMoves, || {
+                format!(
+                    "a client's script names {:?}, the move destination of queue {:?}: what \
+                     it moves there the proxy does not see, so a job it finishes is acknowledged \
+                     only by the lease running out, and may run again",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(&q.name),
+                )
+            });
+        }
+    }
+
+    /// The acknowledgements `args` makes once Redis accepts it, if it is a
+    /// completion signal of some rule (cheap; no I/O).
+    pub fn signal(&self, args: Args<'_>) -> Option<signals::Fired> {
+        self.rules.signal(args)
+    }
+
+    /// A transform for a signalling request's reply: it fires `fired` in
+    /// database `db` if Redis accepted the request.
+    pub fn on_success(&self, db: i64, fired: signals::Fired) -> Box<dyn ReplyTransform> {
+        self.sink.on_success(db, fired)
     }
 
     /// Loads the function library unless it is known to be in Redis: for
@@ -216,9 +267,13 @@ impl Queues {
         }
         match kind {
             Kind::Pop(form) => pop::source_keys(form, args).any(|k| self.rules.is_queue(k)),
-            Kind::Lrem => args
-                .get(1)
-                .is_some_and(|d| self.destinations.read().unwrap().contains_key(d)),
+            Kind::Lrem => args.get(1).is_some_and(|d| {
+                let destinations = self.destinations.read().unwrap();
+                destinations
+                    .get(d)
+                    .and_then(|n| self.rules.resolve_leased(n))
+                    .is_some_and(|q| q.rule.lrem_acks)
+            }),
             Kind::Ack | Kind::Nack | Kind::Queue => true,
             _ => false,
         }
@@ -260,8 +315,8 @@ impl Queues {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve_leased(&n)) {
-                    Some(q) => commands::lrem(args, &q, &db.registry),
-                    None => Intercept::Pass,
+                    Some(q) if q.rule.lrem_acks => commands::lrem(args, &q, &db.registry),
+                    _ => Intercept::Pass,
                 }
             }
             Kind::Ack => commands::ack(args, &self.rules, &db.registry, one_call),
@@ -298,8 +353,34 @@ impl Queues {
                 }
             }
         };
+        for q in pop.queues() {
+            if (q.rule.pop_end == config::End::Left) != pop.left {
+                unfit::note(&q.rule.pattern, unfit::Unfit::PopEnd, || {
+                    let (end, other) = if pop.left {
+                        ("left", "right")
+                    } else {
+                        ("right", "left")
+                    };
+                    format!(
+                        "queue {:?} is popped from the {end} but its rule has pop_end = \"{other}\": \
+                         redelivered messages go in at the wrong end; set pop_end = \"{end}\"",
+                        String::from_utf8_lossy(&q.name)
+                    )
+                });
+            }
+        }
         if let (Some((dest, _)), Some(q)) = (&pop.dest, pop.queues().next()) {
             let known = self.destinations.read().unwrap().contains_key(dest);
+            if !known && self.rules.is_queue(dest) {
+                unfit::note(&q.rule.pattern, unfit::Unfit::DestinationIsQueue, || {
+                    format!(
+                        "the move destination {:?} of queue {:?} matches a queue rule itself: \
+                         the processing list is leased as a queue; narrow the rule's pattern",
+                        String::from_utf8_lossy(dest),
+                        String::from_utf8_lossy(&q.name)
+                    )
+                });
+            }
             if !known {
                 self.destinations.write().unwrap().insert(
                     dest.clone(),

@@ -10,6 +10,8 @@ use tokio::sync::watch;
 
 use super::bounded::ByteBoundedMap;
 use super::keys::{QueueKeys, CALL_KEYS};
+use super::signals::{Fired, Signals};
+use crate::command::Args;
 use crate::config::{AckId, AckPolicy, Backoff, End, QueueRule, Redeliver};
 use crate::glob::{glob_match, is_glob};
 
@@ -215,6 +217,7 @@ struct RuleSet {
     rules: Vec<QueueRule>,
     exact: foldhash::HashMap<Vec<u8>, usize>,
     globs: Vec<usize>,
+    signals: Signals,
 }
 
 impl RuleSet {
@@ -232,6 +235,7 @@ impl RuleSet {
             rules: rules.to_vec(),
             exact,
             globs,
+            signals: Signals::new(rules),
         }
     }
 
@@ -358,6 +362,9 @@ pub struct Rules {
     /// Whether `set` holds no rule: read on every pop, without the lock, so
     /// a proxy without rules pays next to nothing for queue handling.
     empty: AtomicBool,
+    /// Whether some rule in force has completion signals: read on every
+    /// request that may be one, without the lock.
+    signalled: AtomicBool,
     /// Queues resolved under `set`; emptied when it is replaced. Filled
     /// while `set` is read-locked, so a queue resolved under the old rules
     /// cannot land in the cache after the swap.
@@ -385,6 +392,7 @@ impl Rules {
             set: RwLock::new(Arc::new(RuleSet::new(rules))),
             retired: RwLock::new(Arc::new(RuleSet::new(&[]))),
             empty: AtomicBool::new(rules.is_empty()),
+            signalled: AtomicBool::new(rules.iter().any(|r| !r.done.is_empty())),
             resolved: RwLock::new(ByteBoundedMap::new(RESOLVED_CACHE_BYTES)),
             changed: watch::Sender::new(()),
         }
@@ -414,6 +422,8 @@ impl Rules {
             *set = next;
             self.resolved.write().unwrap().clear();
             self.empty.store(rules.is_empty(), Ordering::Release);
+            self.signalled
+                .store(rules.iter().any(|r| !r.done.is_empty()), Ordering::Release);
         }
         self.changed.send_replace(());
     }
@@ -431,6 +441,15 @@ impl Rules {
     /// No rule is configured: no key is a queue.
     pub fn is_empty(&self) -> bool {
         self.empty.load(Ordering::Acquire)
+    }
+
+    /// The acknowledgements `args` makes if it is a completion signal of a
+    /// rule in force.
+    pub fn signal(&self, args: Args<'_>) -> Option<Fired> {
+        if !self.signalled.load(Ordering::Acquire) {
+            return None;
+        }
+        self.set.read().unwrap().signals.of(args)
     }
 
     pub fn is_queue(&self, key: &[u8]) -> bool {

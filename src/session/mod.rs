@@ -713,6 +713,13 @@ impl Session {
             self.viewed(kind, args, frame.clone(), view).await;
             return None;
         }
+        if kind == Kind::Script {
+            self.ctx.queues.script(args);
+        }
+        if let Some(fired) = self.ctx.queues.signal(args) {
+            self.signalled(kind, args, frame.clone(), fired).await;
+            return None;
+        }
         if clients::concerns(args) {
             let view = View::Reply(clients::info(&self.ctx.clients));
             self.viewed(kind, args, frame.clone(), view).await;
@@ -794,7 +801,7 @@ impl Session {
     /// Whether the request can join a batch for the shared connection: it
     /// is stateless and no queue rule concerns it.
     fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
-        match kind {
+        let stateless = match kind {
             Kind::Plain => {
                 !crate::queue::library::may_unload(args)
                     && !crate::queue::visible::concerns(args)
@@ -805,7 +812,9 @@ impl Session {
             Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
             Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
             _ => false,
-        }
+        };
+        // A completion signal's reply is looked at (see `signalled`).
+        stateless && self.ctx.queues.signal(args).is_none()
     }
 
     /// Whether the proxy answers this `CLUSTER` request itself (see
@@ -956,6 +965,22 @@ impl Session {
                     .await;
             }
         }
+    }
+
+    /// A job framework's completion signal (see `queue::signals`): sent
+    /// where it would have gone, its reply left as Redis sent it; once that
+    /// reply shows Redis accepted the write (inside MULTI: its element of
+    /// EXEC's reply), the leases it names are acknowledged.
+    async fn signalled(
+        &mut self,
+        kind: Kind,
+        args: Args<'_>,
+        frame: Bytes,
+        fired: crate::queue::signals::Fired,
+    ) {
+        let on_success = self.ctx.queues.on_success(self.db(), fired);
+        self.viewed(kind, args, frame, View::Reply(on_success))
+            .await;
     }
 
     /// Like [`send_shared`](Self::send_shared), with the reply rewritten.
