@@ -10,6 +10,9 @@ bash tests/setup-deps.sh
 # The tests drive redis-cli and headless chromium; the benchmark pass at the
 # end needs redis-benchmark, nutcracker and openssl.
 bash tests/setup-bench-deps.sh
+# The job frameworks tests/frameworks.rs runs (rq, Celery, hotqueue,
+# bee-queue, Bull, Sidekiq), at pinned versions.
+bash tests/frameworks/setup.sh
 
 # Some tests hold 10,000 client connections: raise the soft limit on open
 # files to the hard one, and the hard one to 20,000 first where allowed.
