@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::route::{route, Route};
-use super::{Session, Stop};
+use super::{Session, Step};
 use crate::auth::{self, ProxyLogin, State, Verdict};
 use crate::command::{Args, Kind};
 use crate::upstream::dedicated::{Dedicated, Expect};
@@ -39,20 +39,15 @@ impl Session {
     }
 
     /// Handles what authentication decides before the usual routing;
-    /// `None` leaves the request to it.
-    pub(super) async fn guard(
-        &mut self,
-        kind: Kind,
-        args: Args<'_>,
-        frame: &Bytes,
-    ) -> Option<Option<Stop>> {
+    /// [`Step::Pass`] leaves the request to it.
+    pub(super) async fn guard(&mut self, kind: Kind, args: Args<'_>, frame: &Bytes) -> Step {
         if self.auth == State::Anonymous && !self.must_log_in() {
             // Redis checks its default user on every command: once no login
             // is wanted, clients that never logged in are like new ones.
             self.set_auth(State::Open);
         }
         match kind {
-            Kind::Quit => return None,
+            Kind::Quit => return Step::Pass,
             Kind::Reset if self.auth != State::Open || self.must_log_in() => {
                 if self.dedicated.is_some() {
                     self.send_dedicated(kind, args, frame, None, None).await;
@@ -66,16 +61,16 @@ impl Session {
                 // Back to a shared connection only if the new standing has
                 // one (see `maybe_unpin`).
                 self.pinned = true;
-                return Some(None);
+                return Step::Served;
             }
             _ if auth::is_login(kind, args) && !self.mode.multi => {
                 self.login(kind, args, frame).await;
-                return Some(None);
+                return Step::Served;
             }
             _ => {}
         }
         if self.auth != State::Anonymous {
-            return None;
+            return Step::Pass;
         }
         let refused = auth::refuse_unauthenticated(kind, args, self.ctx.queues.active());
         if refused || (!auth::required() && crate::command::table::current().is_none()) {
@@ -92,7 +87,7 @@ impl Session {
             // connection Redis would run the request as `default`, so it
             // goes inside a transaction that is discarded.
             if !self.switch_to_dedicated().await {
-                return Some(None);
+                return Step::Served;
             }
             if let Some(d) = &mut self.dedicated {
                 d.send_dropped(auth::UNEXECUTED_BEFORE, 1).await;
@@ -110,7 +105,7 @@ impl Session {
             self.send_dedicated(Kind::Plain, args, frame, None, None)
                 .await;
         }
-        Some(None)
+        Step::Served
     }
 
     /// AUTH or HELLO on the client's own connection: the client is logged

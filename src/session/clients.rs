@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Session, Stop};
+use super::{Session, Step, Stop};
 use crate::auth::{State as Auth, Verdict};
 use crate::command::{parse_i64, Args, Kind};
 use crate::net::Stream;
@@ -607,17 +607,13 @@ impl Session {
     }
 
     /// Answers a `CLIENT` request of the table's (see [`answers`]);
-    /// `None` leaves the request to the usual path.
-    pub(super) async fn client_table(
-        &mut self,
-        args: Args<'_>,
-        frame: &Bytes,
-    ) -> Option<Option<Stop>> {
+    /// [`Step::Pass`] leaves the request to the usual path.
+    pub(super) async fn client_table(&mut self, args: Args<'_>, frame: &Bytes) -> Step {
         if !answers(args) {
-            return None;
+            return Step::Pass;
         }
         if !self.table_permitted(args).await {
-            return Some(None);
+            return Step::Served;
         }
         if self.pinned {
             self.settle().await;
@@ -679,13 +675,13 @@ impl Session {
         self.table_reply(reply).await
     }
 
-    async fn table_reply(&mut self, reply: Bytes) -> Option<Option<Stop>> {
+    async fn table_reply(&mut self, reply: Bytes) -> Step {
         self.answer(reply).await;
-        Some(None)
+        Step::Served
     }
 
     /// `CLIENT KILL`, in its old form (an address) or with filters.
-    async fn kill(&mut self, args: Args<'_>) -> Option<Option<Stop>> {
+    async fn kill(&mut self, args: Args<'_>) -> Step {
         let old_form = args.len() == 3;
         let mut filter = Filter::default();
         if old_form {
@@ -764,12 +760,16 @@ impl Session {
         };
         self.answer(reply).await;
         // As Redis: the reply is written, then the connection closes.
-        Some(close_me.then_some(Stop::Finish))
+        if close_me {
+            Step::Stop(Stop::Finish)
+        } else {
+            Step::Served
+        }
     }
 
     /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: a client blocked in Redis, on
     /// its dedicated connection, is unblocked there.
-    async fn unblock(&mut self, args: Args<'_>) -> Option<Option<Stop>> {
+    async fn unblock(&mut self, args: Args<'_>) -> Step {
         if args.len() == 4 && !(args.is(3, "TIMEOUT") || args.is(3, "ERROR")) {
             let e = error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
             return self.table_reply(e).await;
@@ -807,7 +807,7 @@ impl Session {
             self.settle().await;
         }
         self.send_shared(request, 1, true);
-        Some(None)
+        Step::Served
     }
 
     /// The id Redis gives the dedicated connection of client `id`: found

@@ -244,6 +244,25 @@ enum Stop {
     Finish,
 }
 
+/// What a step of [`Session::handle`] that may serve a request did.
+enum Step {
+    /// Not this step's request: the next one looks at it.
+    Pass,
+    /// Served; the session reads on.
+    Served,
+    /// Served, and the connection ends.
+    Stop(Stop),
+}
+
+impl Step {
+    fn stop(self) -> Option<Stop> {
+        match self {
+            Step::Stop(stop) => Some(stop),
+            Step::Pass | Step::Served => None,
+        }
+    }
+}
+
 pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::SocketAddr>) {
     let origin = clients::Origin::of(&stream, peer);
     let (rd, wr) = stream.split();
@@ -616,13 +635,15 @@ impl Session {
         // if a login is wanted now; a login may change the connection the
         // client's commands go on.
         if self.auth != crate::auth::State::Open || matches!(kind, Kind::Reset | Kind::Sticky) {
-            if let Some(done) = self.guard(kind, args, &frame).await {
-                return done;
+            match self.guard(kind, args, &frame).await {
+                Step::Pass => {}
+                served => return served.stop(),
             }
         }
         if kind == Kind::Meta && !in_mode {
-            if let Some(done) = self.client_table(args, &frame).await {
-                return done;
+            match self.client_table(args, &frame).await {
+                Step::Pass => {}
+                served => return served.stop(),
             }
         }
         match kind {
