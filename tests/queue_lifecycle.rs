@@ -1730,3 +1730,63 @@ fn ids_nested_in_json_are_acknowledged_by_a_result_and_by_a_tag() {
     c.cmd(&["HDEL", "unacked", tag]);
     wait_leased(&p, "kombu", 0);
 }
+
+/// What a rule does not fit is counted (and logged once): a processing
+/// list that is itself a queue, pops from the other end than `pop_end`, a
+/// client's script that names a move destination; and signals' own
+/// acknowledgements are counted.
+#[test]
+fn rules_that_do_not_fit_their_clients_are_counted() {
+    let config = r#"
+[[queue]]
+pattern = "tasks:*"
+lease_ms = 600000
+ack_id = "payload"
+
+[[queue]]
+pattern = "rq:queue:default"
+lease_ms = 600000
+pop_end = "left"
+done = ["ZADD rq:finished:default"]
+"#;
+    let (_redis, p, metrics) = start_with_metrics(config);
+    let unfit = |rule: &str, reason: &str| {
+        series(
+            "ackproxy_rule_unfit_total",
+            &[("rule", rule), ("reason", reason)],
+        )
+    };
+    let mut c = p.client();
+    c.cmd(&["LPUSH", "tasks:mail", "a", "b", "c"]);
+    // The README's example before it was fixed: the processing list
+    // matches the queue's own rule.
+    assert_eq!(
+        as_str(&c.cmd(&["BRPOPLPUSH", "tasks:mail", "tasks:mail:doing", "0"])),
+        "a"
+    );
+    await_metric(metrics, &unfit("tasks:*", "destination_is_queue"), 1.0);
+    // A left pop on a rule whose workers pop from the right.
+    assert_eq!(as_str(&c.cmd(&["LPOP", "tasks:mail"])), "c");
+    await_metric(metrics, &unfit("tasks:*", "pop_end"), 1.0);
+    // A script that moves what the proxy put in the processing list.
+    c.cmd(&[
+        "EVAL",
+        "return redis.call('LLEN', KEYS[1])",
+        "1",
+        "tasks:mail:doing",
+    ]);
+    await_metric(metrics, &unfit("tasks:*", "script_moves"), 1.0);
+    // Fitting pops are not counted.
+    c.cmd(&["RPUSH", "rq:queue:default", "j1"]);
+    assert_eq!(as_str(&c.cmd(&["LPOP", "rq:queue:default"])), "j1");
+    c.cmd(&["ZADD", "rq:finished:default", "1", "j1"]);
+    await_metric(
+        metrics,
+        &series(
+            "ackproxy_signal_acks_total",
+            &[("rule", "rq:queue:default")],
+        ),
+        1.0,
+    );
+    assert_eq!(metric(metrics, &unfit("rq:queue:default", "pop_end")), 0.0);
+}
