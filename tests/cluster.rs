@@ -238,6 +238,18 @@ fn split_and_fanned_out_commands_answer_as_one_redis() {
     scanned.sort();
     scanned.dedup();
     assert_eq!(scanned, sorted_keys(c.direct.cmd(&["KEYS", "*"])));
+    // Any number is a cursor to Redis, also one no SCAN gave: its low
+    // byte names no node here (it was "ERR invalid cursor").
+    for cursor in ["255", "18446744073709551615"] {
+        let Value::Array(reply) = c.proxied.cmd(&["SCAN", cursor]) else {
+            panic!("SCAN {cursor}")
+        };
+        assert_eq!(reply.len(), 2, "SCAN {cursor}: {reply:?}");
+    }
+    assert!(matches!(
+        c.proxied.cmd(&["SCAN", "x"]),
+        Value::Error(ref e) if e == "ERR invalid cursor"
+    ));
     assert!(matches!(c.proxied.cmd(&["RANDOMKEY"]), Value::Bulk(_)));
     run(&mut c, with("UNLINK", &["missing"]));
     c.same(&["DBSIZE"]);

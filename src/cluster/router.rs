@@ -177,7 +177,11 @@ impl Inner {
             Plan::Scan { node, frame } => {
                 let primaries = self.topology.primaries();
                 let Some(addr) = primaries.get(node) else {
-                    return pending.answer(Ok(Bytes::from_static(b"-ERR invalid cursor\r\n")));
+                    // Redis takes any number as a cursor and guarantees
+                    // nothing for one it did not give: a cursor past the
+                    // last node ends the iteration, as a single Redis's
+                    // cursor past its table would.
+                    return pending.answer(Ok(Bytes::from_static(b"*2\r\n$1\r\n0\r\n*0\r\n")));
                 };
                 let merge = Merge::Scan {
                     node,
