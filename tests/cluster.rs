@@ -341,6 +341,51 @@ fn a_request_to_a_moved_slot_is_followed_not_shown() {
     );
 }
 
+/// When the old owner of a slot learns it moved (`CLUSTER SETSLOT … NODE`)
+/// before the new owner does, each sends the request to the other until
+/// both know: the proxy waits that out rather than give the client the
+/// `-MOVED` (it gave it after five hops).
+#[test]
+fn nodes_that_disagree_for_a_moment_show_the_client_no_redirect() {
+    let cluster = ClusterSet::start(3, 0);
+    let proxy = start_proxy(&cluster, &[]);
+    let mut c = proxy.client();
+    let slot = 4242;
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    assert_eq!(c.cmd(&["SET", &key, "v"]), Value::Simple("OK".into()));
+    let from = cluster.owner(slot);
+    let to = cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != from)
+        .unwrap();
+    cluster.begin_migration(slot, from, to);
+    cluster.move_keys(slot, from, to);
+    let s = slot.to_string();
+    let to_id = cluster.id(to);
+    let node = |port: u16| {
+        let reply = Client::connect(port).cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+        assert_eq!(reply, Value::Simple("OK".into()));
+    };
+    // The old owner first: it now answers MOVED to the new one, which,
+    // still importing, answers MOVED back.
+    node(from);
+    let (s2, to_id2) = (s.clone(), to_id.clone());
+    let later = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        Client::connect(to).cmd(&["CLUSTER", "SETSLOT", &s2, "NODE", &to_id2])
+    });
+    for _ in 0..3 {
+        assert_eq!(c.cmd(&["GET", &key]), Value::bulk("v"));
+    }
+    assert_eq!(later.join().unwrap(), Value::Simple("OK".into()));
+    cluster.end_migration(slot, from, to);
+    assert_eq!(c.cmd(&["GET", &key]), Value::bulk("v"));
+}
+
 /// Queues `jobs:N`, one on each of the three primaries.
 fn queue_on_each_primary(cluster: &ClusterSet) -> Vec<String> {
     let mut queues: Vec<String> = Vec::new();

@@ -23,8 +23,9 @@ use crate::upstream::shared::{
 };
 use crate::upstream::Endpoint;
 
-/// Redirections one request follows before its last one is the reply:
-/// more means the nodes disagree for longer than a resharding step takes.
+/// Redirections one request follows at once: more means the nodes
+/// disagree, and the request is tried again after a backoff (see
+/// `MAX_RETRIES`), which only then answers with the last one.
 const MAX_MOVES: u8 = 5;
 /// `TRYAGAIN` and `CLUSTERDOWN` retries of one request (backing off from
 /// 20 ms to 500 ms: some 6 s in all, longer than a failover's detection
@@ -312,13 +313,26 @@ impl Redirector for Inner {
                     false,
                 );
             }
+            Some(_) if redirect.retries < MAX_RETRIES => {
+                // The nodes still disagree after MAX_MOVES hops: the two
+                // owners of a slot each learnt of its move (CLUSTER SETSLOT
+                // … NODE) at another moment, and send the request to each
+                // other until both know. Later, to the owner of the moment,
+                // with the hops counted afresh; a client of Redis Cluster
+                // would retry too, never shown the redirection.
+                self.topology.refresh_soon();
+                redirect.hops = 0;
+                self.later(bytes, pending, redirect, Ok(reply));
+            }
             None if redirect.retries < MAX_RETRIES => {
                 // TRYAGAIN (keys of a slot being moved, split for now) or
                 // CLUSTERDOWN (a failover under way): later, to the owner
-                // of the moment.
+                // of the moment. The retried request may be redirected as
+                // many times as a new one.
                 if reply.starts_with(b"-CLUSTERDOWN") {
                     self.topology.refresh_soon();
                 }
+                redirect.hops = 0;
                 self.later(bytes, pending, redirect, Ok(reply));
             }
             // Too many: the last one is the reply.
