@@ -21,7 +21,6 @@ use common::*;
 const KILLS: u64 = 10;
 
 /// What one run of the harness counted.
-#[derive(Debug)]
 struct Outcome {
     jobs: u64,
     done: u64,
@@ -29,6 +28,19 @@ struct Outcome {
     duplicates: u64,
     max_runs: u64,
     kills_mid_job: u64,
+    /// The harness's own account (kills, jobs in flight), shown when an
+    /// assertion fails.
+    log: String,
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "jobs {} done {} lost {} duplicates {} max_runs {} kills_mid_job {}",
+            self.jobs, self.done, self.lost, self.duplicates, self.max_runs, self.kills_mid_job
+        )
+    }
 }
 
 /// Runs the kill harness for `framework` against the Redis (or proxy) on
@@ -73,6 +85,15 @@ fn killtest(framework: &str, port: u16, jobs: u64, settle_s: u64) -> Outcome {
         duplicates: n("duplicates"),
         max_runs: n("max_runs"),
         kills_mid_job: n("kills_mid_job"),
+        log: stderr
+            .lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n"),
     }
 }
 
@@ -102,7 +123,7 @@ fn compare(
     let through = killtest(framework, proxy.port, jobs, settle_s);
     drop(proxy);
     drop(redis);
-    eprintln!("{framework}: through ackproxy {through:?}");
+    eprintln!("{framework}: through ackproxy {through:?}\n{}", through.log);
     assert!(
         through.kills_mid_job >= 8,
         "{framework}: kills mid-job: {through:?}"
@@ -115,7 +136,7 @@ fn compare(
     if control == Control::Loses {
         let plain_redis = Redis::start();
         let plain = killtest(framework, plain_redis.port, jobs, 10);
-        eprintln!("{framework}: plain Redis {plain:?}");
+        eprintln!("{framework}: plain Redis {plain:?}\n{}", plain.log);
         assert!(
             plain.kills_mid_job >= 8,
             "{framework}: kills mid-job: {plain:?}"
@@ -217,7 +238,7 @@ fn bull_with_its_stall_checker_loses_nothing_and_runs_nothing_twice() {
         "config/frameworks/bull.toml",
         200,
         2,
-        75,
+        150,
         Control::NotNeeded,
     );
     // (A job that finished but was killed before Bull recorded it runs
