@@ -322,6 +322,18 @@ pub fn register(rules: &[QueueRule], timed: bool) {
         metrics::gauge!(*name).set(0.0);
     }
     metrics::describe_counter!(COMMANDS, "Client requests, by route.");
+    metrics::describe_counter!(
+        "ackproxy_signal_acks_total",
+        "Leases acknowledged by a completion signal (a rule's `done`), by rule."
+    );
+    metrics::describe_counter!(
+        "ackproxy_signals_dropped_total",
+        "Completion signals dropped past the backlog: their leases run out instead."
+    );
+    metrics::describe_counter!(
+        "ackproxy_rule_unfit_total",
+        "What a rule does not fit, by rule and reason (pop_end, destination_is_queue, script_moves)."
+    );
     metrics::describe_gauge!(
         "ackproxy_upstream_connections",
         "Upstream connections open now, by kind (shared, dedicated, pooled, user)."
