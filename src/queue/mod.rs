@@ -21,6 +21,7 @@ pub mod reaper;
 pub mod registry;
 pub mod rules;
 pub mod signals;
+pub mod sink;
 pub mod tally;
 pub mod unfit;
 pub mod value;
@@ -111,7 +112,7 @@ pub struct Queues {
     endpoint: Arc<Endpoint>,
     library: library::Loader,
     /// Where completion signals' acknowledgements go.
-    sink: signals::Sink,
+    sink: sink::Sink,
 }
 
 impl Queues {
@@ -157,7 +158,7 @@ impl Queues {
             dbs: dbs.clone(),
         };
         tokio::spawn(holder.run(stop));
-        let sink = signals::Sink::start(rules.clone(), dbs.clone());
+        let sink = sink::Sink::start(rules.clone(), dbs.clone());
         Queues {
             rules,
             destinations: RwLock::new(ByteBoundedMap::new(DESTINATIONS_BYTES)),
