@@ -413,7 +413,7 @@ if [ "$smoke" = 1 ]; then
   PAIRS_SMOKE=1 ACKPROXY_BIN="$proxy_bin" cargo bench --quiet --bench pairs
   # A parked pop's wake-up latency: a few samples, to keep it running.
   ACKPROXY_WAKE_SAMPLES=20 ACKPROXY_BIN="$proxy_bin" cargo bench --quiet --bench wake_latency
-  # A real framework (rq) through ackproxy against Redis: every job done,
-  # every lease acknowledged by rq's own finish.
+  # Real frameworks (rq, Celery) through ackproxy against Redis: every job done,
+  # every lease acknowledged by the framework's own finish.
   python3 bench/framework_jobs.py --smoke --ackproxy "$proxy_bin"
 fi
