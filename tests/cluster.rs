@@ -300,29 +300,36 @@ fn cross_slot_commands_get_redis_clusters_error() {
     }
 }
 
+/// The first key `<prefix><n>` in `slot`.
+fn key_in_slot(prefix: &str, slot: u16) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap()
+}
+
+/// A primary other than `port`.
+fn another_primary(cluster: &ClusterSet, port: u16) -> u16 {
+    cluster
+        .primaries()
+        .into_iter()
+        .find(|p| *p != port)
+        .unwrap()
+}
+
 #[test]
 fn a_request_to_a_moved_slot_is_followed_not_shown() {
     let cluster = ClusterSet::start(3, 0);
     let proxy = start_proxy(&cluster, &[]);
     let mut c = proxy.client();
     let slot = 866; // "{a}"'s slot is 15495; "key:866"… any slot works
-    let key = (0..)
-        .map(|i| format!("k{i}"))
-        .find(|k| key_slot(k) == slot)
-        .unwrap();
+    let key = key_in_slot("k", slot);
     assert_eq!(c.cmd(&["SET", &key, "before"]), Value::Simple("OK".into()));
     let from = cluster.owner(slot);
-    let to = cluster
-        .primaries()
-        .into_iter()
-        .find(|p| *p != from)
-        .unwrap();
+    let to = another_primary(&cluster, from);
     // Half-way: keys of the slot on both nodes, the slot migrating.
     cluster.begin_migration(slot, from, to);
-    let other = (0..)
-        .map(|i| format!("m{i}"))
-        .find(|k| key_slot(k) == slot)
-        .unwrap();
+    let other = key_in_slot("m", slot);
     // A key the source does not have: Redis answers ASK.
     assert_eq!(
         c.cmd(&["SET", &other, "during"]),
@@ -351,17 +358,10 @@ fn nodes_that_disagree_for_a_moment_show_the_client_no_redirect() {
     let proxy = start_proxy(&cluster, &[]);
     let mut c = proxy.client();
     let slot = 4242;
-    let key = (0..)
-        .map(|i| format!("k{i}"))
-        .find(|k| key_slot(k) == slot)
-        .unwrap();
+    let key = key_in_slot("k", slot);
     assert_eq!(c.cmd(&["SET", &key, "v"]), Value::Simple("OK".into()));
     let from = cluster.owner(slot);
-    let to = cluster
-        .primaries()
-        .into_iter()
-        .find(|p| *p != from)
-        .unwrap();
+    let to = another_primary(&cluster, from);
     cluster.begin_migration(slot, from, to);
     cluster.move_keys(slot, from, to);
     let s = slot.to_string();
