@@ -152,9 +152,15 @@ pub struct Cli {
     /// Name the upstream's certificate must carry (default: its host).
     #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_SERVER_NAME")]
     pub upstream_tls_server_name: Option<String>,
-    /// Validate the configuration, print a summary and exit.
+    /// Validate the configuration (syntax, values, the settings that go
+    /// together, the TLS files), print a summary and exit. Binds nothing:
+    /// the file of a proxy that is running passes.
     #[arg(long)]
     pub check_config: bool,
+    /// Also bind the listen, tls_listen and metrics addresses for a moment,
+    /// and report each that cannot be bound (implies --check-config).
+    #[arg(long)]
+    pub check_bind: bool,
     #[command(subcommand)]
     pub generate: Option<Generate>,
 }

@@ -329,6 +329,22 @@ impl Config {
         self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct
     }
 
+    /// Every address the proxy listens on, by the setting that names it:
+    /// what a start binds, and `--check-bind` tries.
+    pub fn bound_addresses(&self) -> Vec<(&'static str, &str)> {
+        let mut addrs = Vec::new();
+        if !self.listen.is_empty() {
+            addrs.push(("listen", self.listen.as_str()));
+        }
+        if let Some(a) = &self.tls_listen {
+            addrs.push(("tls_listen", a.as_str()));
+        }
+        if let Some(a) = &self.metrics {
+            addrs.push(("metrics", a.as_str()));
+        }
+        addrs
+    }
+
     /// The nodes named by `upstream` in cluster mode.
     pub fn cluster_seeds(&self) -> Vec<String> {
         self.upstream
