@@ -53,8 +53,9 @@ fn main() {
 /// `ackproxy generate …`: the man page or a shell's completions, made from
 /// the command-line definition, for packages to install.
 fn generate(what: &GenerateWhat) -> Result<(), String> {
-    // The proxy as a user runs it: without the hidden subcommand, which
-    // the man page's synopsis and the completions would otherwise offer.
+    // The proxy as a user runs it: without the packagers' subcommand,
+    // which the man page's synopsis and the completions would otherwise
+    // offer.
     let full = Cli::definition();
     let mut cmd = full
         .get_arguments()

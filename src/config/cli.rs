@@ -168,9 +168,11 @@ pub struct Cli {
 /// Files made from the command-line definition, for packages.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
 pub enum Generate {
-    /// Writes the man page, ackproxy.1, and the shell completions into a
-    /// directory.
-    #[command(hide = true)]
+    /// Writes the man page or a shell's completions, for packages:
+    /// generate man DIR, generate completions SHELL DIR.
+    ///
+    /// Writes the man page, DIR/ackproxy.1, or the completion script of
+    /// SHELL into DIR, made from these flags.
     Generate {
         #[command(subcommand)]
         what: GenerateWhat,
