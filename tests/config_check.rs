@@ -169,6 +169,51 @@ fn threads_must_be_at_least_one_and_a_bad_variable_is_named() {
     }
 }
 
+/// Every refusal, of the checks or of the file's syntax and types, is one
+/// line starting with `file:line: ` and naming the key.
+#[test]
+fn errors_name_the_file_line_and_key() {
+    let cases = [
+        (
+            "listen.toml",
+            "# proxy\nlisten = \"nowhere\"\n",
+            ":2: listen: \"nowhere\" is not a host:port address",
+        ),
+        (
+            "lease.toml",
+            "[[queue]]\npattern = \"jobs\"\nlease_ms = 0\n",
+            ":3: queue \"jobs\": lease_ms: must be positive",
+        ),
+        (
+            "deliveries.toml",
+            "[[queue]]\npattern = \"jobs\"\n\nmax_deliveries = 0\n",
+            ":4: queue \"jobs\": max_deliveries: must be at least 1",
+        ),
+        (
+            "typo.toml",
+            "[[queue]]\npattern = \"jobs\"\nleas_ms = 100\n",
+            ":3: queue.leas_ms: unknown key, did you mean `lease_ms`?",
+        ),
+        (
+            "table.toml",
+            "[queue]\npattern = \"jobs\"\n",
+            ":1: queue: `[queue]` is one table; queue rules are an array of tables: \
+             write `[[queue]]`",
+        ),
+    ];
+    for (name, toml, want) in cases {
+        let path = file(name, toml);
+        let out = ackproxy()
+            .args(["--check-config", "--upstream", "127.0.0.1:6379", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let c = checked(out);
+        assert_refused(&c, &[&format!("ackproxy: {}{want}\n", path.display())]);
+        assert_eq!(c.stderr.lines().count(), 1, "{}", c.stderr);
+    }
+}
+
 #[test]
 fn upstream_needs_host_and_port() {
     let (c, path) = check("upstream.toml", "upstream = \"nohost\"\n", &[]);
