@@ -200,6 +200,13 @@ fn errors_name_the_file_line_and_key() {
             ":1: queue: `[queue]` is one table; queue rules are an array of tables: \
              write `[[queue]]`",
         ),
+        (
+            "duration.toml",
+            "[limits]\nidle_timeout_secs = \"30 seconds\"\n",
+            ":2: limits.idle_timeout_secs: \"30 seconds\" is not a duration: write a whole \
+             number with a unit, ms, s, m or h (\"250ms\", \"30s\", \"5m\", \"1h\"), or a \
+             plain number of seconds",
+        ),
     ];
     for (name, toml, want) in cases {
         let path = file(name, toml);
@@ -212,6 +219,23 @@ fn errors_name_the_file_line_and_key() {
         assert_refused(&c, &[&format!("ackproxy: {}{want}\n", path.display())]);
         assert_eq!(c.stderr.lines().count(), 1, "{}", c.stderr);
     }
+    // A unit where a number was all there was.
+    let (c, _) = check(
+        "units.toml",
+        "connect_timeout_ms = \"2s\"\n[[queue]]\npattern = \"jobs\"\nlease_ms = \"5m\"\n",
+        &[],
+    );
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(
+        c.stdout.contains("connect timeout     2000 ms"),
+        "{}",
+        c.stdout
+    );
+    assert!(
+        c.stdout.contains("queue \"jobs\": lease 300000 ms"),
+        "{}",
+        c.stdout
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::duration;
 use super::rule::QueueRule;
 use crate::resp::Limits;
 
@@ -103,6 +104,7 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How long a request waits for a connection to a down upstream before
     /// it gets an error reply.
+    #[serde(deserialize_with = "duration::millis")]
     pub connect_timeout_ms: u64,
     pub limits: LimitsConfig,
     pub embedded: EmbeddedConfig,
@@ -173,6 +175,7 @@ pub struct LimitsConfig {
     /// Requests of one client in flight before the proxy stops reading more.
     pub max_inflight_per_client: usize,
     /// Seconds a client may stay idle before it is closed (0 = never).
+    #[serde(deserialize_with = "duration::secs")]
     pub idle_timeout_secs: u64,
 }
 
@@ -245,6 +248,7 @@ impl Default for EmbeddedConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ReaperConfig {
     /// How often each queue's expired leases are looked for.
+    #[serde(deserialize_with = "duration::millis")]
     pub interval_ms: u64,
     /// Expired leases returned per script call.
     pub batch: usize,

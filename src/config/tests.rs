@@ -606,3 +606,72 @@ fn one_table_and_an_array_of_tables_are_told_apart() {
         "line 2: listen: invalid type: integer `5`, expected a string"
     );
 }
+
+#[test]
+fn durations_take_a_unit_and_plain_numbers_keep_theirs() {
+    let rule =
+        |v: &str| Config::from_toml(&format!("[[queue]]\npattern = \"q\"\nlease_ms = {v}\n"));
+    for (written, ms) in [
+        ("30000", 30_000),
+        ("\"250ms\"", 250),
+        ("\"30s\"", 30_000),
+        ("\"5m\"", 300_000),
+        ("\"1h\"", 3_600_000),
+        ("\"2 s\"", 2_000),
+    ] {
+        assert_eq!(rule(written).unwrap().queues[0].lease_ms, ms, "{written}");
+    }
+    let cfg = Config::from_toml(
+        "connect_timeout_ms = \"2s\"\n[limits]\nidle_timeout_secs = \"5m\"\n\
+         [reaper]\ninterval_ms = \"1s\"\n\
+         [[queue]]\npattern = \"q\"\nhold = \"connection\"\nmax_hold_ms = \"2h\"\n\
+         retry_backoff = \"exp\"\nretry_base_ms = \"1s\"\nretry_max_ms = \"1m\"\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.connect_timeout_ms, 2_000);
+    assert_eq!(cfg.limits.idle_timeout_secs, 300);
+    assert_eq!(cfg.reaper.interval_ms, 1_000);
+    let q = &cfg.queues[0];
+    assert_eq!(
+        (q.max_hold_ms, q.retry_base_ms, q.retry_max_ms),
+        (Some(7_200_000), 1_000, 60_000)
+    );
+    // A plain number of a *_secs key is seconds, as before.
+    let cfg = Config::from_toml("[limits]\nidle_timeout_secs = 30\n").unwrap();
+    assert_eq!(cfg.limits.idle_timeout_secs, 30);
+    assert_eq!(Config::from_toml("").unwrap().queues.len(), 0);
+    assert_eq!(rule("\"1h\"").unwrap().queues[0].max_hold_ms, None);
+
+    let err = rule("\"30sec\"").unwrap_err();
+    assert_eq!(
+        err,
+        "line 3: queue.lease_ms: \"30sec\" is not a duration: write a whole number with a \
+         unit, ms, s, m or h (\"250ms\", \"30s\", \"5m\", \"1h\"), or a plain number of \
+         milliseconds"
+    );
+    let err = Config::from_toml("[limits]\nidle_timeout_secs = \"1d\"\n").unwrap_err();
+    assert!(
+        err.starts_with("line 2: limits.idle_timeout_secs: \"1d\" is not a duration")
+            && err.ends_with("or a plain number of seconds"),
+        "{err}"
+    );
+    let err = Config::from_toml("[limits]\nidle_timeout_secs = \"1500ms\"\n").unwrap_err();
+    assert!(err.contains("not a whole number of seconds"), "{err}");
+    for bad in [
+        "\"s\"",
+        "\"1.5s\"",
+        "\"-1s\"",
+        "\"\"",
+        "-1",
+        "1.5",
+        "\"99999999999999999999h\"",
+    ] {
+        let err = rule(bad).unwrap_err();
+        assert!(err.starts_with("line 3: queue.lease_ms: "), "{bad}: {err}");
+    }
+    let err = Config::from_toml("connect_timeout_ms = \"soon\"\n").unwrap_err();
+    assert!(
+        err.starts_with("line 1: connect_timeout_ms: \"soon\""),
+        "{err}"
+    );
+}
