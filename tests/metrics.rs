@@ -440,6 +440,51 @@ fn build_info_names_the_version_and_commit() {
     assert!(body.contains("# TYPE ackproxy_build_info gauge"), "{body}");
 }
 
+/// The process series every Prometheus client library exports, under
+/// their standard names and types, with values that fit this process.
+#[test]
+fn process_series_are_exported() {
+    let redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let body = scrape(m).expect("metrics endpoint");
+    let value =
+        |name: &str| series_value(&body, name).unwrap_or_else(|| panic!("no {name} in:\n{body}"));
+    for (name, kind) in [
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}"
+        );
+        assert!(value(name) >= 0.0, "{name}");
+    }
+    let resident = value("process_resident_memory_bytes");
+    let rss = rss_kb(proxy.pid()) as f64 * 1024.0;
+    assert!(
+        resident > 1e6 && (resident - rss).abs() < rss / 2.0,
+        "{resident} {rss}"
+    );
+    assert!(value("process_virtual_memory_bytes") >= resident);
+    // Listeners, the upstream connection, this scrape's.
+    let fds = value("process_open_fds");
+    assert!(fds >= 4.0 && fds <= value("process_max_fds"), "{fds}");
+    let start = value("process_start_time_seconds");
+    assert!(
+        start <= started + 1.0 && start > started - 60.0,
+        "{start} {started}"
+    );
+}
+
 /// `ackproxy_config_reload_success` says how the last SIGHUP went, and
 /// `ackproxy_config_reload_timestamp_seconds` when the configuration last
 /// loaded (start-up at first); a failed reload is one line in the log.

@@ -7,10 +7,11 @@
 //! through a lookup by name and labels per request. Without a metrics
 //! address no recorder is installed: the handles are no-ops, and request
 //! latency is not even timed (no clock reads). Counters and gauges are the
-//! exporter's; histograms are ours ([`histogram`]), rendered by [`render`]
-//! after the exporter's text.
+//! exporter's; histograms and the process's series are ours ([`histogram`],
+//! [`process`]), rendered by [`render`] after the exporter's text.
 
 mod histogram;
+mod process;
 
 use std::sync::{Mutex, OnceLock, RwLock};
 
@@ -455,9 +456,11 @@ pub fn latency() -> Option<&'static Latency> {
     LATENCY.get()
 }
 
-/// Appends the histograms to the exporter's text: request latency (when
-/// timed) and every rule's ack latency, in a stable order.
+/// Appends to the exporter's text the process's series and the
+/// histograms: request latency (when timed) and every rule's ack latency,
+/// in a stable order.
 pub fn render(out: &mut String) {
+    process::render(out);
     if let Some(latency) = latency() {
         histogram::render_header(out, COMMAND_SECONDS, COMMAND_SECONDS_HELP);
         for (h, r) in latency.per_route.iter().zip(ROUTES) {
