@@ -1,7 +1,8 @@
-//! Puts the commit the binary is built from into `ackproxy --version`:
+//! Puts the commit the binary is built from into `ackproxy --version` and
+//! the `ackproxy_build_info` series:
 //! `ACKPROXY_GIT_COMMIT` when set (a Docker build, which has no `.git`,
 //! passes it as a build argument), else `git rev-parse --short HEAD`, else
-//! nothing (a source archive builds as well).
+//! nothing (a source archive builds as well; the series says "unknown").
 
 use std::path::Path;
 use std::process::Command;
@@ -45,7 +46,7 @@ fn main() {
         }
         Some(commit)
     });
-    let version = match commit {
+    let version = match &commit {
         Some(c) => format!(
             "{} (commit {c})",
             std::env::var("CARGO_PKG_VERSION").unwrap()
@@ -53,4 +54,9 @@ fn main() {
         None => std::env::var("CARGO_PKG_VERSION").unwrap(),
     };
     println!("cargo:rustc-env=ACKPROXY_VERSION={version}");
+    // The `commit` label of ackproxy_build_info: a label is never absent.
+    println!(
+        "cargo:rustc-env=ACKPROXY_COMMIT={}",
+        commit.as_deref().unwrap_or("unknown")
+    );
 }

@@ -132,7 +132,9 @@ async fn start_inner(
     });
     // Clients log in only if Redis wants them to; until it has said, they
     // must (see `auth::required`).
-    if crate::auth::probe(&endpoint).await.is_none() {
+    let reached = crate::auth::probe(&endpoint).await.is_some();
+    crate::telemetry::upstream_up(reached);
+    if !reached {
         crate::auth::spawn_probe(endpoint.clone());
     }
     let mut listeners = Vec::new();
@@ -216,8 +218,12 @@ async fn reload_on_hangup(
 ) {
     while hup.recv().await.is_some() {
         match Config::load(&cli) {
-            Ok(next) => apply(&mut current, next, &ctx).await,
+            Ok(next) => {
+                apply(&mut current, next, &ctx).await;
+                crate::telemetry::config_loaded(true);
+            }
             Err(e) => {
+                crate::telemetry::config_loaded(false);
                 let file = cli
                     .config
                     .as_ref()

@@ -88,6 +88,7 @@ pub fn spawn_probe(endpoint: Arc<Endpoint>) {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(1));
         }
+        crate::telemetry::upstream_up(true);
     });
 }
 

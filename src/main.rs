@@ -16,8 +16,8 @@ fn main() {
         Err(e) => fatal(requested_log_format(&cli), &e, 2),
     };
     let format = config.log_format;
-    if cli.check_config {
-        check(&config, &warnings);
+    if cli.check_config || cli.check_bind {
+        check(&config, &warnings, cli.check_bind);
         return;
     }
     init_logging(format);
@@ -53,8 +53,9 @@ fn main() {
 /// `ackproxy generate …`: the man page or a shell's completions, made from
 /// the command-line definition, for packages to install.
 fn generate(what: &GenerateWhat) -> Result<(), String> {
-    // The proxy as a user runs it: without the hidden subcommand, which
-    // the man page's synopsis and the completions would otherwise offer.
+    // The proxy as a user runs it: without the packagers' subcommand,
+    // which the man page's synopsis and the completions would otherwise
+    // offer.
     let full = Cli::definition();
     let mut cmd = full
         .get_arguments()
@@ -90,8 +91,11 @@ fn generate(what: &GenerateWhat) -> Result<(), String> {
 }
 
 /// `--check-config`: the summary on stdout, then whatever would stop the
-/// start. Exits 2 on the first problem.
-fn check(config: &Config, warnings: &[String]) {
+/// start. Exits 2 on the first problem of the configuration itself. With
+/// `bind` (`--check-bind`), also every address that cannot be bound, all of
+/// them before the exit: nothing else binds, so that the file of a proxy
+/// already running (on those very addresses) passes the plain check.
+fn check(config: &Config, warnings: &[String], bind: bool) {
     let format = config.log_format;
     print_out(format, &config.summary());
     for w in warnings {
@@ -110,13 +114,36 @@ fn check(config: &Config, warnings: &[String]) {
     if let Err(e) = tls {
         fatal(format, &e.to_string(), 2);
     }
-    for addr in std::iter::once(&config.listen)
-        .filter(|a| !a.is_empty())
-        .chain(&config.tls_listen)
-    {
-        if let Err(e) = std::net::TcpListener::bind(addr) {
-            fatal(format, &format!("cannot listen on {addr}: {e}"), 2);
+    if bind {
+        // Held until all are tried: two settings naming one address cannot
+        // both be bound at start-up either.
+        let mut held = Vec::new();
+        let mut failed = 0;
+        for (key, addr) in config.bound_addresses() {
+            match std::net::TcpListener::bind(addr) {
+                Ok(l) => held.push(l),
+                Err(e) => {
+                    failed += 1;
+                    say(
+                        format,
+                        Level::ERROR,
+                        &format!("{key}: cannot bind {addr}: {e}"),
+                    );
+                }
+            }
         }
+        if failed > 0 {
+            std::process::exit(2);
+        }
+        let bound: Vec<String> = config
+            .bound_addresses()
+            .iter()
+            .map(|(key, addr)| format!("{key} {addr}"))
+            .collect();
+        print_out(
+            format,
+            &format!("addresses free      {}\n", bound.join(", ")),
+        );
     }
     print_out(format, "configuration OK\n");
 }

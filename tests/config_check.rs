@@ -1,7 +1,10 @@
 //! `--check-config` refuses configurations that would start but not do
-//! what they say, naming the file, the line and the key; its output may be
-//! cut short by the reader; with JSON logs every line on stderr is JSON,
-//! also the ones that say why the proxy stops.
+//! what they say, naming the file, the line and the key; it binds nothing,
+//! and `--check-bind` reports each address that cannot be bound; its output
+//! may be cut short by the reader; with JSON logs every line on stderr is
+//! JSON, also the ones that say why the proxy stops.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -166,6 +169,75 @@ fn threads_must_be_at_least_one_and_a_bad_variable_is_named() {
     }
 }
 
+/// Every refusal, of the checks or of the file's syntax and types, is one
+/// line starting with `file:line: ` and naming the key.
+#[test]
+fn errors_name_the_file_line_and_key() {
+    let cases = [
+        (
+            "listen.toml",
+            "# proxy\nlisten = \"nowhere\"\n",
+            ":2: listen: \"nowhere\" is not a host:port address",
+        ),
+        (
+            "lease.toml",
+            "[[queue]]\npattern = \"jobs\"\nlease_ms = 0\n",
+            ":3: queue \"jobs\": lease_ms: must be positive",
+        ),
+        (
+            "deliveries.toml",
+            "[[queue]]\npattern = \"jobs\"\n\nmax_deliveries = 0\n",
+            ":4: queue \"jobs\": max_deliveries: must be at least 1",
+        ),
+        (
+            "typo.toml",
+            "[[queue]]\npattern = \"jobs\"\nleas_ms = 100\n",
+            ":3: queue.leas_ms: unknown key, did you mean `lease_ms`?",
+        ),
+        (
+            "table.toml",
+            "[queue]\npattern = \"jobs\"\n",
+            ":1: queue: `[queue]` is one table; queue rules are an array of tables: \
+             write `[[queue]]`",
+        ),
+        (
+            "duration.toml",
+            "[limits]\nidle_timeout_secs = \"30 seconds\"\n",
+            ":2: limits.idle_timeout_secs: \"30 seconds\" is not a duration: write a whole \
+             number with a unit, ms, s, m or h (\"250ms\", \"30s\", \"5m\", \"1h\"), or a \
+             plain number of seconds",
+        ),
+    ];
+    for (name, toml, want) in cases {
+        let path = file(name, toml);
+        let out = ackproxy()
+            .args(["--check-config", "--upstream", "127.0.0.1:6379", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let c = checked(out);
+        assert_refused(&c, &[&format!("ackproxy: {}{want}\n", path.display())]);
+        assert_eq!(c.stderr.lines().count(), 1, "{}", c.stderr);
+    }
+    // A unit where a number was all there was.
+    let (c, _) = check(
+        "units.toml",
+        "connect_timeout_ms = \"2s\"\n[[queue]]\npattern = \"jobs\"\nlease_ms = \"5m\"\n",
+        &[],
+    );
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(
+        c.stdout.contains("connect timeout     2000 ms"),
+        "{}",
+        c.stdout
+    );
+    assert!(
+        c.stdout.contains("queue \"jobs\": lease 300000 ms"),
+        "{}",
+        c.stdout
+    );
+}
+
 #[test]
 fn upstream_needs_host_and_port() {
     let (c, path) = check("upstream.toml", "upstream = \"nohost\"\n", &[]);
@@ -244,7 +316,7 @@ fn a_reader_that_stops_reading_is_no_panic() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
     let mut invalid = valid.to_vec();
-    invalid.extend(["--listen", &taken]);
+    invalid.extend(["--listen", &taken, "--check-bind"]);
     let c = run(&invalid, 0);
     assert_no_panic(&c);
     assert_eq!(c.code, Some(2), "{}", c.stderr);
@@ -253,6 +325,100 @@ fn a_reader_that_stops_reading_is_no_panic() {
         assert_no_panic(&c);
         assert_eq!(c.code, Some(0), "{args:?}: {}", c.stderr);
     }
+}
+
+/// The file of a proxy that is running passes `--check-config`, which
+/// binds nothing (as `nginx -t`); `--check-bind` names every address of it
+/// that is taken, and still passes once they are free.
+#[test]
+fn the_file_of_a_running_proxy_passes_and_check_bind_names_the_taken_addresses() {
+    let redis = common::Redis::start();
+    let (port, m) = (common::free_port(), common::free_port());
+    let toml = format!(
+        "listen = \"127.0.0.1:{port}\"\nmetrics = \"127.0.0.1:{m}\"\n\
+         upstream = \"127.0.0.1:{}\"\n[[queue]]\npattern = \"jobs\"\n",
+        redis.port
+    );
+    let path = file("running.toml", &toml);
+    let run = |args: &[&str]| {
+        let mut cmd = ackproxy();
+        cmd.args(args).arg("--config").arg(&path);
+        checked(cmd.output().unwrap())
+    };
+    let mut proxy = common::Proxy::start_when(port, &["--config", path.to_str().unwrap()], || {
+        common::Client::try_connect(port).is_ok_and(|mut c| {
+            c.send(&["PING"]);
+            c.try_read_raw().is_ok_and(|r| r == b"+PONG\r\n")
+        })
+    });
+
+    let c = run(&["--check-config"]);
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(c.stdout.ends_with("configuration OK\n"), "{}", c.stdout);
+    assert!(c.stderr.is_empty(), "{}", c.stderr);
+
+    for args in [
+        &["--check-config", "--check-bind"][..],
+        &["--check-bind"][..],
+    ] {
+        let c = run(args);
+        assert_refused(
+            &c,
+            &[
+                &format!("ackproxy: listen: cannot bind 127.0.0.1:{port}: "),
+                &format!("ackproxy: metrics: cannot bind 127.0.0.1:{m}: "),
+                "Address already in use",
+            ],
+        );
+    }
+
+    assert!(proxy.terminate(), "ackproxy did not exit cleanly");
+    let c = run(&["--check-bind"]);
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(
+        c.stdout.ends_with(&format!(
+            "addresses free      listen 127.0.0.1:{port}, metrics 127.0.0.1:{m}\n\
+             configuration OK\n"
+        )),
+        "{}",
+        c.stdout
+    );
+}
+
+/// A metrics port another process holds: the file is fine, the start would
+/// fail, and `--check-bind` says why before it does.
+#[test]
+fn check_bind_reports_a_taken_metrics_port() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap();
+    let (c, _) = check(
+        "metrics-taken.toml",
+        &format!("metrics = \"{taken}\"\n"),
+        &[],
+    );
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    let path = file(
+        "metrics-taken-bind.toml",
+        &format!("metrics = \"{taken}\"\n"),
+    );
+    let out = ackproxy()
+        .args(["--check-bind", "--upstream", "127.0.0.1:6379"])
+        .args(["--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let c = checked(out);
+    assert_refused(&c, &[&format!("ackproxy: metrics: cannot bind {taken}: ")]);
+    // Only the address that is taken.
+    assert!(!c.stderr.contains("listen:"), "{}", c.stderr);
+    // Two settings naming one address cannot both be bound at start-up.
+    let same = format!("127.0.0.1:{}", common::free_port());
+    let out = ackproxy()
+        .args(["--check-bind", "--upstream", "127.0.0.1:6379"])
+        .args(["--listen", &same, "--metrics", &same])
+        .output()
+        .unwrap();
+    assert_refused(&checked(out), &[&format!("metrics: cannot bind {same}: ")]);
 }
 
 /// Runs the proxy to its end (killed after 20 s) and returns its stderr.

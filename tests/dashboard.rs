@@ -285,7 +285,10 @@ impl Eval<'_> {
                 quantile(q, inner)
             }
             name => {
-                assert!(name.starts_with("ackproxy_"), "not in the subset: {name:?}");
+                assert!(
+                    name.starts_with("ackproxy_") || name.starts_with("process_"),
+                    "not in the subset: {name:?}"
+                );
                 p.at -= name.len();
                 let (name, matchers) = selector(p);
                 assert!(p.peek() != Some(b'['), "a range without a function");

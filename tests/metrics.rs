@@ -356,6 +356,8 @@ fn every_series_has_the_exact_value_of_known_operations() {
     assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 0.0);
 }
 
+/// An outage is counted once, and `ackproxy_upstream_up` is 0 while it
+/// lasts: 1 → 0 when Redis dies, → 1 when the proxy is connected again.
 #[test]
 fn upstream_loss_and_return_are_counted() {
     let mut redis = Redis::start();
@@ -363,6 +365,7 @@ fn upstream_loss_and_return_are_counted() {
     let proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
+    assert_eq!(metric(m, "ackproxy_upstream_up"), 1.0);
     let (port, dir) = (redis.port, redis.dir.clone());
     redis.kill();
     // The loss is seen by the next request, which fails.
@@ -372,7 +375,11 @@ fn upstream_loss_and_return_are_counted() {
         assert!(Instant::now() < deadline, "the loss was not counted");
         std::thread::sleep(Duration::from_millis(20));
     }
+    await_metric(m, "ackproxy_upstream_up", 0.0);
     assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 0.0);
+    // Still down after more failed attempts.
+    assert!(matches!(c.cmd(&["GET", "k"]), Value::Error(_)));
+    assert_eq!(metric(m, "ackproxy_upstream_up"), 0.0);
     let _back = Redis::start_on(port, dir, &[]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while c.cmd(&["PING"]) != Value::Simple("PONG".into()) {
@@ -381,6 +388,153 @@ fn upstream_loss_and_return_are_counted() {
     }
     // One outage, however many attempts it took.
     assert_eq!(metric(m, "ackproxy_upstream_reconnects_total"), 1.0);
+    assert_eq!(metric(m, "ackproxy_upstream_up"), 1.0);
+}
+
+/// A proxy started while Redis is down says so, and says when it is back.
+#[test]
+fn upstream_up_is_0_from_a_start_without_redis() {
+    let port = free_port();
+    let m = free_port();
+    let listen = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--upstream", &format!("127.0.0.1:{port}")])
+        .args(["--metrics", &format!("127.0.0.1:{m}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    await_metric(m, "ackproxy_upstream_up", 0.0);
+    let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _redis = Redis::start_on(port, dir, &[]);
+    // The proxy's own probe finds it, with no client request.
+    await_metric(m, "ackproxy_upstream_up", 1.0);
+    stop_child(&mut child, Duration::from_secs(5));
+}
+
+/// `ackproxy_build_info` names the version and the commit (as `--version`
+/// does), at 1.
+#[test]
+fn build_info_names_the_version_and_commit() {
+    let redis = Redis::start();
+    let m = free_port();
+    let _proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let body = scrape(m).expect("metrics endpoint");
+    let version = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let commit = version
+        .split("(commit ")
+        .nth(1)
+        .and_then(|c| c.split(')').next())
+        .unwrap_or("unknown");
+    let name = series(
+        "ackproxy_build_info",
+        &[("version", env!("CARGO_PKG_VERSION")), ("commit", commit)],
+    );
+    assert_eq!(series_value(&body, &name), Some(1.0), "{name} in:\n{body}");
+    assert!(body.contains("# TYPE ackproxy_build_info gauge"), "{body}");
+}
+
+/// The process series every Prometheus client library exports, under
+/// their standard names and types, with values that fit this process.
+#[test]
+fn process_series_are_exported() {
+    let redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let body = scrape(m).expect("metrics endpoint");
+    let value =
+        |name: &str| series_value(&body, name).unwrap_or_else(|| panic!("no {name} in:\n{body}"));
+    for (name, kind) in [
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert!(
+            body.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}"
+        );
+        assert!(value(name) >= 0.0, "{name}");
+    }
+    let resident = value("process_resident_memory_bytes");
+    let rss = rss_kb(proxy.pid()) as f64 * 1024.0;
+    assert!(
+        resident > 1e6 && (resident - rss).abs() < rss / 2.0,
+        "{resident} {rss}"
+    );
+    assert!(value("process_virtual_memory_bytes") >= resident);
+    // Listeners, the upstream connection, this scrape's.
+    let fds = value("process_open_fds");
+    assert!(fds >= 4.0 && fds <= value("process_max_fds"), "{fds}");
+    let start = value("process_start_time_seconds");
+    assert!(
+        start <= started + 1.0 && start > started - 60.0,
+        "{start} {started}"
+    );
+}
+
+/// `ackproxy_config_reload_success` says how the last SIGHUP went, and
+/// `ackproxy_config_reload_timestamp_seconds` when the configuration last
+/// loaded (start-up at first); a failed reload is one line in the log.
+#[test]
+fn reload_metrics_follow_good_and_bad_reloads() {
+    let redis = Redis::start();
+    let m = free_port();
+    let good =
+        format!("metrics = \"127.0.0.1:{m}\"\n[[queue]]\npattern = \"jobs\"\nlease_ms = \"30s\"\n");
+    let config = TempFile::new("ackproxy-reload-metrics", "toml", &good);
+    let log = TempFile::new("ackproxy-reload-metrics", "log", "");
+    let proxy = Proxy::start_logged(redis.port, &config, &log);
+    assert_eq!(metric(m, "ackproxy_config_reload_success"), 1.0);
+    let loaded = metric(m, "ackproxy_config_reload_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(loaded > now - 60.0 && loaded <= now + 1.0, "{loaded} {now}");
+
+    let bad = good.replace("lease_ms", "leas_ms");
+    std::fs::write(&*config, &bad).unwrap();
+    proxy.hangup();
+    await_metric(m, "ackproxy_config_reload_success", 0.0);
+    assert_eq!(
+        metric(m, "ackproxy_config_reload_timestamp_seconds"),
+        loaded
+    );
+    let text = std::fs::read_to_string(&*log).unwrap();
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("configuration not reloaded"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(
+        failed[0].contains(":4: queue.leas_ms: unknown key, did you mean `lease_ms`?"),
+        "{}",
+        failed[0]
+    );
+    // No continuation lines (a snippet of the file, a caret): every line
+    // of the log is an entry of its own, starting with its time.
+    for line in text.lines() {
+        assert!(line.starts_with(|c: char| c.is_ascii_digit()), "{text}");
+    }
+
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&*config, good.replace("30s", "1m")).unwrap();
+    proxy.hangup();
+    await_metric(m, "ackproxy_config_reload_success", 1.0);
+    assert!(metric(m, "ackproxy_config_reload_timestamp_seconds") > loaded);
 }
 
 #[test]

@@ -731,14 +731,19 @@ fn check_config_reads_the_tls_files() {
     assert!(stderr.contains("upstream_tls_key_file"), "{stderr}");
     assert!(stderr.contains("no PEM private key"), "{stderr}");
 
-    // A client certificate check needs a CA.
-    let no_ca = good.replace(
-        &format!("tls_ca_cert_file = \"{}\"\n", pki.path("ca.pem")),
-        "",
+    // A client certificate check needs a CA (the listener's line only, not
+    // the end of upstream_tls_ca_cert_file's).
+    let no_ca = good.replacen(
+        &format!("\ntls_ca_cert_file = \"{}\"\n", pki.path("ca.pem")),
+        "\n",
+        1,
     );
     let (code, _, stderr) = check(&no_ca);
     assert_eq!(code, Some(2));
-    assert!(stderr.contains("tls_ca_cert_file"), "{stderr}");
+    assert!(
+        stderr.contains(":4: tls_auth_clients (default \"yes\") needs tls_ca_cert_file"),
+        "{stderr}"
+    );
 }
 
 /// The README's TLS section works as written: its two configuration

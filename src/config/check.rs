@@ -9,26 +9,39 @@ impl Config {
     /// Every check; errors and the warnings returned say where in `at` the
     /// setting concerned was written.
     pub(super) fn validate_at(&self, at: &Origin) -> Result<Vec<String>, String> {
+        self.refusal().map_err(|r| at.locate(r))?;
+        self.check_rules(at).map_err(|r| at.locate(r))
+    }
+
+    /// What the settings cannot be, each alone or together; the rules'
+    /// cross-checks are [`Config::check_rules`].
+    fn refusal(&self) -> Result<(), Refusal> {
         use std::net::ToSocketAddrs;
         if !self.listen.is_empty() && self.listen.to_socket_addrs().is_err() {
-            return Err(format!(
-                "listen: {:?} is not a host:port address",
-                self.listen
+            return Err(Refusal::of(
+                "listen",
+                format!("listen: {:?} is not a host:port address", self.listen),
             ));
         }
         self.validate_tls()?;
         if let Some(m) = &self.metrics {
             let Ok(addr) = m.parse::<std::net::SocketAddr>() else {
-                return Err(format!("metrics: {m:?} is not an ip:port address"));
+                return Err(Refusal::of(
+                    "metrics",
+                    format!("metrics: {m:?} is not an ip:port address"),
+                ));
             };
             // The queue API shows payloads and the view is unauthenticated:
             // reachable from other hosts only when asked for.
             if !addr.ip().is_loopback() && !self.ops_public {
-                return Err(format!(
-                    "metrics: {m} is not a loopback address; the operations server \
-                     (metrics, web view, queue API with message payloads) would be \
-                     reachable from other hosts. Set ops_public = true (--ops-public) \
-                     to allow it"
+                return Err(Refusal::of(
+                    "metrics",
+                    format!(
+                        "metrics: {m} is not a loopback address; the operations server \
+                         (metrics, web view, queue API with message payloads) would be \
+                         reachable from other hosts. Set ops_public = true (--ops-public) \
+                         to allow it"
+                    ),
                 ));
             }
         }
@@ -39,59 +52,102 @@ impl Config {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
             if !plain {
-                return Err(format!(
-                    "ops_allowed_hosts: {host:?} is not a host name (no port, scheme or path)"
+                return Err(Refusal::of(
+                    "ops_allowed_hosts",
+                    format!(
+                        "ops_allowed_hosts: {host:?} is not a host name (no port, scheme or path)"
+                    ),
                 ));
             }
         }
         // Each is a file descriptor; far more than any host gives a process
         // is a mistake (and past 2^61 a panic in the connection cap).
         if !(1..=1_000_000).contains(&self.ops_max_connections) {
-            return Err("ops_max_connections must be between 1 and 1000000".into());
+            return Err(Refusal::of(
+                "ops_max_connections",
+                "ops_max_connections must be between 1 and 1000000",
+            ));
         }
         if self.admin_token.as_deref() == Some("") {
-            return Err("admin_token is empty; leave it out to disable the actions".into());
+            return Err(Refusal::of(
+                "admin_token",
+                "admin_token is empty; leave it out to disable the actions",
+            ));
         }
         if self.shared_connections == 0 {
-            return Err("shared_connections must be at least 1".into());
+            return Err(Refusal::of(
+                "shared_connections",
+                "shared_connections must be at least 1",
+            ));
         }
         // Per login, so a few; each is a file descriptor here and a client
         // in Redis.
         if self.dedicated_pool > 1024 {
-            return Err("dedicated_pool must be at most 1024".into());
+            return Err(Refusal::of(
+                "dedicated_pool",
+                "dedicated_pool must be at most 1024",
+            ));
         }
-        if self.limits.max_inline_len == 0 || self.limits.max_bulk_len == 0 {
-            return Err("limits must be positive".into());
+        if self.limits.max_inline_len == 0 {
+            return Err(Refusal::of(
+                "limits.max_inline_len",
+                "[limits] max_inline_len must be positive",
+            ));
         }
-        for rule in &self.queues {
-            if rule.pattern.is_empty() {
-                return Err("a [[queue]] rule has an empty pattern".into());
+        if self.limits.max_bulk_len == 0 {
+            return Err(Refusal::of(
+                "limits.max_bulk_len",
+                "[limits] max_bulk_len must be positive",
+            ));
+        }
+        for (i, rule) in self.queues.iter().enumerate() {
+            let p = &rule.pattern;
+            if p.is_empty() {
+                return Err(Refusal::rule(
+                    i,
+                    "pattern",
+                    "a [[queue]] rule has an empty pattern",
+                ));
             }
             if rule.lease_ms == 0 {
-                return Err(format!(
-                    "queue {:?}: lease_ms must be positive",
-                    rule.pattern
+                return Err(Refusal::rule(
+                    i,
+                    "lease_ms",
+                    format!("queue {p:?}: lease_ms: must be positive"),
                 ));
             }
             if rule.max_deliveries == 0 {
-                return Err(format!(
-                    "queue {:?}: max_deliveries must be at least 1",
-                    rule.pattern
+                return Err(Refusal::rule(
+                    i,
+                    "max_deliveries",
+                    format!("queue {p:?}: max_deliveries: must be at least 1"),
                 ));
             }
             if !(0.0..=1.0).contains(&rule.retry_jitter) {
-                return Err(format!(
-                    "queue {:?}: retry_jitter must be between 0 and 1",
-                    rule.pattern
+                return Err(Refusal::rule(
+                    i,
+                    "retry_jitter",
+                    format!("queue {p:?}: retry_jitter: must be between 0 and 1"),
                 ));
             }
-            if rule.retry_backoff != Backoff::None
-                && (rule.retry_base_ms == 0 || rule.retry_max_ms < rule.retry_base_ms)
-            {
-                return Err(format!(
-                    "queue {:?}: retry_base_ms must be positive and retry_max_ms at least as large",
-                    rule.pattern
-                ));
+            if rule.retry_backoff != Backoff::None {
+                if rule.retry_base_ms == 0 {
+                    return Err(Refusal::rule(
+                        i,
+                        "retry_base_ms",
+                        format!("queue {p:?}: retry_base_ms: must be positive with a backoff"),
+                    ));
+                }
+                if rule.retry_max_ms < rule.retry_base_ms {
+                    return Err(Refusal::rule(
+                        i,
+                        "retry_max_ms",
+                        format!(
+                            "queue {p:?}: retry_max_ms: must be at least retry_base_ms ({})",
+                            rule.retry_base_ms
+                        ),
+                    ));
+                }
             }
         }
         // A cluster's seeds, a list, are checked one by one below.
@@ -101,41 +157,48 @@ impl Config {
             .filter(|_| self.upstream_mode != UpstreamMode::Cluster)
         {
             if let Err(why) = check_host_port(u) {
-                return Err(at.setting("upstream", &format!("upstream: {why}, got {u:?}")));
+                return Err(Refusal::of(
+                    "upstream",
+                    format!("upstream: {why}, got {u:?}"),
+                ));
             }
         }
         self.validate_sentinel()?;
         if self.threads == Some(0) {
-            return Err(at.setting("threads", "threads must be at least 1"));
+            return Err(Refusal::of("threads", "threads must be at least 1"));
         }
         if self.runs_embedded() && self.embedded.persistence && self.embedded.dir.is_none() {
             // The default directory is removed at exit: the data would not
             // outlive a restart, which is all persistence is for.
-            return Err("[embedded] persistence needs a dir (--embedded-dir): \
-                        the default directory is temporary and removed at exit"
-                .into());
+            return Err(Refusal::of(
+                "embedded.persistence",
+                "[embedded] persistence needs a dir (--embedded-dir): \
+                 the default directory is temporary and removed at exit",
+            ));
         }
-        self.check_rules(at)
+        Ok(())
     }
 
     /// What the rules' fields cannot show alone: a pattern that cannot mean
     /// what it says, a dead-letter list that is the queue itself, two rules
     /// for one key. Ok: warnings, of rules that overlap by design.
-    fn check_rules(&self, at: &Origin) -> Result<Vec<String>, String> {
+    fn check_rules(&self, at: &Origin) -> Result<Vec<String>, Refusal> {
         let rules = &self.queues;
         for (i, rule) in rules.iter().enumerate() {
             let p = &rule.pattern;
             if let Err(why) = check_glob(p) {
-                return Err(format!(
-                    "{}queue {p:?}: pattern: {why}",
-                    at.rule(i, "pattern")
+                return Err(Refusal::rule(
+                    i,
+                    "pattern",
+                    format!("queue {p:?}: pattern: {why}"),
                 ));
             }
             if let Some(dead) = &rule.dead_letter {
                 if let Err(why) = check_dead_letter(p, dead) {
-                    return Err(format!(
-                        "{}queue {p:?}: dead_letter {dead:?}: {why}",
-                        at.rule(i, "dead_letter")
+                    return Err(Refusal::rule(
+                        i,
+                        "dead_letter",
+                        format!("queue {p:?}: dead_letter {dead:?}: {why}"),
                     ));
                 }
             }
@@ -143,14 +206,17 @@ impl Config {
                 return Err(format!("{}queue {p:?}: done: {why}", at.rule(i, "done")));
             }
             if let Err((key, why)) = check_hold(rule) {
-                return Err(format!("{}queue {p:?}: {key}: {why}", at.rule(i, key)));
+                return Err(Refusal::rule(i, key, format!("queue {p:?}: {key}: {why}")));
             }
             if let Some(first) = rules[..i].iter().position(|r| r.pattern == *p) {
-                return Err(format!(
-                    "{}queue {p:?}: pattern: the rule {} has the same pattern, and only \
-                     the first of the two would apply; merge them",
-                    at.rule(i, "pattern"),
-                    at.rule_place(first),
+                return Err(Refusal::rule(
+                    i,
+                    "pattern",
+                    format!(
+                        "queue {p:?}: pattern: the rule {} has the same pattern, and only \
+                         the first of the two would apply; merge them",
+                        at.rule_place(first),
+                    ),
                 ));
             }
         }
@@ -219,85 +285,121 @@ impl Config {
     }
 
     /// The sentinel settings: all of them in sentinel mode, none otherwise.
-    fn validate_sentinel(&self) -> Result<(), String> {
+    fn validate_sentinel(&self) -> Result<(), Refusal> {
         for p in &self.cluster_announce {
             if let Err(why) = check_host_port(p) {
-                return Err(format!("cluster_announce: {why}, got {p:?}"));
+                return Err(Refusal::of(
+                    "cluster_announce",
+                    format!("cluster_announce: {why}, got {p:?}"),
+                ));
             }
         }
         if self.upstream_mode == UpstreamMode::Cluster {
             return self.validate_cluster();
         }
         if self.upstream_mode == UpstreamMode::Direct {
-            let any = self.sentinel_master.is_some()
-                || !self.sentinels.is_empty()
-                || self.sentinel_user.is_some()
-                || self.sentinel_password.is_some()
-                || self.sentinel_tls;
-            if any {
-                return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
+            let set = [
+                ("sentinel_master", self.sentinel_master.is_some()),
+                ("sentinels", !self.sentinels.is_empty()),
+                ("sentinel_user", self.sentinel_user.is_some()),
+                ("sentinel_password", self.sentinel_password.is_some()),
+                ("sentinel_tls", self.sentinel_tls),
+            ];
+            if let Some((key, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(Refusal::of(
+                    key,
+                    "sentinel_* settings need upstream_mode = \"sentinel\"",
+                )
+                .or("upstream_mode"));
             }
             return Ok(());
         }
         if self.upstream.is_some() {
-            return Err(
+            return Err(Refusal::of(
+                "upstream",
                 "upstream and upstream_mode = \"sentinel\" exclude each other: \
-                        the sentinels name the primary"
-                    .into(),
-            );
+                 the sentinels name the primary",
+            )
+            .or("upstream_mode"));
         }
         if self.sentinel_master.as_deref().is_none_or(str::is_empty) {
-            return Err(
+            return Err(Refusal::of(
+                "sentinel_master",
                 "upstream_mode = \"sentinel\" needs sentinel_master, the name the \
-                        sentinels monitor the primary under"
-                    .into(),
-            );
+                 sentinels monitor the primary under",
+            )
+            .or("upstream_mode"));
         }
         if self.sentinels.is_empty() {
-            return Err(
-                "upstream_mode = \"sentinel\" needs sentinels, their host:port addresses".into(),
-            );
+            return Err(Refusal::of(
+                "sentinels",
+                "upstream_mode = \"sentinel\" needs sentinels, their host:port addresses",
+            )
+            .or("upstream_mode"));
         }
         for s in &self.sentinels {
             if let Err(why) = check_host_port(s) {
-                return Err(format!("sentinels: {why}, got {s:?}"));
+                return Err(Refusal::of(
+                    "sentinels",
+                    format!("sentinels: {why}, got {s:?}"),
+                ));
             }
         }
         if self.sentinel_user.is_some() && self.sentinel_password.is_none() {
-            return Err("sentinel_user needs sentinel_password".into());
+            return Err(Refusal::of(
+                "sentinel_user",
+                "sentinel_user needs sentinel_password",
+            ));
         }
         Ok(())
     }
 
     /// Cluster mode: seeds to learn the cluster from, and every queue's keys
     /// in one hash slot.
-    fn validate_cluster(&self) -> Result<(), String> {
+    fn validate_cluster(&self) -> Result<(), Refusal> {
         if self.sentinel_master.is_some() || !self.sentinels.is_empty() {
-            return Err("sentinel_* settings need upstream_mode = \"sentinel\"".into());
+            let key = if self.sentinel_master.is_some() {
+                "sentinel_master"
+            } else {
+                "sentinels"
+            };
+            return Err(
+                Refusal::of(key, "sentinel_* settings need upstream_mode = \"sentinel\"")
+                    .or("upstream_mode"),
+            );
         }
         let seeds = self.cluster_seeds();
         if seeds.is_empty() {
-            return Err(
+            return Err(Refusal::of(
+                "upstream",
                 "upstream_mode = \"cluster\" needs upstream, the host:port of one or more \
-                 of the cluster's nodes (comma-separated)"
-                    .into(),
-            );
+                 of the cluster's nodes (comma-separated)",
+            )
+            .or("upstream_mode"));
         }
         for s in &seeds {
             if let Err(why) = check_host_port(s) {
-                return Err(format!("upstream: {why}, got {s:?}"));
+                return Err(Refusal::of(
+                    "upstream",
+                    format!("upstream: {why}, got {s:?}"),
+                ));
             }
         }
-        for rule in &self.queues {
+        for (i, rule) in self.queues.iter().enumerate() {
             if let Some(template) = &rule.dead_letter {
                 if !dead_letter_in_queue_slot(&rule.pattern, template) {
-                    return Err(format!(
-                        "queue {:?}: dead_letter {template:?} is not in the queue's hash slot \
-                         for every queue the rule matches, and a Redis Cluster runs a queue's \
-                         scripts on the node of that one slot. Leave dead_letter unset (the \
-                         default list is always in the queue's slot), or give the list the \
-                         queue's hash tag (for queue \"jobs\": \"{{jobs}}:dead\")",
-                        rule.pattern
+                    return Err(Refusal::rule(
+                        i,
+                        "dead_letter",
+                        format!(
+                            "queue {:?}: dead_letter {template:?} is not in the queue's hash \
+                             slot for every queue the rule matches, and a Redis Cluster runs \
+                             a queue's scripts on the node of that one slot. Leave \
+                             dead_letter unset (the default list is always in the queue's \
+                             slot), or give the list the queue's hash tag (for queue \
+                             \"jobs\": \"{{jobs}}:dead\")",
+                            rule.pattern
+                        ),
                     ));
                 }
             }
@@ -307,80 +409,184 @@ impl Config {
 
     /// Which TLS settings go together. Whether the files can be read and
     /// hold what they should is checked when they are loaded (`net::tls`).
-    fn validate_tls(&self) -> Result<(), String> {
+    fn validate_tls(&self) -> Result<(), Refusal> {
         use std::net::ToSocketAddrs;
         match &self.tls_listen {
             Some(addr) => {
                 if addr.to_socket_addrs().is_err() {
-                    return Err(format!("tls_listen: {addr:?} is not a host:port address"));
+                    return Err(Refusal::of(
+                        "tls_listen",
+                        format!("tls_listen: {addr:?} is not a host:port address"),
+                    ));
                 }
                 if self.tls_cert_file.is_none() || self.tls_key_file.is_none() {
-                    return Err("tls_listen needs tls_cert_file and tls_key_file".into());
+                    return Err(Refusal::of(
+                        "tls_listen",
+                        "tls_listen needs tls_cert_file and tls_key_file",
+                    ));
                 }
                 if self.tls_auth_clients != AuthClients::No && self.tls_ca_cert_file.is_none() {
-                    return Err(
+                    return Err(Refusal::of(
+                        "tls_auth_clients",
                         "tls_auth_clients (default \"yes\") needs tls_ca_cert_file, the CA \
                          client certificates are checked against; set tls_auth_clients = \"no\" \
-                         to accept clients without one"
-                            .into(),
-                    );
+                         to accept clients without one",
+                    )
+                    .or("tls_listen"));
                 }
             }
             None => {
                 if self.listen.is_empty() {
-                    return Err("listen is empty and tls_listen is not set: no listener".into());
+                    return Err(Refusal::of(
+                        "listen",
+                        "listen is empty and tls_listen is not set: no listener",
+                    ));
                 }
-                if self.tls_cert_file.is_some()
-                    || self.tls_key_file.is_some()
-                    || self.tls_ca_cert_file.is_some()
-                {
-                    return Err("tls_cert_file, tls_key_file and tls_ca_cert_file \
-                                need tls_listen"
-                        .into());
+                let files = [
+                    ("tls_cert_file", &self.tls_cert_file),
+                    ("tls_key_file", &self.tls_key_file),
+                    ("tls_ca_cert_file", &self.tls_ca_cert_file),
+                ];
+                if let Some((key, _)) = files.iter().find(|(_, f)| f.is_some()) {
+                    return Err(Refusal::of(
+                        key,
+                        "tls_cert_file, tls_key_file and tls_ca_cert_file need tls_listen",
+                    ));
                 }
             }
         }
         if self.upstream_tls {
             if self.runs_embedded() {
-                return Err("upstream_tls needs an upstream: the private redis-server \
-                            speaks plain TCP"
-                    .into());
+                return Err(Refusal::of(
+                    "upstream_tls",
+                    "upstream_tls needs an upstream: the private redis-server \
+                     speaks plain TCP",
+                ));
             }
             if self.upstream_tls_ca_cert_file.is_none() {
-                return Err("upstream_tls needs upstream_tls_ca_cert_file, the CA the \
-                            upstream's certificate is checked against (the system's, e.g. \
-                            /etc/ssl/certs/ca-certificates.crt, for a public one)"
-                    .into());
+                return Err(Refusal::of(
+                    "upstream_tls",
+                    "upstream_tls needs upstream_tls_ca_cert_file, the CA the \
+                     upstream's certificate is checked against (the system's, e.g. \
+                     /etc/ssl/certs/ca-certificates.crt, for a public one)",
+                ));
             }
             if self.upstream_tls_cert_file.is_some() != self.upstream_tls_key_file.is_some() {
-                return Err("upstream_tls_cert_file and upstream_tls_key_file go together".into());
+                return Err(Refusal::of(
+                    "upstream_tls_cert_file",
+                    "upstream_tls_cert_file and upstream_tls_key_file go together",
+                )
+                .or("upstream_tls_key_file"));
             }
-        } else if self.upstream_tls_ca_cert_file.is_some()
-            || self.upstream_tls_cert_file.is_some()
-            || self.upstream_tls_key_file.is_some()
-            || self.upstream_tls_server_name.is_some()
-        {
-            return Err("upstream_tls_* settings need upstream_tls = true".into());
+        } else {
+            let set = [
+                (
+                    "upstream_tls_ca_cert_file",
+                    self.upstream_tls_ca_cert_file.is_some(),
+                ),
+                (
+                    "upstream_tls_cert_file",
+                    self.upstream_tls_cert_file.is_some(),
+                ),
+                (
+                    "upstream_tls_key_file",
+                    self.upstream_tls_key_file.is_some(),
+                ),
+                (
+                    "upstream_tls_server_name",
+                    self.upstream_tls_server_name.is_some(),
+                ),
+            ];
+            if let Some((key, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(Refusal::of(
+                    key,
+                    "upstream_tls_* settings need upstream_tls = true",
+                ));
+            }
         }
         if self.sentinel_tls {
             if self.sentinel_tls_ca_cert_file.is_none() && self.upstream_tls_ca_cert_file.is_none()
             {
-                return Err("sentinel_tls needs sentinel_tls_ca_cert_file (or \
-                            upstream_tls_ca_cert_file), the CA the sentinels' certificates \
-                            are checked against"
-                    .into());
+                return Err(Refusal::of(
+                    "sentinel_tls",
+                    "sentinel_tls needs sentinel_tls_ca_cert_file (or \
+                     upstream_tls_ca_cert_file), the CA the sentinels' certificates \
+                     are checked against",
+                ));
             }
             if self.sentinel_tls_cert_file.is_some() != self.sentinel_tls_key_file.is_some() {
-                return Err("sentinel_tls_cert_file and sentinel_tls_key_file go together".into());
+                return Err(Refusal::of(
+                    "sentinel_tls_cert_file",
+                    "sentinel_tls_cert_file and sentinel_tls_key_file go together",
+                )
+                .or("sentinel_tls_key_file"));
             }
-        } else if self.sentinel_tls_ca_cert_file.is_some()
-            || self.sentinel_tls_cert_file.is_some()
-            || self.sentinel_tls_key_file.is_some()
-            || self.sentinel_tls_server_name.is_some()
-        {
-            return Err("sentinel_tls_* settings need sentinel_tls = true".into());
+        } else {
+            let set = [
+                (
+                    "sentinel_tls_ca_cert_file",
+                    self.sentinel_tls_ca_cert_file.is_some(),
+                ),
+                (
+                    "sentinel_tls_cert_file",
+                    self.sentinel_tls_cert_file.is_some(),
+                ),
+                (
+                    "sentinel_tls_key_file",
+                    self.sentinel_tls_key_file.is_some(),
+                ),
+                (
+                    "sentinel_tls_server_name",
+                    self.sentinel_tls_server_name.is_some(),
+                ),
+            ];
+            if let Some((key, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(Refusal::of(
+                    key,
+                    "sentinel_tls_* settings need sentinel_tls = true",
+                ));
+            }
         }
         Ok(())
+    }
+}
+
+/// What a check refuses, and the settings it is about: the message points
+/// at the first of them that the command line, the environment or the
+/// file gave (a default is written nowhere). Every refusal is one of
+/// these, so that none can leave out where.
+pub(super) struct Refusal {
+    keys: Vec<Key>,
+    message: String,
+}
+
+#[derive(Clone, Copy)]
+enum Key {
+    /// A top-level setting, or a table's as `table.key`.
+    Setting(&'static str),
+    /// A key of the i-th queue rule (its pattern's line when unset).
+    Rule(usize, &'static str),
+}
+
+impl Refusal {
+    fn of(key: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            keys: vec![Key::Setting(key)],
+            message: message.into(),
+        }
+    }
+
+    fn rule(i: usize, key: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            keys: vec![Key::Rule(i, key)],
+            message: message.into(),
+        }
+    }
+
+    /// Another setting to point at, when the ones before were not given.
+    fn or(mut self, key: &'static str) -> Refusal {
+        self.keys.push(Key::Setting(key));
+        self
     }
 }
 
@@ -415,14 +621,21 @@ impl Origin<'_> {
         }
     }
 
-    /// The line (from 1) setting `key`: at the top level, or in the
-    /// `rule`-th `[[queue]]` table.
+    /// The line (from 1) setting `key`: at the top level (`limits.maxclients`
+    /// in a table), or in the `rule`-th `[[queue]]` table.
     fn line(&self, rule: Option<usize>, key: &str) -> Option<usize> {
         let text = self.text?;
         let doc = toml::de::DeTable::parse(text).ok()?;
         let doc = doc.get_ref();
         let value = match rule {
-            None => doc.get(key)?,
+            None => {
+                let mut parts = key.split('.');
+                let mut value = doc.get(parts.next()?)?;
+                for part in parts {
+                    value = value.get_ref().get(part)?;
+                }
+                value
+            }
             Some(i) => doc.get("queue")?.get_ref().get(i)?.get_ref().get(key)?,
         };
         Some(text[..value.span().start].matches('\n').count() + 1)
@@ -453,15 +666,24 @@ impl Origin<'_> {
             .unwrap_or_else(|| format!("number {}", i + 1))
     }
 
-    /// `message` about the top-level setting `key`, with where it was set.
-    fn setting(&self, key: &str, message: &str) -> String {
-        if let Some((_, by)) = self.given.iter().find(|(k, _)| *k == key) {
-            return format!("{message} (from {by})");
+    /// The refusal's message, starting with where its setting was written
+    /// (`file:line: `), or ending with the flag or variable that gave it.
+    pub(super) fn locate(&self, refusal: Refusal) -> String {
+        let message = refusal.message;
+        for key in refusal.keys {
+            match key {
+                Key::Setting(key) => {
+                    if let Some((_, by)) = self.given.iter().find(|(k, _)| *k == key) {
+                        return format!("{message} (from {by})");
+                    }
+                    if let Some(p) = self.place(self.line(None, key)) {
+                        return format!("{p}: {message}");
+                    }
+                }
+                Key::Rule(i, key) => return format!("{}{message}", self.rule(i, key)),
+            }
         }
-        match self.place(self.line(None, key)) {
-            Some(p) => format!("{p}: {message}"),
-            None => message.to_string(),
-        }
+        message
     }
 }
 

@@ -152,9 +152,15 @@ pub struct Cli {
     /// Name the upstream's certificate must carry (default: its host).
     #[arg(long, env = "ACKPROXY_UPSTREAM_TLS_SERVER_NAME")]
     pub upstream_tls_server_name: Option<String>,
-    /// Validate the configuration, print a summary and exit.
+    /// Validate the configuration (syntax, values, the settings that go
+    /// together, the TLS files), print a summary and exit. Binds nothing:
+    /// the file of a proxy that is running passes.
     #[arg(long)]
     pub check_config: bool,
+    /// Also bind the listen, tls_listen and metrics addresses for a moment,
+    /// and report each that cannot be bound (implies --check-config).
+    #[arg(long)]
+    pub check_bind: bool,
     #[command(subcommand)]
     pub generate: Option<Generate>,
 }
@@ -162,9 +168,11 @@ pub struct Cli {
 /// Files made from the command-line definition, for packages.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
 pub enum Generate {
-    /// Writes the man page, ackproxy.1, and the shell completions into a
-    /// directory.
-    #[command(hide = true)]
+    /// Writes the man page or a shell's completions, for packages:
+    /// generate man DIR, generate completions SHELL DIR.
+    ///
+    /// Writes the man page, DIR/ackproxy.1, or the completion script of
+    /// SHELL into DIR, made from these flags.
     Generate {
         #[command(subcommand)]
         what: GenerateWhat,

@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::check::Origin;
 use super::cli::Cli;
+use super::parse_error;
 use super::rule::QueueRule;
 use super::settings::Config;
 
@@ -30,8 +31,9 @@ impl Config {
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 // Validated once the command line has had its say: a
                 // setting may need another that only the command line gives.
-                let cfg =
-                    toml::from_str::<Config>(&t).map_err(|e| format!("{}: {e}", path.display()))?;
+                let cfg = toml::from_str::<Config>(&t).map_err(|e| {
+                    parse_error::describe(&e, &t, Some(&path.display().to_string()))
+                })?;
                 text = Some(t);
                 cfg
             }
@@ -39,7 +41,7 @@ impl Config {
         };
         let mut rules_text = None;
         if let Some(v) = &cli.queues {
-            cfg.queues = queue_rules(v).map_err(|e| format!("{}: {e}", given_by("queues", v)))?;
+            cfg.queues = queue_rules(v, &given_by("queues", Some(v)))?;
             rules_text = Some(v.as_str());
         }
         if let Some(v) = &cli.listen {
@@ -150,21 +152,14 @@ impl Config {
             cfg.sentinel_tls_server_name = Some(v.clone());
         }
         let path = cli.config.as_ref().map(|p| p.display().to_string());
-        let rules_from = cli.queues.as_ref().map(|v| given_by("queues", v));
+        let rules_from = cli.queues.as_ref().map(|v| given_by("queues", Some(v)));
         let mut origin = Origin {
             file: path.as_deref(),
             text: text.as_deref(),
             given: Vec::new(),
             rules: rules_text.map(|t| (rules_from.as_deref().unwrap_or_default(), t)),
         };
-        if let Some(v) = &cli.upstream {
-            origin.given.push(("upstream", given_by("upstream", v)));
-        }
-        if let Some(v) = cli.threads {
-            origin
-                .given
-                .push(("threads", given_by("threads", &v.to_string())));
-        }
+        origin.given = given_settings(cli);
         let warnings = cfg.validate_at(&origin)?;
         Ok((cfg, warnings))
     }
@@ -176,7 +171,8 @@ impl Config {
     /// As [`Config::from_toml`], with what [`Config::load`] would warn
     /// about; messages give lines of `text`.
     pub fn from_toml_with_warnings(text: &str) -> Result<(Config, Vec<String>), String> {
-        let cfg: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        let cfg: Config =
+            toml::from_str(text).map_err(|e| parse_error::describe(&e, text, None))?;
         let origin = Origin {
             text: Some(text),
             ..Origin::default()
@@ -190,24 +186,103 @@ impl Config {
     }
 }
 
-/// Which gave a setting the command line overrides with `value`: its
-/// `ACKPROXY_*` variable when that holds the value and the flag is not on
+/// The settings the command line or the environment gave, each with the
+/// flag or variable that gave it: a message about one names that, not the
+/// file the value did not come from.
+fn given_settings(cli: &Cli) -> Vec<(&'static str, String)> {
+    let text = |v: &Option<String>| v.clone();
+    let number = |v: Option<usize>| v.map(|n| n.to_string());
+    let list = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join(","));
+    let path = |v: &Option<PathBuf>| v.as_ref().map(|p| p.display().to_string());
+    let values: Vec<(&'static str, Option<String>)> = vec![
+        ("listen", text(&cli.listen)),
+        ("tls_listen", text(&cli.tls_listen)),
+        ("upstream", text(&cli.upstream)),
+        ("upstream_password", text(&cli.upstream_password)),
+        ("metrics", text(&cli.metrics)),
+        ("threads", number(cli.threads)),
+        ("shared_connections", number(cli.shared_connections)),
+        ("user_connections_max", number(cli.user_connections_max)),
+        ("dedicated_pool", number(cli.dedicated_pool)),
+        ("ops_max_connections", number(cli.ops_max_connections)),
+        ("ops_allowed_hosts", list(&cli.ops_allowed_hosts)),
+        ("admin_token", text(&cli.admin_token)),
+        ("requirepass", text(&cli.requirepass)),
+        ("sentinel_master", text(&cli.sentinel_master)),
+        ("sentinels", list(&cli.sentinels)),
+        ("cluster_announce", list(&cli.cluster_announce)),
+        ("sentinel_user", text(&cli.sentinel_user)),
+        ("sentinel_password", text(&cli.sentinel_password)),
+        ("embedded.dir", path(&cli.embedded_dir)),
+        ("tls_cert_file", path(&cli.tls_cert_file)),
+        ("tls_key_file", path(&cli.tls_key_file)),
+        ("tls_ca_cert_file", path(&cli.tls_ca_cert_file)),
+        (
+            "upstream_tls_ca_cert_file",
+            path(&cli.upstream_tls_ca_cert_file),
+        ),
+        ("upstream_tls_cert_file", path(&cli.upstream_tls_cert_file)),
+        ("upstream_tls_key_file", path(&cli.upstream_tls_key_file)),
+        (
+            "upstream_tls_server_name",
+            text(&cli.upstream_tls_server_name),
+        ),
+        (
+            "sentinel_tls_ca_cert_file",
+            path(&cli.sentinel_tls_ca_cert_file),
+        ),
+        ("sentinel_tls_cert_file", path(&cli.sentinel_tls_cert_file)),
+        ("sentinel_tls_key_file", path(&cli.sentinel_tls_key_file)),
+        (
+            "sentinel_tls_server_name",
+            text(&cli.sentinel_tls_server_name),
+        ),
+    ];
+    let mut given: Vec<(&'static str, String)> = values
+        .into_iter()
+        .filter_map(|(key, v)| v.map(|v| (key, given_by(key, Some(&v)))))
+        .collect();
+    // Switches and choices: given when set, by whichever holds them.
+    let set = [
+        ("upstream_tls", cli.upstream_tls),
+        ("sentinel_tls", cli.sentinel_tls),
+        ("ops_public", cli.ops_public),
+        ("dedicated_per_client", cli.dedicated_per_client),
+        ("embedded.persistence", cli.embedded_persistence),
+        ("upstream_mode", cli.upstream_mode.is_some()),
+        ("tls_auth_clients", cli.tls_auth_clients.is_some()),
+        ("log_format", cli.log_format.is_some()),
+    ];
+    given.extend(
+        set.into_iter()
+            .filter(|(_, set)| *set)
+            .map(|(key, _)| (key, given_by(key, None))),
+    );
+    given
+}
+
+/// Which gave the setting `key` (`embedded.dir` for `--embedded-dir`) that
+/// the command line overrides with `value`: its `ACKPROXY_*` variable when
+/// that holds the value (or, without one, is set) and the flag is not on
 /// the command line, else the flag.
-fn given_by(long: &str, value: &str) -> String {
+fn given_by(key: &str, value: Option<&str>) -> String {
+    let long = key.replace(['.', '_'], "-");
     let flag = format!("--{long}");
     let var = format!("ACKPROXY_{}", long.replace('-', "_").to_uppercase());
     let on_command_line = std::env::args()
         .skip(1)
         .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
-    if !on_command_line && std::env::var(&var).is_ok_and(|v| v == value) {
+    let in_env = std::env::var(&var).is_ok_and(|v| value.is_none_or(|value| v == value));
+    if !on_command_line && in_env {
         var
     } else {
         flag
     }
 }
 
-/// Queue rules given as TOML text: `[[queue]]` tables, or `queue = [...]`.
-fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
+/// Queue rules given as TOML text (by `from`, a flag or variable):
+/// `[[queue]]` tables, or `queue = [...]`.
+fn queue_rules(text: &str, from: &str) -> Result<Vec<QueueRule>, String> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Rules {
@@ -216,5 +291,5 @@ fn queue_rules(text: &str) -> Result<Vec<QueueRule>, String> {
     }
     toml::from_str::<Rules>(text)
         .map(|r| r.queue)
-        .map_err(|e| e.to_string())
+        .map_err(|e| parse_error::describe(&e, text, Some(from)))
 }

@@ -2,13 +2,17 @@
 //! also reads from `ACKPROXY_*` environment variables.
 //!
 //! `settings.rs` holds what a configuration is and its defaults, `rule.rs`
-//! a queue rule, `cli.rs` the command line, `load.rs` how file, flags and
-//! environment combine, `check.rs` what is refused or warned of (and where
-//! it was written), `summary.rs` what `--check-config` prints.
+//! a queue rule, `duration.rs` how durations are written, `cli.rs` the
+//! command line, `load.rs` how file, flags and environment combine,
+//! `parse_error.rs` what a file that does not deserialize is told,
+//! `check.rs` what is refused or warned of (and where it was written),
+//! `summary.rs` what `--check-config` prints.
 
 mod check;
 mod cli;
+mod duration;
 mod load;
+mod parse_error;
 mod rule;
 mod settings;
 mod summary;

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::duration;
 use crate::glob::is_glob;
 
 /// Where a message whose lease expired re-enters its list.
@@ -220,7 +221,7 @@ impl<'de> Deserialize<'de> for DoneSignal {
 pub struct QueueRule {
     /// Exact key name, or a glob pattern (`*`, `?`, `[...]`, as Redis KEYS).
     pub pattern: String,
-    #[serde(default = "default_lease_ms")]
+    #[serde(default = "default_lease_ms", deserialize_with = "duration::millis")]
     pub lease_ms: u64,
     #[serde(default = "default_max_deliveries")]
     pub max_deliveries: u32,
@@ -237,10 +238,16 @@ pub struct QueueRule {
     #[serde(default)]
     pub retry_backoff: Backoff,
     /// The first wait of a backoff, ms.
-    #[serde(default = "default_retry_base_ms")]
+    #[serde(
+        default = "default_retry_base_ms",
+        deserialize_with = "duration::millis"
+    )]
     pub retry_base_ms: u64,
     /// No wait of a backoff is longer, ms.
-    #[serde(default = "default_retry_max_ms")]
+    #[serde(
+        default = "default_retry_max_ms",
+        deserialize_with = "duration::millis"
+    )]
     pub retry_max_ms: u64,
     /// Up to this fraction of each wait is taken off at random, so that
     /// messages that failed together do not come back together.
@@ -267,7 +274,7 @@ pub struct QueueRule {
     pub hold: Hold,
     /// With `hold = "connection"`, no lease is held longer than this from
     /// its delivery (default [`DEFAULT_MAX_HOLD_MS`]).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "duration::opt_millis")]
     pub max_hold_ms: Option<u64>,
     /// A message is flagged as poison once this many of its deliveries,
     /// and every one so far, ended with its worker's connection closing

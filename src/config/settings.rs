@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::duration;
 use super::rule::QueueRule;
 use crate::resp::Limits;
 
@@ -103,6 +104,7 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How long a request waits for a connection to a down upstream before
     /// it gets an error reply.
+    #[serde(deserialize_with = "duration::millis")]
     pub connect_timeout_ms: u64,
     pub limits: LimitsConfig,
     pub embedded: EmbeddedConfig,
@@ -173,6 +175,7 @@ pub struct LimitsConfig {
     /// Requests of one client in flight before the proxy stops reading more.
     pub max_inflight_per_client: usize,
     /// Seconds a client may stay idle before it is closed (0 = never).
+    #[serde(deserialize_with = "duration::secs")]
     pub idle_timeout_secs: u64,
 }
 
@@ -245,6 +248,7 @@ impl Default for EmbeddedConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ReaperConfig {
     /// How often each queue's expired leases are looked for.
+    #[serde(deserialize_with = "duration::millis")]
     pub interval_ms: u64,
     /// Expired leases returned per script call.
     pub batch: usize,
@@ -327,6 +331,22 @@ impl Config {
     /// no sentinels to find one.
     pub fn runs_embedded(&self) -> bool {
         self.upstream.is_none() && self.upstream_mode == UpstreamMode::Direct
+    }
+
+    /// Every address the proxy listens on, by the setting that names it:
+    /// what a start binds, and `--check-bind` tries.
+    pub fn bound_addresses(&self) -> Vec<(&'static str, &str)> {
+        let mut addrs = Vec::new();
+        if !self.listen.is_empty() {
+            addrs.push(("listen", self.listen.as_str()));
+        }
+        if let Some(a) = &self.tls_listen {
+            addrs.push(("tls_listen", a.as_str()));
+        }
+        if let Some(a) = &self.metrics {
+            addrs.push(("metrics", a.as_str()));
+        }
+        addrs
     }
 
     /// The nodes named by `upstream` in cluster mode.

@@ -477,3 +477,237 @@ fn reload_names_what_changed() {
     );
     assert!(old.restart_only_changes(&old.clone()).is_empty());
 }
+
+/// Every refusal starts with the line of the setting it is about, and
+/// names the key: also those (`listen`, `lease_ms`, `max_deliveries`, …)
+/// whose checks once built their messages without asking where.
+#[test]
+fn every_refusal_names_its_line_and_key() {
+    let rule = "# rules\n[[queue]]\npattern = \"q\"\n";
+    let tls = "tls_listen = \"127.0.0.1:6381\"\ntls_cert_file = \"c\"\ntls_key_file = \"k\"\n";
+    let cases: Vec<(String, &str)> = vec![
+        ("# a\nlisten = \"not-an-addr\"\n".into(), "line 2: listen: "),
+        (
+            format!("{rule}lease_ms = 0\n"),
+            "line 4: queue \"q\": lease_ms: ",
+        ),
+        (
+            format!("{rule}max_deliveries = 0\n"),
+            "line 4: queue \"q\": max_deliveries: ",
+        ),
+        (
+            format!("{rule}retry_jitter = 2.0\n"),
+            "line 4: queue \"q\": retry_jitter: ",
+        ),
+        (
+            format!("{rule}retry_backoff = \"exp\"\nretry_base_ms = 0\n"),
+            "line 5: queue \"q\": retry_base_ms: ",
+        ),
+        (
+            format!("{rule}retry_backoff = \"exp\"\nretry_max_ms = 10\n"),
+            "line 5: queue \"q\": retry_max_ms: ",
+        ),
+        (
+            "[[queue]]\npattern = \"\"\n".into(),
+            "line 2: a [[queue]] rule",
+        ),
+        ("\nmetrics = \"nope\"\n".into(), "line 2: metrics: "),
+        ("\nmetrics = \"0.0.0.0:1\"\n".into(), "line 2: metrics: "),
+        (
+            "\nops_allowed_hosts = [\"a:1\"]\n".into(),
+            "line 2: ops_allowed_hosts: ",
+        ),
+        (
+            "\nops_max_connections = 0\n".into(),
+            "line 2: ops_max_connections ",
+        ),
+        ("\nadmin_token = \"\"\n".into(), "line 2: admin_token "),
+        (
+            "\nshared_connections = 0\n".into(),
+            "line 2: shared_connections ",
+        ),
+        (
+            "\ndedicated_pool = 5000\n".into(),
+            "line 2: dedicated_pool ",
+        ),
+        (
+            "[limits]\nmax_bulk_len = 0\n".into(),
+            "line 2: [limits] max_bulk_len ",
+        ),
+        (
+            "[limits]\n\nmax_inline_len = 0\n".into(),
+            "line 3: [limits] max_inline_len ",
+        ),
+        (
+            "[embedded]\npersistence = true\n".into(),
+            "line 2: [embedded] persistence ",
+        ),
+        (
+            "\ncluster_announce = [\"x\"]\n".into(),
+            "line 2: cluster_announce: ",
+        ),
+        (
+            "\nsentinels = [\"a:1\"]\n".into(),
+            "line 2: sentinel_* settings",
+        ),
+        (
+            "upstream_mode = \"sentinel\"\n\nsentinels = [\"a:1\"]\n".into(),
+            "line 1: upstream_mode = \"sentinel\" needs sentinel_master",
+        ),
+        (
+            "upstream_mode = \"cluster\"\n".into(),
+            "line 1: upstream_mode = \"cluster\" needs upstream",
+        ),
+        (format!("\n{tls}"), "line 2: tls_auth_clients "),
+        ("\nlisten = \"\"\n".into(), "line 2: listen is empty"),
+        ("\ntls_key_file = \"k\"\n".into(), "line 2: tls_cert_file, "),
+        (
+            "upstream = \"h:1\"\n\nupstream_tls_server_name = \"x\"\n".into(),
+            "line 3: upstream_tls_* ",
+        ),
+        (
+            "upstream = \"h:1\"\n\nupstream_tls = true\n".into(),
+            "line 3: upstream_tls needs",
+        ),
+        ("\nthreads = 0\n".into(), "line 2: threads "),
+    ];
+    for (text, want) in cases {
+        let err = Config::from_toml(&text).unwrap_err();
+        assert!(err.starts_with(want), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn a_mistyped_key_gets_the_nearest_known_one() {
+    let err = |text: &str| Config::from_toml(text).unwrap_err();
+    assert_eq!(
+        err("\nlistn = \"x\"\n"),
+        "line 2: listn: unknown key, did you mean `listen`?"
+    );
+    assert_eq!(
+        err("[limits]\nmaxclient = 3\n"),
+        "line 2: limits.maxclient: unknown key, did you mean `maxclients`?"
+    );
+    assert_eq!(
+        err("[[queue]]\npattern = \"a\"\n[[queue]]\npatern = \"b\"\n"),
+        "line 4: queue.patern: unknown key, did you mean `pattern`?"
+    );
+    assert_eq!(
+        err("[[queue]]\npattern = \"a\"\nmax_delivery = 3\n"),
+        "line 3: queue.max_delivery: unknown key, did you mean `max_deliveries`?"
+    );
+    assert_eq!(
+        err("[limits]\nidle_timeout = 3\n"),
+        "line 2: limits.idle_timeout: unknown key, did you mean `idle_timeout_secs`?"
+    );
+    // Nothing close: no guess, and not the whole list either.
+    let far = err("frobnicate = 1\n");
+    assert!(
+        far.starts_with("line 1: frobnicate: unknown key ("),
+        "{far}"
+    );
+    assert!(
+        !far.contains("did you mean") && !far.contains("listen"),
+        "{far}"
+    );
+    use super::parse_error::edit_distance;
+    assert_eq!(edit_distance("listn", "listen"), 1);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(edit_distance("same", "same"), 0);
+}
+
+#[test]
+fn one_table_and_an_array_of_tables_are_told_apart() {
+    let err = Config::from_toml("# rules\n[queue]\npattern = \"a\"\n").unwrap_err();
+    assert_eq!(
+        err,
+        "line 2: queue: `[queue]` is one table; queue rules are an array of tables: \
+         write `[[queue]]`"
+    );
+    for table in ["limits", "embedded", "reaper"] {
+        let err = Config::from_toml(&format!("\n[[{table}]]\n")).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "line 2: {table}: `[[{table}]]` is an array of tables; {table} is one \
+                 table: write `[{table}]`"
+            )
+        );
+    }
+    // Other type errors keep serde's words, with the line and the key.
+    let err = Config::from_toml("\nlisten = 5\n").unwrap_err();
+    assert_eq!(
+        err,
+        "line 2: listen: invalid type: integer `5`, expected a string"
+    );
+}
+
+#[test]
+fn durations_take_a_unit_and_plain_numbers_keep_theirs() {
+    let rule =
+        |v: &str| Config::from_toml(&format!("[[queue]]\npattern = \"q\"\nlease_ms = {v}\n"));
+    for (written, ms) in [
+        ("30000", 30_000),
+        ("\"250ms\"", 250),
+        ("\"30s\"", 30_000),
+        ("\"5m\"", 300_000),
+        ("\"1h\"", 3_600_000),
+        ("\"2 s\"", 2_000),
+    ] {
+        assert_eq!(rule(written).unwrap().queues[0].lease_ms, ms, "{written}");
+    }
+    let cfg = Config::from_toml(
+        "connect_timeout_ms = \"2s\"\n[limits]\nidle_timeout_secs = \"5m\"\n\
+         [reaper]\ninterval_ms = \"1s\"\n\
+         [[queue]]\npattern = \"q\"\nhold = \"connection\"\nmax_hold_ms = \"2h\"\n\
+         retry_backoff = \"exp\"\nretry_base_ms = \"1s\"\nretry_max_ms = \"1m\"\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.connect_timeout_ms, 2_000);
+    assert_eq!(cfg.limits.idle_timeout_secs, 300);
+    assert_eq!(cfg.reaper.interval_ms, 1_000);
+    let q = &cfg.queues[0];
+    assert_eq!(
+        (q.max_hold_ms, q.retry_base_ms, q.retry_max_ms),
+        (Some(7_200_000), 1_000, 60_000)
+    );
+    // A plain number of a *_secs key is seconds, as before.
+    let cfg = Config::from_toml("[limits]\nidle_timeout_secs = 30\n").unwrap();
+    assert_eq!(cfg.limits.idle_timeout_secs, 30);
+    assert_eq!(Config::from_toml("").unwrap().queues.len(), 0);
+    assert_eq!(rule("\"1h\"").unwrap().queues[0].max_hold_ms, None);
+
+    let err = rule("\"30sec\"").unwrap_err();
+    assert_eq!(
+        err,
+        "line 3: queue.lease_ms: \"30sec\" is not a duration: write a whole number with a \
+         unit, ms, s, m or h (\"250ms\", \"30s\", \"5m\", \"1h\"), or a plain number of \
+         milliseconds"
+    );
+    let err = Config::from_toml("[limits]\nidle_timeout_secs = \"1d\"\n").unwrap_err();
+    assert!(
+        err.starts_with("line 2: limits.idle_timeout_secs: \"1d\" is not a duration")
+            && err.ends_with("or a plain number of seconds"),
+        "{err}"
+    );
+    let err = Config::from_toml("[limits]\nidle_timeout_secs = \"1500ms\"\n").unwrap_err();
+    assert!(err.contains("not a whole number of seconds"), "{err}");
+    for bad in [
+        "\"s\"",
+        "\"1.5s\"",
+        "\"-1s\"",
+        "\"\"",
+        "-1",
+        "1.5",
+        "\"99999999999999999999h\"",
+    ] {
+        let err = rule(bad).unwrap_err();
+        assert!(err.starts_with("line 3: queue.lease_ms: "), "{bad}: {err}");
+    }
+    let err = Config::from_toml("connect_timeout_ms = \"soon\"\n").unwrap_err();
+    assert!(
+        err.starts_with("line 1: connect_timeout_ms: \"soon\""),
+        "{err}"
+    );
+}

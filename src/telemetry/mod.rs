@@ -7,10 +7,11 @@
 //! through a lookup by name and labels per request. Without a metrics
 //! address no recorder is installed: the handles are no-ops, and request
 //! latency is not even timed (no clock reads). Counters and gauges are the
-//! exporter's; histograms are ours ([`histogram`]), rendered by [`render`]
-//! after the exporter's text.
+//! exporter's; histograms and the process's series are ours ([`histogram`],
+//! [`process`]), rendered by [`render`] after the exporter's text.
 
 mod histogram;
+mod process;
 
 use std::sync::{Mutex, OnceLock, RwLock};
 
@@ -104,6 +105,8 @@ pub struct Upstream {
     pub pooled: Gauge,
     /// Shared connections of logged-in users (one per user and password).
     pub user: Gauge,
+    /// 1 while Redis is reachable: see [`upstream_up`].
+    up: Gauge,
 }
 
 /// Request latency per route: request received → reply written, in µs.
@@ -207,7 +210,23 @@ const GAUGES: &[(&str, &str)] = &[
         "ackproxy_wakeup_polling",
         "1 while keyspace notifications are unavailable and parked pops poll.",
     ),
+    (
+        "ackproxy_upstream_up",
+        "1 while Redis is reachable: 0 from the moment a shared upstream connection fails or cannot be made until one is made again.",
+    ),
+    (
+        RELOAD_SUCCESS,
+        "1 if the last configuration reload (SIGHUP) succeeded, 0 if it failed.",
+    ),
+    (
+        RELOAD_TIME,
+        "When the configuration was last loaded successfully (start-up or SIGHUP), in seconds since the epoch.",
+    ),
 ];
+
+const RELOAD_SUCCESS: &str = "ackproxy_config_reload_success";
+const RELOAD_TIME: &str = "ackproxy_config_reload_timestamp_seconds";
+const BUILD_INFO: &str = "ackproxy_build_info";
 
 /// Counters per queue rule (the operations API reports them per rule);
 /// `queue::tally` maps the scripts' events onto them.
@@ -335,6 +354,17 @@ pub fn register(rules: &[QueueRule], timed: bool) {
         "What a rule does not fit, by rule and reason (pop_end, destination_is_queue, script_moves)."
     );
     metrics::describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the labels name the version and the commit the binary was built from."
+    );
+    metrics::gauge!(
+        BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "commit" => env!("ACKPROXY_COMMIT"),
+    )
+    .set(1.0);
+    config_loaded(true);
+    metrics::describe_gauge!(
         "ackproxy_upstream_connections",
         "Upstream connections open now, by kind (shared, dedicated, pooled, user)."
     );
@@ -409,7 +439,28 @@ pub fn upstream() -> &'static Upstream {
         dedicated: metrics::gauge!("ackproxy_upstream_connections", "kind" => "dedicated"),
         pooled: metrics::gauge!("ackproxy_upstream_connections", "kind" => "pooled"),
         user: metrics::gauge!("ackproxy_upstream_connections", "kind" => "user"),
+        up: metrics::gauge!("ackproxy_upstream_up"),
     })
+}
+
+/// Whether Redis is reachable, as the proxy last found: when it asked at
+/// start-up, when a shared connection was made, failed or could not be
+/// made. (An idle proxy opens no shared connection, so it notices neither
+/// an outage nor its end until it has something to send.)
+pub fn upstream_up(up: bool) {
+    upstream().up.set(if up { 1.0 } else { 0.0 });
+}
+
+/// The configuration loaded (at start-up, or by a reload), or a reload
+/// that failed and changed nothing.
+pub fn config_loaded(ok: bool) {
+    metrics::gauge!(RELOAD_SUCCESS).set(if ok { 1.0 } else { 0.0 });
+    if ok {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        metrics::gauge!(RELOAD_TIME).set(now);
+    }
 }
 
 /// Request latency histograms, when latency is timed.
@@ -417,9 +468,11 @@ pub fn latency() -> Option<&'static Latency> {
     LATENCY.get()
 }
 
-/// Appends the histograms to the exporter's text: request latency (when
-/// timed) and every rule's ack latency, in a stable order.
+/// Appends to the exporter's text the process's series and the
+/// histograms: request latency (when timed) and every rule's ack latency,
+/// in a stable order.
 pub fn render(out: &mut String) {
+    process::render(out);
     if let Some(latency) = latency() {
         histogram::render_header(out, COMMAND_SECONDS, COMMAND_SECONDS_HELP);
         for (h, r) in latency.per_route.iter().zip(ROUTES) {

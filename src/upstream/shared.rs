@@ -487,6 +487,7 @@ async fn manage(endpoint: Arc<Endpoint>, lane: LaneRx, setup: Setup) {
                 let m = crate::telemetry::upstream();
                 m.connects.increment(1);
                 m.shared.increment(1.0);
+                crate::telemetry::upstream_up(true);
                 // A failover closes it (what is in flight gets an error);
                 // the next request opens one to the new primary.
                 let result = tokio::select! {
@@ -663,6 +664,7 @@ mod outage {
         if is_stopping() {
             return;
         }
+        crate::telemetry::upstream_up(false);
         let mut since = SINCE.lock().unwrap();
         if since.is_none() {
             *since = Some(Instant::now());
