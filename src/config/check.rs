@@ -203,7 +203,7 @@ impl Config {
                 }
             }
             if let Err(why) = check_signals(rule) {
-                return Err(format!("{}queue {p:?}: done: {why}", at.rule(i, "done")));
+                return Err(Refusal::rule(i, "done", format!("queue {p:?}: done: {why}")));
             }
             if let Err((key, why)) = check_hold(rule) {
                 return Err(Refusal::rule(i, key, format!("queue {p:?}: {key}: {why}")));
