@@ -1,7 +1,7 @@
 //! Node.js workers through the proxy: node-redis and ioredis, each with its
 //! default settings (RESP3 through `HELLO 3`, `CLIENT SETINFO`, ioredis's
 //! `INFO` ready check, node-redis's `CLIENT MAINT_NOTIFICATIONS`), run the
-//! README's worker loop (tests/node/worker.js): pop a JSON job, SET and GET
+//! worker loop of docs/queues.md (tests/node/worker.js): pop a JSON job, SET and GET
 //! its result, `ACK jobs <id>`. Every job is delivered once and
 //! acknowledged, and workers that only do that keep sharing the proxy's
 //! upstream connections. Skipped, with the reason printed, where node or
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::*;
 
-/// The README's `jobs` rule (JSON ids), with leases that outlast any test:
+/// The `jobs` rule of docs/queues.md (JSON ids), with leases that outlast any test:
 /// a job seen twice would be a second delivery, not an expiry.
 const CONFIG: &str = r#"
 [[queue]]

@@ -1523,7 +1523,7 @@ fn the_web_view_in_chromium() {
             "const r = document.querySelector('[data-rate=\"pops\"] .n'); \
              return r && r.textContent !== '—' || null;",
         );
-        // The README's pictures (docs/web-view-*.png) are these.
+        // The pictures of docs/operations.md (docs/web-view-*.png) are these.
         browser.screenshot(&format!("web-view-{width}.png"));
         assert_eq!(browser.js(OVERFLOW), json!([]), "at {width} px");
     }

@@ -501,6 +501,9 @@ fn suggested_operations_ports_are_no_exporters_defaults() {
     let mut seen = 0;
     for path in [
         "README.md",
+        "docs/configuration.md",
+        "docs/metrics.md",
+        "docs/operations.md",
         "config/ackproxy.toml",
         "config/prometheus.yml",
         "docker/ackproxy.toml",

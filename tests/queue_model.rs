@@ -588,7 +588,7 @@ fn keys_left(d: &mut Client) -> Vec<String> {
     k
 }
 
-/// The name of one of a queue's auxiliary keys (README "Keys"; the queues
+/// The name of one of a queue's auxiliary keys (docs/queues.md, "Keys"; the queues
 /// here have no hash tag of their own).
 fn aux(queue: &str, suffix: &str) -> String {
     format!("ackq:{{{queue}}}:{queue}:{suffix}")
@@ -899,7 +899,7 @@ impl Pool {
             (late > 0) as usize,
         );
         // Copies of its late leases that vanished: the late ACKs of one pop
-        // share a list budget, which the first one spends whole (README,
+        // share a list budget, which the first one spends whole (docs/queues.md,
         // "list elements a late ACK looks at"); that one forgets a copy it
         // does not find, the others mark theirs, and those marks are stale.
         // Which comes first the model cannot tell. Where the queue is no
@@ -955,7 +955,7 @@ impl Pool {
 
     /// ACK of `ids` through `c`: one call, but an id whose copy vanished
     /// goes in a call of its own. The list elements late ACKs look at are
-    /// bounded per call (README, "list elements a late ACK looks at"): only
+    /// bounded per call (docs/queues.md, "list elements a late ACK looks at"): only
     /// the first late ACK of a call is sure to look at the list whole, and
     /// only one that did may forget a copy it does not find; a later one
     /// marks it. Alone, it must forget it: a mark would be stale at once.
@@ -1002,7 +1002,7 @@ impl Pool {
         if got == hi {
             // Each one the proxy still counted is now forgotten, and so is
             // the call-back its holder's next pop would have made: the late
-            // ACK just made it (README, "Ack policies": the next pop calls
+            // ACK just made it (docs/ack-policies.md: the next pop calls
             // the redelivery back "as a late ACK does. ACK works as well").
             for id in &open {
                 if let Some(n) = self.vanished.get_mut(id) {

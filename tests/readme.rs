@@ -1,8 +1,9 @@
-//! The README works as written: its quick start runs the proxy with the
-//! example configuration on a private redis-server, and every `redis-cli`
-//! example gives the output its comment states (the text after `# `, up to
-//! ` — `; output lines joined by spaces). The private redis-server dies with
-//! the proxy, however the proxy dies.
+//! The README and the pages of `docs/` work as written: the README's quick
+//! start runs the proxy with the example configuration on a private
+//! redis-server, and every `redis-cli` example of the README and of each
+//! `docs/*.md` page gives the output its comment states (the text after
+//! `# `, up to ` — `; output lines joined by spaces). The private
+//! redis-server dies with the proxy, however the proxy dies.
 
 mod common;
 
@@ -10,8 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-const README: &str = include_str!("../README.md");
 
 /// A child killed (SIGKILL) and reaped on drop.
 struct Killed(Child);
@@ -48,9 +47,35 @@ fn quick_start() -> (Killed, u16) {
     }
 }
 
-/// `(command, expected output)` for each example line of the README.
+/// The README, then every `docs/*.md` page sorted by name: `(path, text)`,
+/// read when the test runs, so that a new page is picked up.
+fn pages() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |rel: &str| {
+        std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    };
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("the docs directory")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    std::iter::once("README.md".to_string())
+        .chain(docs)
+        .map(|rel| {
+            let text = read(&rel);
+            (rel, text)
+        })
+        .collect()
+}
+
+/// `(command, expected output)` for each example line of the README and of
+/// the docs pages, in that order.
 fn examples() -> Vec<(String, String)> {
-    let quick = README
+    let pages = pages();
+    let readme = &pages[0].1;
+    let quick = readme
         .lines()
         .find(|l| l.contains("cargo run --release"))
         .expect("a quick start line");
@@ -58,11 +83,14 @@ fn examples() -> Vec<(String, String)> {
         quick.contains("--config config/ackproxy.toml"),
         "the quick start must run the example configuration: {quick}"
     );
-    README
-        .lines()
-        .filter(|l| l.starts_with("redis-cli -p 6380 "))
-        .map(|l| {
-            let (cmd, comment) = l.split_once("   # ").expect("an expected output");
+    pages
+        .iter()
+        .flat_map(|(path, text)| text.lines().map(move |l| (path, l)))
+        .filter(|(_, l)| l.starts_with("redis-cli -p 6380 "))
+        .map(|(path, l)| {
+            let (cmd, comment) = l
+                .split_once("   # ")
+                .unwrap_or_else(|| panic!("{path}: an expected output: {l}"));
             let want = comment.split(" — ").next().unwrap().trim();
             (cmd.trim().to_string(), want.to_string())
         })

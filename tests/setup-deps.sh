@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the quick start needs: redis-server (the proxy's private
 # upstream when none is configured; Debian's package brings redis-cli,
-# which the README's examples use), from Debian's packages. The test
+# which the examples of the README and docs/ use), from Debian's packages. The test
 # suite's and the benchmarks' further tools come from
 # tests/setup-bench-deps.sh, which tests/run.sh calls.
 # Prints nothing and changes nothing when redis-server is present.

@@ -746,15 +746,15 @@ fn check_config_reads_the_tls_files() {
     );
 }
 
-/// The README's TLS section works as written: its two configuration
-/// blocks (paths and ports replaced by this test's) in front of a Redis
-/// that requires client certificates, and each `redis-cli` line gives the
-/// output its comment states.
+/// The TLS section of docs/security.md works as written: its two
+/// configuration blocks (paths and ports replaced by this test's) in front
+/// of a Redis that requires client certificates, and each `redis-cli` line
+/// gives the output its comment states.
 #[test]
-fn readme_tls_section_works_as_written() {
-    let readme = include_str!("../README.md");
-    let section = readme
-        .split("\n### TLS\n")
+fn docs_tls_section_works_as_written() {
+    let page = include_str!("../docs/security.md");
+    let section = page
+        .split("\n## TLS\n")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
         .expect("a TLS section");

@@ -360,7 +360,7 @@ fn an_exact_rule_a_glob_also_matches_is_warned_about() {
     let w = &warnings[0];
     assert!(w.starts_with("line 4: queue \"jobs\": pattern: "), "{w}");
     assert!(w.contains("glob \"jobs*\" of the rule at line 2"), "{w}");
-    // The precedence the warning and the README state is the one the
+    // The precedence the warning and docs/configuration.md state is the one the
     // rules follow: the exact rule, then the first glob in file order.
     let rules = crate::queue::rules::Rules::new(&cfg.queues);
     let rule_of = |key: &[u8]| rules.resolve(key).unwrap().rule.pattern.clone();

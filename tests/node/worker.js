@@ -1,4 +1,4 @@
-// The README's worker loop ("Migrate a worker") with a Node.js client and
+// The worker loop of docs/queues.md ("Migrate a worker") with a Node.js client and
 // its default settings: pop a JSON job from `jobs`, record the result with
 // SET and read it back with GET, then `ACK jobs <id>` through the client's
 // raw-command API.
