@@ -3,6 +3,8 @@ use std::io::Write;
 use ackproxy::config::{Cli, Config, Generate, GenerateWhat, LogFormat};
 use tracing::Level;
 
+mod man;
+
 fn main() {
     let cli = Cli::parse_args();
     if let Some(Generate::Generate { what }) = &cli.generate {
@@ -74,10 +76,7 @@ fn generate(what: &GenerateWhat) -> Result<(), String> {
     let written = match what {
         GenerateWhat::Man { .. } => {
             let path = dir.join("ackproxy.1");
-            let mut page = Vec::new();
-            clap_mangen::Man::new(cmd)
-                .render(&mut page)
-                .map_err(|e| format!("man page: {e}"))?;
+            let page = man::page(cmd).map_err(|e| format!("man page: {e}"))?;
             std::fs::write(&path, page).map_err(|e| format!("{}: {e}", path.display()))?;
             path
         }

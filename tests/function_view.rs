@@ -245,3 +245,144 @@ fn function_stats_during_a_busy_script_leaves_the_library_out() {
     spinner.set_read_timeout(Some(Duration::from_secs(30)));
     assert!(matches!(spinner.read_value(), Value::Error(_)));
 }
+
+/// What redis-cli shows after `typed` in an interactive session with the
+/// server on `port`: its hint for the command line, read from a terminal
+/// (redis-cli writes hints only there), through a pseudo-terminal made by
+/// Python's `pty`.
+fn redis_cli_hint(port: u16, typed: &str) -> String {
+    const SCRIPT: &str = r#"
+import os, pty, select, sys, time
+port, typed = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["TERM"] = "xterm"
+    os.execvp("redis-cli", ["redis-cli", "-p", port])
+def read(seconds):
+    out, end = b"", time.time() + seconds
+    while time.time() < end:
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                d = os.read(fd, 65536)
+            except OSError:
+                break
+            out += d
+            if b"\x1b[6n" in d:
+                os.write(fd, b"\x1b[1;200R")
+    return out
+read(2.0)
+for ch in typed:
+    os.write(fd, ch.encode())
+    time.sleep(0.05)
+sys.stdout.write(read(1.0).decode(errors="replace"))
+os.kill(pid, 9)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", SCRIPT, &port.to_string(), typed])
+        .output()
+        .expect("python3");
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    // The hint is the grey text after the last thing typed.
+    shown
+        .rsplit("\x1b[0;90;49m")
+        .next()
+        .filter(|_| shown.contains("\x1b[0;90;49m"))
+        .and_then(|h| h.split("\x1b[0m").next())
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// `COMMAND INFO` and `COMMAND DOCS` answer for the proxy's commands in
+/// Redis's shape, so redis-cli hints them, and every other entry is
+/// Redis's byte for byte, in RESP2 and RESP3.
+#[test]
+fn the_proxys_commands_are_in_the_command_table() {
+    let b = Redis::start();
+    let proxy = Proxy::start_with_config(b.port, CONFIG, &[]);
+    for resp3 in [false, true] {
+        // Compared with the Redis behind the proxy: the order of a
+        // container's subcommands is a hash table's, which differs between
+        // two Redis processes.
+        let mut c = Pair {
+            direct: b.client(),
+            proxied: proxy.client(),
+            behind: b.client(),
+        };
+        if resp3 {
+            c.direct.raw(&["HELLO", "3"]);
+            c.proxied.raw(&["HELLO", "3"]);
+        }
+        // Names Redis knows (or does not), alone: untouched.
+        c.same(&["COMMAND", "INFO", "get", "lpush", "nosuch"]);
+        c.same(&["COMMAND", "DOCS", "lpos", "object", "nosuch"]);
+        c.same(&["COMMAND", "INFO", "object|freq"]);
+
+        // Ours beside Redis's, in the order asked: Redis's entries as
+        // Redis gives them, ours in their place.
+        let theirs = c.direct.raw(&["COMMAND", "INFO", "get", "nosuch"]);
+        let Value::Array(theirs) = decode(&theirs).0 else {
+            panic!("COMMAND INFO")
+        };
+        let mixed = c
+            .proxied
+            .raw(&["COMMAND", "INFO", "get", "ACK", "nosuch", "queue|push"]);
+        let Value::Array(mixed) = decode(&mixed).0 else {
+            panic!("COMMAND INFO through the proxy")
+        };
+        assert_eq!(mixed.len(), 4);
+        assert_eq!(mixed[0], theirs[0]);
+        assert_eq!(mixed[2], theirs[1]);
+        for (entry, name, arity, first_key) in
+            [(&mixed[1], "ack", -3, 1), (&mixed[3], "queue|push", -4, 2)]
+        {
+            let Value::Array(fields) = entry else {
+                panic!("{entry:?}")
+            };
+            assert_eq!(fields.len(), 10, "{entry:?}");
+            assert_eq!(fields[0], Value::bulk(name));
+            assert_eq!(fields[1], Value::Int(arity));
+            assert_eq!(fields[3], Value::Int(first_key));
+        }
+        let docs = c
+            .proxied
+            .raw(&["COMMAND", "DOCS", "nack", "lpos", "nosuch"]);
+        let text = String::from_utf8_lossy(&docs);
+        let lpos = text.find("lpos").expect("lpos's docs");
+        let nack = text.find("nack").expect("nack's docs");
+        assert!(nack < lpos, "in the order asked: {text}");
+        assert!(text.contains("DELAY") && !text.contains("nosuch"), "{text}");
+
+        // The whole table: Redis's, then ours.
+        let all = c.proxied.raw(&["COMMAND", "DOCS"]);
+        let direct = c.direct.raw(&["COMMAND", "DOCS"]);
+        assert!(all.len() > direct.len());
+        for name in ["ack", "nack", "queue", "queue|extend"] {
+            assert!(
+                String::from_utf8_lossy(&all).contains(&format!("\r\n{name}\r\n")),
+                "{name} not in COMMAND DOCS"
+            );
+        }
+        let info = c.proxied.raw(&["COMMAND", "INFO"]);
+        let Value::Array(entries) = decode(&info).0 else {
+            panic!("COMMAND INFO")
+        };
+        let Value::Array(redis) = decode(&c.direct.raw(&["COMMAND", "INFO"])).0 else {
+            panic!("COMMAND INFO")
+        };
+        assert_eq!(entries.len(), redis.len() + 3);
+    }
+
+    // redis-cli's hints come from COMMAND DOCS: the proxy's commands get
+    // them through the proxy, and have none straight on Redis.
+    assert_eq!(redis_cli_hint(proxy.port, "ACK "), "queue id [id ...]");
+    assert_eq!(
+        redis_cli_hint(proxy.port, "QUEUE PUSH "),
+        "queue payload [payload ...] [DELAY ms|AT unix-time-milliseconds]"
+    );
+    assert_eq!(redis_cli_hint(b.port, "ACK "), "");
+    assert_eq!(
+        redis_cli_hint(proxy.port, "LPOS "),
+        redis_cli_hint(b.port, "LPOS ")
+    );
+}

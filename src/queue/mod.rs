@@ -8,6 +8,7 @@
 pub mod bounded;
 pub mod call;
 pub mod clock;
+pub mod command_docs;
 pub mod commands;
 pub mod dbs;
 pub mod holder;

@@ -9,6 +9,9 @@
 //! hex digits (another version's too, during a rolling upgrade); their
 //! functions are `ackq_<operation>_<version>`. A client's library or
 //! function of such a name would be hidden as well: the names are reserved.
+//!
+//! What clients see of the proxy's commands in Redis's command table is
+//! `command_docs.rs`'s, asked through [`view`] as well.
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -61,12 +64,18 @@ pub enum View {
 /// Whether [`view`] may have something to do with the request (cheap: it
 /// is asked of every request that could join a shared batch).
 pub fn concerns(args: Args<'_>) -> bool {
+    if super::command_docs::concerns(args) {
+        return true;
+    }
     args.len() >= 2
         && args.is(0, "FUNCTION")
         && (args.is(1, "LIST") || args.is(1, "STATS") || args.is(1, "DUMP") || args.is(1, "DELETE"))
 }
 
 pub fn view(args: Args<'_>) -> Option<View> {
+    if super::command_docs::concerns(args) {
+        return super::command_docs::view(args);
+    }
     if !concerns(args) {
         return None;
     }
@@ -456,7 +465,7 @@ fn crc64(data: &[u8]) -> u64 {
 
 /// The children of an aggregate reply (a map's keys and values in turn),
 /// as ranges of `frame`, with the aggregate's type byte.
-fn items(frame: &[u8]) -> Option<(u8, Vec<Range<usize>>)> {
+pub(super) fn items(frame: &[u8]) -> Option<(u8, Vec<Range<usize>>)> {
     let kind = *frame.first()?;
     let nl = frame.iter().position(|&b| b == b'\n')?;
     let n = crate::resp::parse_i64(frame.get(1..nl.checked_sub(1)?)?)?;
@@ -486,7 +495,7 @@ fn field<'a>(frame: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// The text of a bulk or simple string reply.
-fn bulk(frame: &[u8]) -> Option<&[u8]> {
+pub(super) fn bulk(frame: &[u8]) -> Option<&[u8]> {
     let nl = frame.iter().position(|&b| b == b'\n')?;
     let line = frame.get(1..nl.checked_sub(1)?)?;
     match frame.first()? {
