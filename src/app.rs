@@ -134,9 +134,7 @@ async fn start_inner(
     // must (see `auth::required`).
     let reached = crate::auth::probe(&endpoint).await.is_some();
     crate::telemetry::upstream_up(reached);
-    if !reached {
-        crate::auth::spawn_probe(endpoint.clone());
-    }
+    let answered = (!reached).then(|| crate::auth::spawn_probe(endpoint.clone()));
     let mut listeners = Vec::new();
     if !config.listen.is_empty() {
         listeners.push(bind(&config.listen, None).await?);
@@ -164,14 +162,35 @@ async fn start_inner(
             .map(|a| a.to_string())
             .unwrap_or_else(|| "off".into())
     };
-    tracing::info!(
-        listen = %address(false),
-        tls_listen = %address(true),
-        upstream = %endpoint.addr,
-        upstream_tls = endpoint.tls.is_some(),
-        queue_rules = config.queues.len(),
-        "ackproxy ready"
-    );
+    let (listen, tls_listen) = (address(false), address(true));
+    let (upstream, upstream_tls) = (endpoint.addr.to_string(), endpoint.tls.is_some());
+    let rules = config.queues.len();
+    let ready = move || {
+        tracing::info!(
+            listen = %listen,
+            tls_listen = %tls_listen,
+            upstream = %upstream,
+            upstream_tls,
+            queue_rules = rules,
+            "ackproxy ready"
+        );
+    };
+    match answered {
+        None => ready(),
+        // Clients are served meanwhile (with the upstream's error), but a
+        // proxy that cannot reach Redis is not ready, as /readyz says.
+        Some(answered) => {
+            tracing::info!(
+                upstream = %endpoint.addr,
+                "ackproxy listening, not ready: waiting for the upstream to answer"
+            );
+            tokio::spawn(async move {
+                if answered.await.is_ok() {
+                    ready();
+                }
+            });
+        }
+    }
     if let Some(ops) = ops {
         ops.spawn(&config, queues.clone(), stop.clone());
     }

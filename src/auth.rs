@@ -80,8 +80,9 @@ pub async fn probe(endpoint: &Endpoint) -> Option<bool> {
     found
 }
 
-/// Probes until Redis answers (at start-up Redis may not be up yet).
-pub fn spawn_probe(endpoint: Arc<Endpoint>) {
+/// Probes until Redis answers (at start-up Redis may not be up yet); the
+/// task ends when it has.
+pub fn spawn_probe(endpoint: Arc<Endpoint>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(50);
         while probe(&endpoint).await.is_none() {
@@ -89,7 +90,8 @@ pub fn spawn_probe(endpoint: Arc<Endpoint>) {
             wait = (wait * 2).min(Duration::from_secs(1));
         }
         crate::telemetry::upstream_up(true);
-    });
+        crate::upstream::shared::reachable();
+    })
 }
 
 /// A client's standing with Redis.

@@ -778,3 +778,55 @@ h_bucket{rule=\"a\",le=\"+Inf\"} 4\n";
     let r = by_rule(e.eval("histogram_quantile(0.75, sum by (rule, le) (increase(h_bucket[1m])))"));
     assert_eq!(r, BTreeMap::from([("a".to_string(), 1.5)]));
 }
+
+/// What a reader of each panel takes it to show: one kind of value per
+/// panel (rates or levels, never both on one axis), what the title says
+/// and nothing else, and a 0/1 stat in words.
+#[test]
+fn panels_show_one_kind_of_value_and_what_their_titles_say() {
+    let rate = |e: &str| e.contains("rate(") || e.contains("increase(");
+    for (title, exprs) in panels() {
+        let rates = exprs.iter().filter(|e| rate(e)).count();
+        assert!(
+            rates == 0 || rates == exprs.len(),
+            "{title:?} puts levels and rates on one axis: {exprs:?}"
+        );
+        if title.contains("Expired") {
+            assert!(
+                exprs.iter().all(|e| !e.contains("poison")),
+                "{title:?} plots poison flags: {exprs:?}"
+            );
+        }
+    }
+    assert!(panels()
+        .iter()
+        .any(|(t, e)| t.contains("Poison") && e.iter().any(|e| e.contains("poison"))));
+
+    let d: serde_json::Value = serde_json::from_str(DASHBOARD).unwrap();
+    let flags = [
+        "ackproxy_wakeup_polling",
+        "ackproxy_upstream_up",
+        "ackproxy_config_reload_success",
+    ];
+    let mut stats = 0;
+    for p in d["panels"].as_array().unwrap() {
+        let on_off = p["targets"].as_array().into_iter().flatten().any(|t| {
+            flags
+                .iter()
+                .any(|f| t["expr"].as_str().unwrap().contains(f))
+        });
+        if p["type"] != "stat" || !on_off {
+            continue;
+        }
+        stats += 1;
+        let mappings = p["fieldConfig"]["defaults"]["mappings"].to_string();
+        for value in ["\"0\"", "\"1\""] {
+            assert!(
+                mappings.contains(value),
+                "{}: no words for {value}",
+                p["title"]
+            );
+        }
+    }
+    assert!(stats > 0, "no 0/1 stat found");
+}

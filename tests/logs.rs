@@ -232,3 +232,41 @@ fn a_clean_stop_logs_no_warning() {
         );
     }
 }
+
+/// Redis down at start-up is one cause: one line says it (not one per part
+/// of the proxy that needs Redis), and `ackproxy ready` waits until Redis
+/// answers, as `/readyz` does.
+#[test]
+fn redis_down_at_start_is_one_line_and_ready_waits_for_it() {
+    let log = log_path();
+    let cfg = config("[[queue]]\npattern = \"jobs\"\n");
+    let redis_port = free_port();
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackproxy"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--upstream", &format!("127.0.0.1:{redis_port}")])
+        .args(["--config", cfg.as_arg()])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&*log).unwrap())
+        .spawn()
+        .unwrap();
+    await_line(&log, "not ready");
+    // What else starts meanwhile (the parked pops' subscription, the
+    // reaper) has had time to fail too.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = read(&log);
+    let warnings: Vec<&str> = before.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{before}");
+    assert!(warnings[0].contains("upstream down"), "{before}");
+    assert!(!before.contains("ackproxy ready"), "{before}");
+
+    let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{redis_port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _redis = Redis::start_on(redis_port, dir, &[]);
+    let after = await_line(&log, "ackproxy ready");
+    assert_eq!(after.matches("ackproxy ready").count(), 1, "{after}");
+    assert!(after.contains("upstream back up"), "{after}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -710,3 +710,98 @@ fn no_series_is_named_as_a_counter_without_its_total() {
         }
     }
 }
+
+/// Queue gauges sampled before Redis went away keep their values, and
+/// `ackproxy_queue_sampled_timestamp_seconds` tells they are stale: it stands
+/// still until Redis answers again.
+#[test]
+fn queue_gauges_carried_over_an_outage_say_when_they_were_sampled() {
+    let mut redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        CONFIG,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b", "c"]), Value::Int(3));
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));
+    await_slow_metric(m, &rule("ackproxy_queue_ready", "jobs"), 2.0);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let sampled = "ackproxy_queue_sampled_timestamp_seconds";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(m, sampled) < now() - 5.0 {
+        assert!(Instant::now() < deadline, "never sampled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let (port, dir) = (redis.port, redis.dir.clone());
+    redis.kill();
+    let down = now();
+    assert!(matches!(c.cmd(&["GET", "k"]), Value::Error(_)));
+    // Several sampling rounds (one each 2 s) fail meanwhile.
+    std::thread::sleep(Duration::from_secs(7));
+    let last = metric(m, sampled);
+    assert!(
+        last <= down + 0.5,
+        "sampled at {last} with Redis down since {down}"
+    );
+    assert_eq!(metric(m, &rule("ackproxy_queue_ready", "jobs")), 2.0);
+
+    let _back = Redis::start_on(port, dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(m, sampled) <= last {
+        assert!(Instant::now() < deadline, "not sampled again");
+        let _ = c.cmd(&["PING"]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Prometheus's own linter accepts the exposition (names, units, HELP and
+/// TYPE lines, histograms), after traffic on every kind of series.
+#[test]
+fn promtool_accepts_the_exposition() {
+    let redis = Redis::start();
+    let m = free_port();
+    let proxy = Proxy::start_with_config(
+        redis.port,
+        CONFIG,
+        &["--metrics", &format!("127.0.0.1:{m}")],
+    );
+    let mut c = proxy.client();
+    assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b"]), Value::Int(2));
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));
+    assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
+    let text = scrape(m).expect("metrics endpoint");
+    assert!(
+        text.contains("ackproxy_acks_total{rule=\"jobs\"} 1"),
+        "{text}"
+    );
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; tests/setup-bench-deps.sh installs it)");
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -2,8 +2,9 @@
 # Installs what the test suite and the benchmarks need beyond the quick
 # start (tests/setup-deps.sh): redis-tools (redis-cli, redis-benchmark),
 # chromium with chromium-driver (tests/ops.rs drives the web view),
-# nutcracker (twemproxy, the comparison in bench/) and openssl (the
-# benchmark's TLS certificates), from Debian's packages; and, where node
+# nutcracker (twemproxy, the comparison in bench/), openssl (the
+# benchmark's TLS certificates) and prometheus (its promtool checks the
+# metrics exposition in tests/metrics.rs), from Debian's packages; and, where node
 # and npm are installed, the Redis clients of tests/node (node-redis,
 # ioredis: tests/node_clients.rs) with `npm ci` from its lock file, and
 # redis-py 8 with pip. Without node (or pip) those tests skip, and this
@@ -37,12 +38,20 @@ python_client() {
 }
 python_client
 
+# cargo-deb, which packaging/deb.sh uses to make the Debian package that
+# tests/packaging.rs builds and installs.
+command -v cargo-deb >/dev/null 2>&1 || {
+  echo "setup-bench-deps: installing cargo-deb 3.8.0 (cargo install)" >&2
+  cargo install --quiet --locked cargo-deb --version 3.8.0
+}
+
 missing=()
 { command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 command -v nutcracker >/dev/null 2>&1 || missing+=(nutcracker)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=()
@@ -52,6 +61,6 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -qq </dev/null
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
 
-for tool in redis-cli redis-benchmark nutcracker openssl chromium chromedriver; do
+for tool in redis-cli redis-benchmark nutcracker openssl chromium chromedriver promtool; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup-bench-deps: $tool still missing" >&2; exit 1; }
 done

@@ -341,6 +341,12 @@ pub async fn load(endpoint: &Endpoint) -> bool {
         }
         // A Redis stopped with the proxy is not worth a warning.
         Ok(Err(_)) if crate::upstream::shared::is_stopping() => false,
+        // One cause, one line: the outage's.
+        Ok(Err(e)) if matches!(e.cause, ControlCause::Unreachable(_)) => {
+            crate::upstream::shared::unreachable(&e.to_string());
+            tracing::debug!("could not read the command table ({e}); using the built-in one");
+            false
+        }
         Ok(Err(e)) => {
             tracing::warn!("could not read the command table ({e}); using the built-in one");
             false

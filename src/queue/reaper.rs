@@ -127,8 +127,9 @@ impl Reaper {
             }
             if sampled && Instant::now() >= next_sample {
                 let mut sizes: HashMap<String, Sizes> = HashMap::new();
+                let mut answered = true;
                 for db in dbs() {
-                    self.sample(db).await;
+                    answered &= self.sample(db).await;
                     for (pattern, s) in db.registry.sizes(Instant::now()) {
                         let sum = sizes.entry(pattern).or_default();
                         sum.ready += s.ready;
@@ -146,6 +147,10 @@ impl Reaper {
                     rule.dead.set(s.dead as f64);
                     rule.oldest_lease_age.set(s.oldest_ms as f64 / 1000.0);
                 }
+                // Gauges carried over an outage must not pass for fresh.
+                if answered && !crate::upstream::shared::in_outage() {
+                    crate::telemetry::queues_sampled();
+                }
                 next_sample = Instant::now() + SAMPLE_EVERY;
             }
         }
@@ -153,8 +158,8 @@ impl Reaper {
 
     /// Samples the queues of `db` that [`Registry::to_sample`] picks, one
     /// `info.lua` call each. If Redis cannot be asked, the rest wait for
-    /// the next round.
-    async fn sample(&self, db: &Db) {
+    /// the next round: false.
+    async fn sample(&self, db: &Db) -> bool {
         let picked = db.registry.to_sample(
             Instant::now(),
             SAMPLES_PER_ROUND,
@@ -168,7 +173,7 @@ impl Reaper {
             };
             let asked = Instant::now();
             let Ok(i) = db.own.op(ops::Info { q: &q }).await else {
-                break;
+                return false;
             };
             let sample = Sample {
                 pattern: q.rule.pattern.clone(),
@@ -181,6 +186,7 @@ impl Reaper {
             };
             db.registry.sampled(&name, asked, sample);
         }
+        true
     }
 
     /// Sets the proxy's idea of Redis's clock (see `clock.rs`), while some

@@ -187,6 +187,11 @@ impl Waiters {
         let _ = self.tx.send(Msg::Wake(key));
     }
 
+    /// Anything may have changed (a `SWAPDB`): every parked pop looks again.
+    pub fn wake_all(&self) {
+        let _ = self.tx.send(Msg::WakeAll);
+    }
+
     /// Returns once the pops in progress have finished (and, for a client
     /// that was no longer there to take its reply, been undone).
     pub async fn sync(&self) {
@@ -761,6 +766,8 @@ impl Listener {
         // An outage is logged once when it begins and once when it ends,
         // however many attempts there are in between.
         let mut down = false;
+        // Whether the loss was logged as its own cause, so its end is too.
+        let mut said = false;
         loop {
             self.changed.borrow_and_update();
             if self.rules.is_empty() {
@@ -777,18 +784,20 @@ impl Listener {
                 continue;
             }
             let primary = self.endpoint.addr.generation();
-            let e = match self.subscription(down).await {
+            let e = match self.subscription(down && said).await {
                 Ok(Ended::Stopped) => return,
                 // Pops parked before the last rule went, on what are plain
                 // lists now, are retried by the safety recheck.
                 Ok(Ended::RulesChanged | Ended::Moved) => {
                     down = false;
+                    said = false;
                     continue;
                 }
                 Ok(Ended::Lost) => {
                     // It worked until now: try again at once.
                     backoff = RESUBSCRIBE_MIN;
                     down = false;
+                    said = false;
                     ControlError::new(
                         "PSUBSCRIBE",
                         ControlCause::Unreachable("subscription connection closed".into()),
@@ -798,10 +807,15 @@ impl Listener {
             };
             let _ = self.dispatcher.send(Msg::Notifications(false));
             // Redis going away as the proxy stops is no outage.
-            if !down && !*self.stop.borrow() {
+            let same_cause = matches!(e.cause, ControlCause::Unreachable(_))
+                && crate::upstream::shared::in_outage();
+            if same_cause && !down {
+                tracing::debug!("keyspace notifications unavailable ({e}): the upstream is down");
+            } else if !down && !*self.stop.borrow() {
                 tracing::warn!(
                     "keyspace notifications unavailable ({e}); parked pops poll until they are back"
                 );
+                said = true;
             }
             down = true;
             if !e.retryable() {

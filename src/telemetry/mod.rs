@@ -222,11 +222,16 @@ const GAUGES: &[(&str, &str)] = &[
         RELOAD_TIME,
         "When the configuration was last loaded successfully (start-up or SIGHUP), in seconds since the epoch.",
     ),
+    (
+        SAMPLED_TIME,
+        "When the queue gauges were last sampled from Redis, in seconds since the epoch; it stands still while Redis cannot be asked, and the gauges keep their last values.",
+    ),
 ];
 
 const RELOAD_SUCCESS: &str = "ackproxy_config_reload_success";
 const RELOAD_TIME: &str = "ackproxy_config_reload_timestamp_seconds";
 const BUILD_INFO: &str = "ackproxy_build_info";
+const SAMPLED_TIME: &str = "ackproxy_queue_sampled_timestamp_seconds";
 
 /// Counters per queue rule (the operations API reports them per rule);
 /// `queue::tally` maps the scripts' events onto them.
@@ -456,11 +461,19 @@ pub fn upstream_up(up: bool) {
 pub fn config_loaded(ok: bool) {
     metrics::gauge!(RELOAD_SUCCESS).set(if ok { 1.0 } else { 0.0 });
     if ok {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        metrics::gauge!(RELOAD_TIME).set(now);
+        metrics::gauge!(RELOAD_TIME).set(unix_now());
     }
+}
+
+/// The queue gauges were sampled, every known queue answered.
+pub fn queues_sampled() {
+    metrics::gauge!(SAMPLED_TIME).set(unix_now());
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Request latency histograms, when latency is timed.

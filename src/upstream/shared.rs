@@ -638,6 +638,24 @@ pub fn is_stopping() -> bool {
     outage::is_stopping()
 }
 
+/// Redis could not be reached, as the proxy's own connections found (at
+/// start-up, before any shared connection): the one line of the outage,
+/// which the shared connections then do not repeat.
+pub fn unreachable(why: &str) {
+    outage::began(why);
+}
+
+/// Redis answers again, as the proxy's own connections found.
+pub fn reachable() {
+    outage::ended();
+}
+
+/// Whether an outage is on: what else fails for it (the command table,
+/// keyspace notifications) is the same cause, logged once.
+pub fn in_outage() -> bool {
+    outage::is_on()
+}
+
 /// Whether the upstream is down, for the whole process: an outage is
 /// logged once when it begins (whichever shared connection sees it first,
 /// whatever the number of retries) and once when a shared connection is
@@ -670,6 +688,10 @@ mod outage {
             *since = Some(Instant::now());
             tracing::warn!("upstream down: {why}");
         }
+    }
+
+    pub fn is_on() -> bool {
+        SINCE.lock().unwrap().is_some()
     }
 
     pub fn ended() {
