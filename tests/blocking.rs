@@ -151,3 +151,30 @@ fn a_blocking_pop_right_after_a_push_finds_the_message() {
     ack.extend(ids.iter().map(String::as_str));
     assert_eq!(c.cmd(&ack), Value::Int(ROUNDS as i64));
 }
+
+/// `SWAPDB` sends no keyspace event: a pop parked on a queue that a swap
+/// through the proxy fills is woken by the swap itself, not by the
+/// once-a-second recheck.
+#[test]
+fn a_swapdb_through_the_proxy_wakes_the_pops_it_fills() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let proxy = Proxy::start_with_config(redis.port, &config(ops), &[]);
+    let parked = || metric(ops, "ackproxy_parked_clients");
+    let mut waiting = proxy.client();
+    assert_eq!(waiting.cmd(&["SELECT", "1"]), Value::Simple("OK".into()));
+    waiting.send(&["BRPOP", "qswap", "10"]);
+    wait_until("the pop to park", || parked() == 1.0);
+    // In database 0, where no pop waits: its event wakes nobody in 1.
+    let mut direct = redis.client();
+    assert_eq!(direct.cmd(&["LPUSH", "qswap", "s"]), Value::Int(1));
+    let mut swapper = proxy.client();
+    let t = Instant::now();
+    assert_eq!(
+        swapper.cmd(&["SWAPDB", "0", "1"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(waiting.read_value(), pair("qswap", "s"));
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(300), "woken after {took:?}");
+}

@@ -436,6 +436,42 @@ fn tracking_redirects_to_the_proxy_client() {
     );
 }
 
+/// A client that names its own id (redis-py's
+/// `client_tracking_on(clientid=…)` does) before it had a connection of its
+/// own is tracked as on Redis: `+OK`, and in RESP3 the invalidation comes to
+/// it as a push.
+#[test]
+fn tracking_redirects_to_the_client_itself() {
+    let r = Redis::start();
+    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    for resp3 in [false, true] {
+        let (mut through, mut direct) = (proxy.client(), r.client());
+        let mut writer = proxy.client();
+        let mut replies = Vec::new();
+        for c in [&mut through, &mut direct] {
+            if resp3 {
+                c.raw(&["HELLO", "3"]);
+            }
+            let me = id(c).to_string();
+            replies.push(c.raw(&["CLIENT", "TRACKING", "on", "REDIRECT", &me]));
+            c.cmd(&["GET", "self-tracked"]);
+        }
+        assert_eq!(
+            replies[0],
+            b"+OK\r\n",
+            "{}",
+            String::from_utf8_lossy(&replies[0])
+        );
+        assert_eq!(replies[0], replies[1]);
+        writer.cmd(&["SET", "self-tracked", if resp3 { "3" } else { "2" }]);
+        if resp3 {
+            let push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\nself-tracked\r\n";
+            assert_eq!(through.read_raw(), push.to_vec());
+            assert_eq!(direct.read_raw(), push.to_vec());
+        }
+    }
+}
+
 /// After `CLIENT TRACKING on REDIRECT id`, `CLIENT GETREDIR` and `CLIENT
 /// TRACKINGINFO` show `id`, the proxy's id the client gave, as Redis shows
 /// the one it was given (not Redis's id of the connection the proxy named),

@@ -446,6 +446,9 @@ impl Rules {
     /// The acknowledgements `args` makes if it is a completion signal of a
     /// rule in force.
     pub fn signal(&self, args: Args<'_>) -> Option<Fired> {
+        if let Some(swap) = super::signals::swapped(args).filter(|_| !self.is_empty()) {
+            return Some(swap);
+        }
         if !self.signalled.load(Ordering::Acquire) {
             return None;
         }

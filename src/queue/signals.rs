@@ -81,10 +81,24 @@ pub struct Signals {
 }
 
 /// What a signalling request acknowledges once Redis accepts it: ids, each
-/// with its queue.
+/// with its queue; and the databases whose parked pops must look again
+/// (`SWAPDB` changes what their keys hold and sends no keyspace event).
 #[derive(Debug, Default, PartialEq)]
 pub struct Fired {
     pub acks: Vec<(Bytes, Bytes)>,
+    pub wake: Vec<i64>,
+}
+
+/// `SWAPDB a b`: both databases' parked pops look again once it ran.
+pub fn swapped(args: Args<'_>) -> Option<Fired> {
+    if args.len() != 3 || !args.is(0, "SWAPDB") {
+        return None;
+    }
+    let db = |i| crate::command::parse_i64(args.get(i)?);
+    Some(Fired {
+        acks: Vec::new(),
+        wake: vec![db(1)?, db(2)?],
+    })
 }
 
 impl Signals {
@@ -150,6 +164,7 @@ impl Fired {
     pub fn extend(&mut self, other: Fired) {
         let room = IDS_PER_SIGNAL.saturating_sub(self.acks.len());
         self.acks.extend(other.acks.into_iter().take(room));
+        self.wake.extend(other.wake);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Where completion signals' acknowledgements go (see `signals.rs`): a
 //! reply transform that fires them once Redis accepted the signalling
 //! write, and the task that sends their `ACK`s on the proxy's own
-//! connection, through a bounded backlog.
+//! connection, through a bounded backlog. A `SWAPDB` goes the same way: once
+//! it ran, the parked pops of both databases look again.
 
 use std::sync::Arc;
 
@@ -73,6 +74,20 @@ impl ReplyTransform for OnSuccess {
 
 async fn acknowledge(mut rx: mpsc::Receiver<(i64, Fired)>, rules: Arc<Rules>, dbs: Arc<Dbs>) {
     while let Some((db, fired)) = rx.recv().await {
+        for index in &fired.wake {
+            // A database no pop has used has no parked pops.
+            match index {
+                0 => dbs.zero().waiters.wake_all(),
+                i => {
+                    if let Some(d) = dbs.find(*i) {
+                        d.waiters.wake_all();
+                    }
+                }
+            }
+        }
+        if fired.acks.is_empty() {
+            continue;
+        }
         let db = dbs.at(db);
         let mut acks = fired.acks;
         // One call per queue, its ids together.

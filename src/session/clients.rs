@@ -123,6 +123,13 @@ pub struct Client {
     registry: Arc<Registry>,
 }
 
+impl Client {
+    /// The id `CLIENT ID` gives this client.
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+}
+
 impl Registry {
     /// Adds a client.
     pub fn register(self: &Arc<Self>, id: u64, origin: Origin, out: Arc<ClientState>) -> Client {
@@ -837,6 +844,13 @@ impl Session {
         }
         let at = (3..args.len().saturating_sub(1)).find(|&i| args.is(i, "REDIRECT"))?;
         let id = parse_i64(args.get(at + 1)?)?;
+        // A client naming itself (redis-py's `client_tracking_on(clientid=…)`
+        // with its own id) gets the connection the request goes on anyway,
+        // before it is named.
+        if u64::try_from(id).is_ok_and(|id| id == self.client.id()) && self.ensure_dedicated().await
+        {
+            self.client.update(self.snapshot());
+        }
         let upstream = match u64::try_from(id) {
             Ok(id) => self.upstream_id(id).await.map_or(0, |up| {
                 self.redirect_ids = Some((up, id));
