@@ -154,6 +154,38 @@ fn man_page_and_completions_are_made_from_the_flags() {
         page.contains(env!("CARGO_PKG_VERSION")),
         "no version in the man page"
     );
+    // What a reader of a man page looks for beside the flags, and the
+    // proxy's own commands with every QUEUE operation.
+    for section in [
+        "COMMANDS",
+        "FILES",
+        "ENVIRONMENT",
+        "SIGNALS",
+        "EXIT STATUS",
+        "EXAMPLES",
+    ] {
+        assert!(
+            page.contains(&format!(".SH {section}\n"))
+                || page.contains(&format!(".SH \"{section}\"\n")),
+            "no {section} section"
+        );
+    }
+    for word in [
+        "ACK",
+        "NACK",
+        "EXTEND",
+        "INFO",
+        "LEASES",
+        "REDRIVE",
+        "PURGE",
+        "SIGHUP",
+        "SIGTERM",
+        "ACKPROXY_LISTEN",
+        "ACKPROXY_ADMIN_TOKEN",
+        "/etc/ackproxy/ackproxy.toml",
+    ] {
+        assert!(page.contains(word), "{word} not in the man page");
+    }
     // The subcommand is for packagers, not in the page.
     assert!(
         !page.contains("generate") && !page.contains("subcommand"),
@@ -541,4 +573,161 @@ fn license_and_changelog() {
         changelog.contains(&format!("## [{}]", env!("CARGO_PKG_VERSION"))),
         "no entry for this version"
     );
+}
+
+/// The Debian package (`packaging/deb.sh`, made by cargo-deb): what it
+/// holds, then, where the machine allows it (root and dpkg), installed,
+/// started as its systemd unit starts it (by systemd where systemd runs,
+/// by this test where it does not), and removed.
+#[test]
+fn the_debian_package_installs_and_starts() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ackproxy"));
+    let target = bin.parent().and_then(Path::parent).unwrap();
+    let built = Command::new("bash")
+        .args(["packaging/deb.sh", "--no-build"])
+        .current_dir(ROOT)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .expect("bash");
+    assert!(
+        built.status.success(),
+        "packaging/deb.sh (cargo-deb comes from tests/setup-bench-deps.sh): {}{}",
+        stdout(&built),
+        stderr(&built)
+    );
+    let deb = stdout(&built).lines().last().unwrap().trim().to_string();
+    let listing = Command::new("dpkg-deb")
+        .args(["-c", &deb])
+        .output()
+        .unwrap();
+    let listing = stdout(&listing);
+    for path in [
+        "./usr/bin/ackproxy",
+        "./etc/ackproxy/ackproxy.toml",
+        "/systemd/system/ackproxy.service",
+        "./usr/share/man/man1/ackproxy.1.gz",
+        "./usr/share/bash-completion/completions/ackproxy",
+        "./usr/share/zsh/vendor-completions/_ackproxy",
+        "./usr/share/doc/ackproxy/README.md",
+        "./usr/share/doc/ackproxy/docs/configuration.md",
+        "./usr/share/doc/ackproxy/examples/frameworks/rq.toml",
+    ] {
+        assert!(
+            listing.contains(path),
+            "{path} not in the package:\n{listing}"
+        );
+    }
+    let conffiles = Command::new("dpkg-deb")
+        .args(["--info", &deb, "conffiles"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&conffiles).contains("/etc/ackproxy/ackproxy.toml"),
+        "{}",
+        stdout(&conffiles)
+    );
+
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| stdout(&o).trim() == "0");
+    if !root {
+        println!("not root: the package is built and checked, not installed");
+        return;
+    }
+    let installed = Command::new("dpkg")
+        .args(["-i", &deb])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{}", stderr(&installed));
+    struct Removed;
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = Command::new("dpkg").args(["--purge", "ackproxy"]).output();
+        }
+    }
+    let _removed = Removed;
+    let version = Command::new("/usr/bin/ackproxy")
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(stdout(&version).contains(env!("CARGO_PKG_VERSION")));
+
+    let port = free_port();
+    if Path::new("/run/systemd/system").exists() {
+        // systemd started it on the shipped configuration's address.
+        let mut c = Client::connect(6380);
+        assert_eq!(c.cmd(&["PING"]), Value::Simple("PONG".into()));
+    } else {
+        // The unit's command line, with its environment, on a free port.
+        let unit = ["/lib", "/usr/lib"]
+            .iter()
+            .find_map(|d| {
+                std::fs::read_to_string(format!("{d}/systemd/system/ackproxy.service")).ok()
+            })
+            .expect("the unit installed");
+        let exec = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .unwrap();
+        let mut words = exec.split_whitespace();
+        let state = TempDir::new("deb-state");
+        let mut child = Command::new(words.next().unwrap())
+            .args(words)
+            .env("ACKPROXY_EMBEDDED_DIR", &state.0)
+            .env("ACKPROXY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("ACKPROXY_METRICS", format!("127.0.0.1:{}", free_port()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut c = loop {
+            if let Ok(c) = Client::try_connect(port) {
+                break c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the packaged proxy did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(c.cmd(&["PING"]), Value::Simple("PONG".into()));
+        assert_eq!(c.cmd(&["LPUSH", "jobs", "{\"id\":\"1\"}"]), Value::Int(1));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    if Command::new("man").arg("--version").output().is_ok() {
+        let page = Command::new("man")
+            .args(["-l", "/usr/share/man/man1/ackproxy.1.gz"])
+            .output()
+            .unwrap();
+        assert!(stdout(&page).contains("EXIT STATUS"), "{}", stdout(&page));
+    }
+    drop(_removed);
+    assert!(!Path::new("/usr/bin/ackproxy").exists(), "not removed");
+}
+
+/// The release binary ships without debug line tables (52 MB with them):
+/// panics still name their functions, and a package carries no dead weight.
+#[test]
+fn the_release_binary_has_no_debug_line_tables() {
+    if cfg!(debug_assertions) {
+        println!("a debug build: the release profile is what ships");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_ackproxy");
+    let sections = Command::new("readelf")
+        .args(["--section-headers", "--wide", bin])
+        .output()
+        .expect("readelf (binutils)");
+    let sections = stdout(&sections);
+    assert!(sections.contains(".text"), "{sections}");
+    assert!(
+        !sections.contains(".debug_line") && !sections.contains(".debug_info"),
+        "{sections}"
+    );
+    let size = std::fs::metadata(bin).unwrap().len();
+    assert!(size < 25 << 20, "{size} bytes");
 }
