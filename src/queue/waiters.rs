@@ -763,11 +763,11 @@ enum Ended {
 impl Listener {
     async fn run(mut self) {
         let mut backoff = RESUBSCRIBE_MIN;
-        // An outage is logged once when it begins and once when it ends,
-        // however many attempts there are in between.
-        let mut down = false;
-        // Whether the loss was logged as its own cause, so its end is too.
-        let mut said = false;
+        // A loss is logged once when it begins and once when it ends,
+        // however many attempts there are in between: `said`, when it was
+        // logged as its own cause; `declared`, when it was Redis's outage,
+        // whose lines are the outage's.
+        let (mut said, mut declared) = (false, false);
         loop {
             self.changed.borrow_and_update();
             if self.rules.is_empty() {
@@ -784,20 +784,20 @@ impl Listener {
                 continue;
             }
             let primary = self.endpoint.addr.generation();
-            let e = match self.subscription(down && said).await {
+            let subscribed = self.subscription(said, declared).await;
+            if subscribed.is_ok() {
+                (said, declared) = (false, false);
+            }
+            let mut lost = false;
+            let e = match subscribed {
                 Ok(Ended::Stopped) => return,
                 // Pops parked before the last rule went, on what are plain
                 // lists now, are retried by the safety recheck.
-                Ok(Ended::RulesChanged | Ended::Moved) => {
-                    down = false;
-                    said = false;
-                    continue;
-                }
+                Ok(Ended::RulesChanged | Ended::Moved) => continue,
                 Ok(Ended::Lost) => {
                     // It worked until now: try again at once.
                     backoff = RESUBSCRIBE_MIN;
-                    down = false;
-                    said = false;
+                    lost = true;
                     ControlError::new(
                         "PSUBSCRIBE",
                         ControlCause::Unreachable("subscription connection closed".into()),
@@ -807,17 +807,22 @@ impl Listener {
             };
             let _ = self.dispatcher.send(Msg::Notifications(false));
             // Redis going away as the proxy stops is no outage.
-            let same_cause = matches!(e.cause, ControlCause::Unreachable(_))
-                && crate::upstream::shared::in_outage();
-            if same_cause && !down {
-                tracing::debug!("keyspace notifications unavailable ({e}): the upstream is down");
-            } else if !down && !*self.stop.borrow() {
+            // One cause, one line: Redis out of reach is the outage's
+            // ("upstream down", once, whoever sees it first); a closed
+            // subscription is only that until subscribing again fails.
+            if *self.stop.borrow() || lost {
+                tracing::debug!("keyspace notifications unavailable ({e}); subscribing again");
+            } else if matches!(e.cause, ControlCause::Unreachable(_)) {
+                if !declared {
+                    crate::upstream::shared::unreachable(&e.to_string());
+                    declared = true;
+                }
+            } else if !said {
                 tracing::warn!(
                     "keyspace notifications unavailable ({e}); parked pops poll until they are back"
                 );
                 said = true;
             }
-            down = true;
             if !e.retryable() {
                 // The same request would be refused the same way (a renamed
                 // CONFIG, say): ask again only now and then.
@@ -860,7 +865,9 @@ impl Listener {
     /// One subscription: enable the events, subscribe, then forward events
     /// and subscription changes until the connection ends or the proxy
     /// stops.
-    async fn subscription(&mut self, was_down: bool) -> Result<Ended, ControlError> {
+    /// `said`: the loss was logged, and so is the return; `declared`: it
+    /// was the upstream's outage, which ends here.
+    async fn subscription(&mut self, said: bool, declared: bool) -> Result<Ended, ControlError> {
         let moved = self
             .endpoint
             .addr
@@ -873,7 +880,10 @@ impl Listener {
             control::request("SUBSCRIBE", conn.subscribe(&keys)).await?;
         }
         let _ = self.dispatcher.send(Msg::Notifications(true));
-        if was_down {
+        if declared {
+            crate::upstream::shared::reachable();
+        }
+        if said {
             tracing::info!("keyspace notifications back; parked pops wait for events again");
         }
         // Anything pushed while there was no subscription.

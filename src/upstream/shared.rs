@@ -647,6 +647,7 @@ pub fn unreachable(why: &str) {
 
 /// Redis answers again, as the proxy's own connections found.
 pub fn reachable() {
+    crate::telemetry::upstream_up(true);
     outage::ended();
 }
 
