@@ -191,7 +191,7 @@ fn exit_status(roff: &mut Roff) {
         roff,
         [bold("1")],
         "The proxy could not start or stopped on an error (an address taken, redis-server \
-         missing or failing to start); or generate could not write its files.",
+         missing or failing to start).",
     );
     item(
         roff,
