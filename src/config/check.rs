@@ -203,7 +203,11 @@ impl Config {
                 }
             }
             if let Err(why) = check_signals(rule) {
-                return Err(Refusal::rule(i, "done", format!("queue {p:?}: done: {why}")));
+                return Err(Refusal::rule(
+                    i,
+                    "done",
+                    format!("queue {p:?}: done: {why}"),
+                ));
             }
             if let Err((key, why)) = check_hold(rule) {
                 return Err(Refusal::rule(i, key, format!("queue {p:?}: {key}: {why}")));
