@@ -1274,6 +1274,8 @@ impl Browser {
         Some(b)
     }
 
+    /// Makes the page's viewport (what a screenshot shows) `width` ×
+    /// `height`: the window is that plus whatever its frame takes.
     fn resize(&self, width: u32, height: u32) {
         self.session(
             "POST",
@@ -1283,6 +1285,21 @@ impl Browser {
         self.wait_for(
             "the new width",
             &format!("return window.outerWidth === {width} || null;"),
+        );
+        let frame = self.js(
+            "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight];",
+        );
+        let extra = |i: usize| frame[i].as_u64().unwrap_or(0) as u32;
+        self.session(
+            "POST",
+            "/window/rect",
+            json!({ "width": width + extra(0), "height": height + extra(1) }),
+        );
+        self.wait_for(
+            "the new size",
+            &format!(
+                "return window.innerWidth === {width} && window.innerHeight === {height} || null;"
+            ),
         );
     }
 
@@ -1321,10 +1338,15 @@ impl Browser {
     }
 
     fn js(&self, script: &str) -> Json {
+        self.js_with(script, json!([]))
+    }
+
+    /// `script` with `arguments` set to `args`.
+    fn js_with(&self, script: &str, args: Json) -> Json {
         self.session(
             "POST",
             "/execute/sync",
-            json!({ "script": script, "args": [] }),
+            json!({ "script": script, "args": args }),
         )
     }
 
@@ -1367,18 +1389,85 @@ impl Browser {
 
     /// Saves a PNG of the window under target/test-output/ and prints where.
     fn screenshot(&self, name: &str) -> PathBuf {
-        let png = base64(
-            self.session("GET", "/screenshot", json!(null))
-                .as_str()
-                .unwrap(),
-        );
+        self.shot(name).0
+    }
+
+    /// The screenshot saved, and as the base64 text chromedriver sent.
+    fn shot(&self, name: &str) -> (PathBuf, String) {
+        let encoded = self
+            .session("GET", "/screenshot", json!(null))
+            .as_str()
+            .unwrap()
+            .to_string();
+        let png = base64(&encoded);
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-output");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, png).unwrap();
         println!("screenshot: {}", path.display());
-        path
+        (path, encoded)
+    }
+
+    /// A screenshot read back: the browser decodes the PNG (no PNG crate
+    /// here) and gives the colour at each point, in CSS pixels of the
+    /// window, and the picture's size in CSS pixels.
+    fn shot_pixels(&self, name: &str, points: &[(f64, f64)]) -> ((f64, f64), Vec<[u8; 3]>) {
+        let (_, encoded) = self.shot(name);
+        let v = self.js_with(
+            "const [b64, points] = arguments;
+             const bin = atob(b64);
+             const bytes = new Uint8Array(bin.length);
+             for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+             const bmp = await createImageBitmap(new Blob([bytes], { type: 'image/png' }));
+             const c = document.createElement('canvas');
+             c.width = bmp.width;
+             c.height = bmp.height;
+             const g = c.getContext('2d');
+             g.drawImage(bmp, 0, 0);
+             const scale = bmp.width / window.innerWidth;
+             const px = points.map(([x, y]) =>
+               [...g.getImageData(Math.floor(x * scale), Math.floor(y * scale), 1, 1).data].slice(0, 3));
+             return [bmp.width / scale, bmp.height / scale, px];",
+            json!([encoded, points]),
+        );
+        let size = (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+        let px = v[2]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let c: Vec<u8> = p
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_u64().unwrap() as u8)
+                    .collect();
+                [c[0], c[1], c[2]]
+            })
+            .collect();
+        (size, px)
+    }
+
+    /// An element's box: left, top, width, height (CSS pixels).
+    fn rect(&self, css: &str) -> [f64; 4] {
+        let v = self.js(&format!(
+            "const e = document.querySelector('{css}'); if (!e) return null; \
+             const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height];"
+        ));
+        let v = v
+            .as_array()
+            .unwrap_or_else(|| panic!("no {css}"))
+            .iter()
+            .map(|n| n.as_f64().unwrap())
+            .collect::<Vec<_>>();
+        [v[0], v[1], v[2], v[3]]
+    }
+
+    /// The window's inner size.
+    fn viewport(&self) -> (f64, f64) {
+        let v = self.js("return [window.innerWidth, window.innerHeight];");
+        (v[0].as_f64().unwrap(), v[1].as_f64().unwrap())
     }
 }
 
@@ -1462,6 +1551,62 @@ fn rows(list: &str, n: usize) -> String {
     )
 }
 
+/// Whether a colour is within a small distance of another (a screenshot's
+/// pixels are the CSS colour, give or take rounding).
+fn near(got: [u8; 3], want: [u8; 3]) -> bool {
+    got.iter().zip(want).all(|(&g, w)| g.abs_diff(w) <= 12)
+}
+
+/// The highlight of dead letters above zero (`.alert` in page.html).
+const ALERT_BG: [u8; 3] = [0xfe, 0xe4, 0xe2];
+/// The banner's background (`--bad` in page.html).
+const BANNER_BG: [u8; 3] = [0xb4, 0x23, 0x18];
+
+/// Whether a box lies wholly inside the window.
+fn inside(r: [f64; 4], (w, h): (f64, f64)) -> bool {
+    r[0] >= 0.0 && r[1] >= 0.0 && r[0] + r[2] <= w + 0.5 && r[1] + r[3] <= h + 0.5 && r[2] > 0.0
+}
+
+/// A time cell of a list: its relative text ("29 s ago", "in 19 s"), its
+/// absolute text, and whether the absolute text, read as ISO 8601 with its
+/// offset, is the same second as the cell's epoch milliseconds.
+fn time_cell(browser: &Browser, css: &str) -> (String, String, bool) {
+    let v = browser.js(&format!(
+        "const c = document.querySelector('{css}'); \
+         const abs = c.querySelector('.abs').textContent; \
+         const t = Date.parse(abs.replace(' ', 'T')); \
+         return [c.querySelector('.rel').textContent, abs, \
+                 Math.floor(Number(c.getAttribute('data-value')) / 1000) * 1000 === t];"
+    ));
+    (
+        v[0].as_str().unwrap().to_string(),
+        v[1].as_str().unwrap().to_string(),
+        v[2] == json!(true),
+    )
+}
+
+/// `2026-11-28 10:24:47+00:00`: ISO 8601 with the zone's offset.
+fn is_iso_with_offset(t: &str) -> bool {
+    t.len() == 25
+        && t.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b' ',
+            13 | 16 | 22 => b == b':',
+            19 => b == b'+' || b == b'-',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+/// "29 s", "5 min", "1 h 30 min", "850 ms": a number and a unit, twice at most.
+fn is_duration(t: &str) -> bool {
+    let parts: Vec<&str> = t.split(' ').collect();
+    (parts.len() == 2 || parts.len() == 4)
+        && parts.chunks(2).all(|p| {
+            p[0].bytes().all(|b| b.is_ascii_digit())
+                && ["ms", "s", "min", "h", "day", "days"].contains(&p[1])
+        })
+}
+
 const RESULT_STATUS: &str =
     "return document.getElementById('action-result').getAttribute('data-status');";
 
@@ -1514,17 +1659,74 @@ fn the_web_view_in_chromium() {
         ),
     );
 
-    // The table of every rule stays inside its card, at 1280 and at 1920
-    // pixels, with rates shown (two listings).
-    for width in [1280, 1920] {
-        browser.resize(width, 1000);
+    // The summary strip: every listed queue's counts added up, above the
+    // rules; dead letters above zero stand out, there and in their row.
+    let mut sums = BTreeMap::new();
+    for key in ["jobs", "tasks:a", "tasks:b", "fragile"] {
+        let info = queue_info(&mut c, key);
+        for field in ["ready", "delayed", "leased", "dead"] {
+            *sums.entry(field).or_insert(0) += int(&info[field]);
+        }
+    }
+    assert_eq!(sums["dead"], 3);
+    for (field, n) in &sums {
+        browser.wait_for(
+            &format!("the total {field}"),
+            &format!(
+                "const t = document.querySelector('#summary [data-total=\"{field}\"]'); \
+                 return t && t.getAttribute('data-value') === '{n}' || null;"
+            ),
+        );
+    }
+    let classes = browser.js(
+        "return ['#summary [data-total=\"dead\"]', '#summary [data-total=\"ready\"]', \
+                 'tr[data-key=\"fragile\"] td[data-field=\"dead\"]', \
+                 'tr[data-key=\"jobs\"] td[data-field=\"dead\"]'] \
+           .map((css) => document.querySelector(css).classList.contains('alert'));",
+    );
+    assert_eq!(classes, json!([true, false, true, false]));
+
+    // The table of every rule stays inside its card, at 1280×800 and at
+    // 1920×1080, with rates shown (two listings); the summary is on screen
+    // above the first rule, and the screenshot shows the highlight where
+    // the page says the dead-letter cells are.
+    for (width, height) in [(1280, 800), (1920, 1080)] {
+        browser.resize(width, height);
         browser.wait_for(
             "the rates",
             "const r = document.querySelector('[data-rate=\"pops\"] .n'); \
              return r && r.textContent !== '—' || null;",
         );
+        let view = browser.viewport();
+        let summary = browser.rect("#summary");
+        let tile = browser.rect("#summary [data-total=\"dead\"]");
+        let first = browser.rect("section.rule");
+        let header = browser.rect("header");
+        assert!(inside(summary, view), "summary {summary:?} in {view:?}");
+        assert!(
+            summary[1] >= header[1] + header[3],
+            "{summary:?} under {header:?}"
+        );
+        assert!(
+            summary[1] + summary[3] <= first[1],
+            "{summary:?} above {first:?}"
+        );
+        let cell = browser.rect("tr[data-key=\"fragile\"] td[data-field=\"dead\"]");
+        // Inside each box, clear of its text (which is at its right or in
+        // its middle).
+        let points = [
+            (tile[0] + 4.0, tile[1] + tile[3] / 2.0),
+            (cell[0] + 3.0, cell[1] + 3.0),
+            (first[0] + 3.0, first[1] + first[3] / 2.0),
+        ];
         // The pictures of docs/operations.md (docs/web-view-*.png) are these.
-        browser.screenshot(&format!("web-view-{width}.png"));
+        let (size, px) = browser.shot_pixels(&format!("web-view-{width}.png"), &points);
+        assert_eq!(size, view, "the screenshot is the window");
+        assert!(near(px[0], ALERT_BG), "dead tile at {width}: {:?}", px[0]);
+        if inside(cell, view) {
+            assert!(near(px[1], ALERT_BG), "dead cell at {width}: {:?}", px[1]);
+        }
+        assert!(near(px[2], [255, 255, 255]), "a rule card: {:?}", px[2]);
         assert_eq!(browser.js(OVERFLOW), json!([]), "at {width} px");
     }
 
@@ -1540,8 +1742,21 @@ fn the_web_view_in_chromium() {
         labels.iter().any(|l| l.starts_with("late acks/s")),
         "{labels:?}"
     );
+    // Tiles only for the features the rules use: none of these has
+    // dead_max, shadow mode or leases ending with their connection.
+    for absent in [
+        "dead dropped/s",
+        "shadow would redeliver/s",
+        "poison messages/s",
+        "disconnect requeues/s",
+    ] {
+        assert!(
+            !labels.iter().any(|l| l.starts_with(absent)),
+            "{absent} in {labels:?}"
+        );
+    }
     assert!(
-        labels.iter().any(|l| l.starts_with("dead dropped/s")),
+        labels.iter().any(|l| l.starts_with("dead letters/s")),
         "{labels:?}"
     );
     for l in &labels {
@@ -1558,6 +1773,71 @@ fn the_web_view_in_chromium() {
             .js("return document.querySelector('#q-info dd[data-field=\"leased\"]').textContent;"),
         json!("1")
     );
+    // Grouped: the state now, the totals, the rule's settings; durations in
+    // words and no raw sentinels.
+    let info = queue_info(&mut c, "jobs");
+    let groups = browser.js(
+        "const of = (id) => [...document.querySelectorAll('#' + id + ' dd')] \
+           .map((d) => [d.getAttribute('data-field'), d.textContent]); \
+         return [of('q-now'), of('q-totals'), of('q-rule')];",
+    );
+    let group = |i: usize| -> BTreeMap<String, String> {
+        groups[i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p[0].as_str().unwrap().to_string(),
+                    p[1].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (now, totals, rule) = (group(0), group(1), group(2));
+    for field in ["ready", "leased", "delayed", "dead", "oldest-lease-age-ms"] {
+        assert!(now.contains_key(field), "{field} in {now:?}");
+    }
+    for field in [
+        "lease-ms",
+        "max-deliveries",
+        "dead-letter-key",
+        "suggested-lease-ms",
+    ] {
+        assert!(rule.contains_key(field), "{field} in {rule:?}");
+        assert!(!now.contains_key(field) && !totals.contains_key(field));
+    }
+    assert!(
+        !totals.is_empty() && !totals.contains_key("ready"),
+        "{totals:?}"
+    );
+    assert_eq!(
+        now.len() + totals.len() + rule.len(),
+        info.len(),
+        "every QUEUE INFO field once"
+    );
+    assert_eq!(rule["lease-ms"], "30 s");
+    assert!(is_duration(&now["oldest-lease-age-ms"]), "{now:?}");
+    assert_eq!(int(&info["suggested-lease-ms"]), -1);
+    assert_eq!(rule["suggested-lease-ms"], "not enough data");
+    assert_eq!(now["poison-ids"], "none");
+    for (field, v) in now.iter().chain(&totals).chain(&rule) {
+        assert!(v != "-1" && v != "[]" && !v.is_empty(), "{field}: {v:?}");
+    }
+    let (g_now, g_rule) = (browser.rect("#q-now"), browser.rect("#q-rule"));
+    assert!(
+        g_rule[0] >= g_now[0] + g_now[2] || g_rule[1] >= g_now[1] + g_now[3],
+        "the settings apart from the counters: {g_now:?} {g_rule:?}"
+    );
+    // A lease's deadline is a time from now.
+    let expires = browser.js(
+        "return document.querySelector('#leases tr[data-id=\"1\"] td[data-field=\"expires-in-ms\"]').textContent;",
+    );
+    let expires = expires.as_str().unwrap();
+    assert!(
+        expires.starts_with("in ") && is_duration(&expires[3..]),
+        "{expires}"
+    );
 
     // Dead letters, not logged in: no action is offered.
     browser.go(&format!("{base}#queue/fragile"));
@@ -1566,6 +1846,12 @@ fn the_web_view_in_chromium() {
     assert!(browser.visible("#login"));
     assert!(!browser.visible("#admin-actions"));
     assert!(!browser.visible("#read-only"));
+    // Logged out, the page says what logging in would offer.
+    assert!(browser.visible("#login-hint"));
+    let hint = browser.js("return document.getElementById('login-hint').textContent;");
+    for word in ["Log in", "retry", "delete", "redrive", "purge"] {
+        assert!(hint.as_str().unwrap().contains(word), "{hint}");
+    }
     assert_eq!(
         browser.js(
             "return document.querySelectorAll('#dead button.retry, #dead button.delete').length;"
@@ -1573,26 +1859,23 @@ fn the_web_view_in_chromium() {
         json!(0)
     );
 
-    // Times are dates, not epoch milliseconds (which stay in data-value).
+    // Times are how long ago, and dates with their zone's offset, not
+    // epoch milliseconds (which stay in data-value).
     let Value::Array(dead) = c.cmd(&["QUEUE", "DEAD", "fragile"]) else {
         panic!("QUEUE DEAD")
     };
     let first = map_of(&dead[0]);
     for field in ["first-delivery-ms", "last-delivery-ms", "dead-lettered-ms"] {
-        let shown = browser.js(&format!(
-            "const c = document.querySelector('#dead tr[data-id=\"d1\"] td[data-field=\"{field}\"]'); \
-             return [c.textContent, c.getAttribute('data-value')];"
+        let css = format!("#dead tr[data-id=\"d1\"] td[data-field=\"{field}\"]");
+        let (rel, abs, same) = time_cell(&browser, &css);
+        let ago = rel.strip_suffix(" ago").unwrap_or_default();
+        assert!(rel == "now" || is_duration(ago), "{field}: {rel:?}");
+        assert!(is_iso_with_offset(&abs), "{field}: {abs:?}");
+        assert!(same, "{field}: {abs:?} is not the cell's time");
+        let value = browser.js(&format!(
+            "return document.querySelector('{css}').getAttribute('data-value');"
         ));
-        let text = shown[0].as_str().unwrap();
-        let ok = text.len() == 19
-            && text.bytes().enumerate().all(|(i, b)| match i {
-                4 | 7 => b == b'-',
-                10 => b == b' ',
-                13 | 16 => b == b':',
-                _ => b.is_ascii_digit(),
-            });
-        assert!(ok, "{field}: {text:?}");
-        assert_eq!(shown[1], json!(int(&first[field]).to_string()), "{field}");
+        assert_eq!(value, json!(int(&first[field]).to_string()), "{field}");
     }
     let heads =
         browser.js("return [...document.querySelectorAll('#dead th')].map((h) => h.textContent);");
@@ -1651,6 +1934,7 @@ fn the_web_view_in_chromium() {
     assert!(browser.visible("#admin-actions"));
     assert!(browser.visible("#logged-in"));
     assert!(!browser.visible("#login"));
+    assert!(!browser.visible("#login-hint"));
     assert_eq!(browser.js("return document.cookie;"), json!(""));
     assert_eq!(
         browser.js("return document.getElementById('login-token').value;"),
@@ -1660,6 +1944,13 @@ fn the_web_view_in_chromium() {
     browser.wait_for(
         "the preview still open",
         "const p = document.querySelector('#dead tr[data-id=\"d2\"] pre'); return p && !p.hidden || null;",
+    );
+    // The button to the dead letters brings them into view.
+    browser.click("#jump button[data-list=\"dead\"]");
+    browser.wait_for(
+        "the dead letters in view",
+        "const r = document.getElementById('sec-dead').getBoundingClientRect(); \
+         return r.top > -2 && r.top < window.innerHeight / 2 || null;",
     );
     browser.screenshot("web-view-queue.png");
 
@@ -1730,6 +2021,7 @@ fn the_web_view_without_admin_actions() {
         "#purge",
         "#login",
         "#logged-in",
+        "#login-hint",
     ] {
         assert!(!browser.visible(hidden), "{hidden} is shown");
     }
@@ -1739,4 +2031,299 @@ fn the_web_view_without_admin_actions() {
         ),
         json!(0)
     );
+}
+
+/// The ids of a list's rows and the text of its payload cells, once it
+/// shows rows `from` to `to` (positions, from 1).
+fn page_rows(browser: &Browser, list: &str, from: u64, to: u64) -> Json {
+    let ids: Vec<String> = (from..=to).map(|n| n.to_string()).collect();
+    browser.wait_for(
+        &format!("{list} rows {from} to {to}"),
+        &format!(
+            "const rows = [...document.querySelectorAll('#{list} tbody tr')]; \
+             const ids = rows.map((r) => r.getAttribute('data-id')); \
+             return JSON.stringify(ids) === '{}' \
+               ? rows.map((r) => r.querySelector('td[data-field=\"payload\"]').textContent) : null;",
+            serde_json::to_string(&ids).unwrap()
+        ),
+    )
+}
+
+fn pager(browser: &Browser, list: &str) -> Json {
+    browser.js(&format!(
+        "const p = document.getElementById('pager-{list}'); \
+         const b = (c) => {{ const e = p.querySelector('button.' + c); return e ? e.disabled : null; }}; \
+         const r = p.querySelector('.range'); \
+         return [r ? r.textContent : null, b('prev'), b('next')];"
+    ))
+}
+
+/// A queue's ready, delayed and leased messages, a page at a time: each
+/// page one bounded command, in the API and on the page.
+#[test]
+fn the_web_view_pages_through_a_queue() {
+    let s = with_token();
+    let mut c = s.proxy.client();
+    let ready: Vec<String> = (1..=250).map(|n| format!("m{n:03}")).collect();
+    // LPUSH of m001 … m250 in order: m001 is at the right end, popped first.
+    let mut push = vec!["LPUSH", "tasks:big"];
+    push.extend(ready.iter().map(String::as_str));
+    assert_eq!(c.cmd(&push), Value::Int(250));
+    let delayed: Vec<String> = (1..=30).map(|n| format!("d{n:02}")).collect();
+    let mut push = vec!["QUEUE", "PUSH", "tasks:big"];
+    push.extend(delayed.iter().map(String::as_str));
+    push.extend(["DELAY", "600000"]);
+    assert!(!matches!(c.cmd(&push), Value::Error(_)));
+    c.cmd(&["RPUSH", "tasks:held", "h1", "h2", "h3", "h4", "h5", "h6"]);
+    for _ in 0..6 {
+        assert!(matches!(c.cmd(&["RPOP", "tasks:held"]), Value::Bulk(_)));
+    }
+
+    // The API: pages in pop order, count capped at 100.
+    let payloads = |j: &Json| -> Vec<String> {
+        j.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["payload"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let r = get(s.ops, "/api/queues/tasks%3Abig/ready?offset=0&count=25");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let page = json_of(&r);
+    assert_eq!(payloads(&page), ready[..25]);
+    assert_eq!(page[0]["position"], json!(1));
+    let r = get(s.ops, "/api/queues/tasks%3Abig/ready?offset=25&count=25");
+    assert_eq!(payloads(&json_of(&r)), ready[25..50]);
+    let r = get(s.ops, "/api/queues/tasks%3Abig/ready?offset=240&count=100");
+    assert_eq!(payloads(&json_of(&r)), ready[240..]);
+    assert_eq!(json_of(&r)[0]["position"], json!(241));
+    for bad in [
+        "ready?count=101",
+        "ready?count=0",
+        "ready?count=-1",
+        "ready?offset=x",
+        "delayed?count=1000",
+        "leases?offset=0&count=101",
+        "leases?offset=995&count=10",
+        "dead?offset=0&count=500",
+    ] {
+        let r = get(s.ops, &format!("/api/queues/tasks%3Abig/{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    assert_eq!(get(s.ops, "/api/queues/unrelated/ready").status, 404);
+    assert_eq!(get(s.ops, "/api/queues/unrelated/delayed").status, 404);
+    let r = get(s.ops, "/api/queues/tasks%3Abig/delayed?offset=10&count=100");
+    let page = json_of(&r);
+    assert_eq!(payloads(&page), delayed[10..]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let due = page[0]["due-ms"].as_i64().unwrap();
+    assert!((now_ms + 500_000..now_ms + 700_000).contains(&due), "{due}");
+    // Leases: the same as QUEUE LEASES, from the offset on.
+    let Value::Array(all) = c.cmd(&["QUEUE", "LEASES", "tasks:held", "COUNT", "6"]) else {
+        panic!("QUEUE LEASES")
+    };
+    let ids: Vec<String> = all.iter().map(|l| text(&map_of(l)["id"])).collect();
+    let r = get(s.ops, "/api/queues/tasks%3Aheld/leases?offset=2&count=3");
+    let got: Vec<String> = json_of(&r)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, ids[2..5]);
+
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.resize(1280, 800);
+    browser.go(&format!("http://127.0.0.1:{}/#queue/tasks%3Abig", s.ops));
+    let shown = page_rows(&browser, "ready", 1, 25);
+    assert_eq!(shown, json!(ready[..25]));
+    assert_eq!(
+        pager(&browser, "ready"),
+        json!(["1–25 of 250", true, false])
+    );
+    browser.click("#pager-ready button.next");
+    assert_eq!(page_rows(&browser, "ready", 26, 50), json!(ready[25..50]));
+    assert_eq!(
+        pager(&browser, "ready"),
+        json!(["26–50 of 250", false, false])
+    );
+    browser.click("#pager-ready button.prev");
+    assert_eq!(page_rows(&browser, "ready", 1, 25), json!(ready[..25]));
+    for from in (26..=226).step_by(25) {
+        browser.click("#pager-ready button.next");
+        browser.wait_for(
+            "the next page",
+            &format!(
+                "const r = document.querySelector('#pager-ready .range'); \
+                 return r && r.textContent.startsWith('{from}–') || null;"
+            ),
+        );
+    }
+    assert_eq!(page_rows(&browser, "ready", 226, 250), json!(ready[225..]));
+    assert_eq!(
+        pager(&browser, "ready"),
+        json!(["226–250 of 250", false, true])
+    );
+    // Delayed: its own pages, due times from now with their zone.
+    assert_eq!(page_rows(&browser, "delayed", 1, 25), json!(delayed[..25]));
+    let (rel, abs, same) = time_cell(
+        &browser,
+        "#delayed tr[data-id=\"1\"] td[data-field=\"due-ms\"]",
+    );
+    assert!(rel == "in 10 min" || rel.starts_with("in 9 min"), "{rel}");
+    assert!(is_iso_with_offset(&abs) && same, "{abs}");
+    browser.click("#pager-delayed button.next");
+    assert_eq!(page_rows(&browser, "delayed", 26, 30), json!(delayed[25..]));
+    // The list counts on the buttons to each list.
+    let jump = browser
+        .js("return [...document.querySelectorAll('#jump button')].map((b) => b.textContent);");
+    assert_eq!(
+        jump,
+        json!([
+            "Ready · 250",
+            "Delayed · 30",
+            "Leased · 0",
+            "Dead letters · 0"
+        ])
+    );
+    // Paging stays inside the window at both sizes.
+    for (width, height) in [(1280, 800), (1920, 1080)] {
+        browser.resize(width, height);
+        browser.js("document.getElementById('sec-ready').scrollIntoView(); return null;");
+        let view = browser.viewport();
+        let pager = browser.rect("#pager-ready");
+        assert!(inside(pager, view), "pager {pager:?} in {view:?}");
+        browser.screenshot(&format!("web-view-pages-{width}.png"));
+    }
+}
+
+/// Redis gone: a banner across the page says so, and no rule claims to
+/// have no queues.
+#[test]
+fn the_web_view_says_when_redis_is_unreachable() {
+    let mut s = with_token();
+    let mut c = s.proxy.client();
+    // Nothing leased in tasks:*: without Redis the proxy knows none of its
+    // queues.
+    c.cmd(&["RPUSH", "tasks:a", "x"]);
+    c.cmd(&["LPUSH", "jobs", "{\"id\":\"1\"}"]);
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.resize(1280, 800);
+    let base = format!("http://127.0.0.1:{}/", s.ops);
+    browser.go(&base);
+    browser.wait_for("the queue list", &cell("tasks:a", "ready"));
+    assert!(!browser.visible("#banner"));
+
+    s.redis.kill();
+    let text = browser.wait_for(
+        "the banner",
+        "const b = document.getElementById('banner'); return b.hidden ? null : b.textContent;",
+    );
+    assert!(
+        text.as_str().unwrap().starts_with("Redis is unreachable"),
+        "{text}"
+    );
+    let tasks = browser.wait_for(
+        "the glob rule without its queues",
+        "const c = document.querySelector('section.rule[data-rule=\"tasks:*\"]'); \
+         return c && !c.querySelector('tr[data-key]') ? c.textContent : null;",
+    );
+    let tasks = tasks.as_str().unwrap();
+    assert!(!tasks.contains("No queue of this rule holds"), "{tasks}");
+    assert!(tasks.contains("Could not list keys"), "{tasks}");
+    // Across the top, under the header, full width, in red.
+    let view = browser.viewport();
+    let banner = browser.rect("#banner");
+    let header = browser.rect("header");
+    assert!(inside(banner, view), "{banner:?}");
+    assert!(
+        (banner[1] - (header[1] + header[3])).abs() < 1.0,
+        "{banner:?}"
+    );
+    // The window less its scroll bar.
+    let width = browser
+        .js("return document.documentElement.clientWidth;")
+        .as_f64()
+        .unwrap();
+    assert!((banner[2] - width).abs() < 1.0, "{banner:?} in {width}");
+    let (_, px) = browser.shot_pixels(
+        "web-view-unreachable.png",
+        &[
+            (banner[0] + 3.0, banner[1] + 3.0),
+            (width - 4.0, banner[1] + 3.0),
+        ],
+    );
+    assert!(px.iter().all(|&p| near(p, BANNER_BG)), "{px:?}");
+
+    // A queue's own page says so too.
+    browser.go(&format!("{base}#queue/jobs"));
+    browser.wait_for(
+        "the banner on the queue page",
+        "const b = document.getElementById('banner'); \
+         return !b.hidden && document.getElementById('q-title').textContent === 'jobs' \
+           && b.textContent.startsWith('Redis is unreachable') || null;",
+    );
+}
+
+/// Rate tiles follow the rule: shadow, disconnect and poison counters show
+/// only where the rule can move them.
+#[test]
+fn rate_tiles_follow_the_rules_features() {
+    let redis = Redis::start();
+    let ops = free_port();
+    let toml = r#"
+[[queue]]
+pattern = "plain"
+
+[[queue]]
+pattern = "shadowed"
+shadow = true
+
+[[queue]]
+pattern = "held"
+requeue_on_disconnect = true
+dead_max = 100
+"#;
+    let _proxy = Proxy::start_with_config(
+        redis.port,
+        toml,
+        &["--metrics", &format!("127.0.0.1:{ops}")],
+    );
+    let body = json_of(&get(ops, "/api/queues"));
+    assert_eq!(body["rules"][1]["shadow"], json!(true));
+    assert_eq!(body["rules"][2]["requeue_on_disconnect"], json!(true));
+    assert_eq!(body["upstream_error"], json!(null));
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.go(&format!("http://127.0.0.1:{ops}/"));
+    let tiles = browser.wait_for(
+        "the rate tiles",
+        "const cards = [...document.querySelectorAll('section.rule')]; \
+         return cards.length === 3 ? cards.map((c) => [...c.querySelectorAll('[data-rate]')] \
+           .map((t) => t.getAttribute('data-rate'))) : null;",
+    );
+    let has = |rule: usize, rate: &str| tiles[rule].as_array().unwrap().contains(&json!(rate));
+    for rate in [
+        "shadow_would_redeliver",
+        "disconnect_requeues",
+        "poison_messages",
+        "dead_dropped",
+    ] {
+        assert!(!has(0, rate), "plain: {rate} in {tiles}");
+    }
+    assert!(has(0, "pops") && has(0, "dead_letters"), "{tiles}");
+    assert!(has(1, "shadow_would_redeliver"), "{tiles}");
+    assert!(!has(1, "poison_messages"), "{tiles}");
+    for rate in ["disconnect_requeues", "poison_messages", "dead_dropped"] {
+        assert!(has(2, rate), "held: {rate} in {tiles}");
+    }
+    assert!(!has(2, "shadow_would_redeliver"), "{tiles}");
 }

@@ -9,7 +9,11 @@
 //! | `GET /api/queues` | `INFO` of every queue key found per rule, and the rule's totals |
 //! | `GET /api/queues/{key}` | `INFO key` |
 //! | `GET /api/queues/{key}/leases?count=n&id=i` | `LEASES key [COUNT n]`, those with id `i` |
+//! | `GET /api/queues/{key}/leases?offset=o&count=n` | `LEASES key COUNT o+n`, from the `o`th on |
 //! | `GET /api/queues/{key}/dead?count=n&id=i` | `DEAD key [COUNT n]`, those with id `i` |
+//! | `GET /api/queues/{key}/dead?offset=o&count=n` | `DEAD key COUNT o+n`, from the `o`th on |
+//! | `GET /api/queues/{key}/ready?offset=o&count=n` | `LRANGE key …`, from the pop end |
+//! | `GET /api/queues/{key}/delayed?offset=o&count=n` | `ZRANGE <delayed set> o o+n-1 WITHSCORES` |
 //! | `POST /api/queues/{key}/redrive?count=n` | `REDRIVE key [COUNT n]` (admin) |
 //! | `POST /api/queues/{key}/purge` | `PURGE key DEAD` (admin) |
 //! | `POST /api/queues/{key}/dead/retry` `{id, payload}` | `REDRIVE key ID id payload` (admin) |
@@ -202,13 +206,55 @@ pub struct Listed {
     /// Only the entries with this id, among the first `count` (1,000
     /// without one, the most one QUEUE LEASES or DEAD gives).
     id: Option<String>,
+    /// A page from this entry on (see [`Page`]).
+    offset: Option<u64>,
 }
 
-/// The most entries a search by id looks at.
+/// The most entries a search by id looks at, and the most QUEUE LEASES or
+/// DEAD gives: pages of leases and dead letters end there.
 const SEARCHED: u64 = 1000;
+
+/// The most messages one page holds: a page costs Redis one bounded
+/// command, and the page draws every row it gets.
+pub const PAGE_MAX: u64 = 100;
+const PAGE_DEFAULT: u64 = 25;
+/// Far past any list Redis can hold, and small enough for an `i64` index.
+const OFFSET_MAX: u64 = 1 << 40;
+
+/// `offset` (from 0) and `count` of a page.
+#[derive(Deserialize)]
+pub struct Page {
+    offset: Option<u64>,
+    count: Option<u64>,
+}
+
+impl Page {
+    fn bounds(&self) -> Result<(u64, u64), ApiError> {
+        let count = self.count.unwrap_or(PAGE_DEFAULT);
+        if !(1..=PAGE_MAX).contains(&count) {
+            return Err(ApiError::BadRequest(format!(
+                "count must be between 1 and {PAGE_MAX}"
+            )));
+        }
+        let offset = self.offset.unwrap_or(0);
+        if offset > OFFSET_MAX {
+            return Err(ApiError::BadRequest(format!(
+                "offset must be at most {OFFSET_MAX}"
+            )));
+        }
+        Ok((offset, count))
+    }
+}
 
 async fn run_listed(ops: &Ops, verb: &str, key: &str, q: Listed) -> Response {
     let Some(id) = q.id else {
+        if let Some(offset) = q.offset {
+            let page = Page {
+                offset: Some(offset),
+                count: q.count,
+            };
+            return respond(listed_page(ops, verb, key, page).await);
+        }
         return run_counted(ops, verb, key, q.count).await;
     };
     let n = q.count.unwrap_or(SEARCHED).to_string();
@@ -225,6 +271,175 @@ async fn run_listed(ops: &Ops, verb: &str, key: &str, q: Listed) -> Response {
         other => other,
     });
     respond(found)
+}
+
+/// QUEUE LEASES and DEAD have no offset: a page is the tail of the first
+/// offset + count, which stays within their limit of 1,000.
+async fn listed_page(ops: &Ops, verb: &str, key: &str, page: Page) -> Result<Value, ApiError> {
+    let (offset, count) = page.bounds()?;
+    if offset + count > SEARCHED {
+        return Err(ApiError::BadRequest(format!(
+            "offset + count must be at most {SEARCHED}: QUEUE {verb} lists the first {SEARCHED} only"
+        )));
+    }
+    let n = (offset + count).to_string();
+    let all = run(
+        ops,
+        &[verb.as_bytes(), key.as_bytes(), b"COUNT", n.as_bytes()],
+    )
+    .await?;
+    Ok(match all {
+        Value::Array(items) => items.into_iter().skip(offset as usize).collect(),
+        other => other,
+    })
+}
+
+/// The queue's delayed set and pop end, or the error QUEUE gives for a key
+/// no rule makes a queue.
+fn browsed(ops: &Ops, key: &str) -> Result<(Bytes, bool), ApiError> {
+    ops.queues.browse_of(key.as_bytes()).ok_or_else(|| {
+        let name: String = key
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        ApiError::NotFound(format!("ERR no queue rule matches key '{name}'"))
+    })
+}
+
+async fn ask(ops: &Ops, args: &[&[u8]]) -> Result<redis::Value, ApiError> {
+    super::ask(&ops.queues, args)
+        .await
+        .map_err(ApiError::from_reply)
+}
+
+fn text_of(v: redis::Value) -> Result<String, ApiError> {
+    match v {
+        redis::Value::BulkString(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        redis::Value::SimpleString(s) => Ok(s),
+        other => Err(ApiError::Redis(format!("unexpected reply: {other:?}"))),
+    }
+}
+
+fn items_of(v: redis::Value) -> Result<Vec<redis::Value>, ApiError> {
+    match v {
+        redis::Value::Array(items) => Ok(items),
+        other => Err(ApiError::Redis(format!("unexpected reply: {other:?}"))),
+    }
+}
+
+/// Ready messages in the order they will be popped, `position` 1 the next.
+pub async fn ready(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    Query(page): Query<Page>,
+) -> Response {
+    respond(ready_page(&ops, &key, page).await)
+}
+
+async fn ready_page(ops: &Ops, key: &str, page: Page) -> Result<Value, ApiError> {
+    let (offset, count) = page.bounds()?;
+    let (_, left) = browsed(ops, key)?;
+    let (o, n) = (offset as i64, count as i64);
+    // Consumers pop from the right end unless the rule says left: the
+    // next message is the list's last.
+    let (start, stop) = if left {
+        (o, o + n - 1)
+    } else {
+        (-(o + n), -(o + 1))
+    };
+    let (start, stop) = (start.to_string(), stop.to_string());
+    let reply = ask(
+        ops,
+        &[b"LRANGE", key.as_bytes(), start.as_bytes(), stop.as_bytes()],
+    )
+    .await?;
+    let mut payloads = items_of(reply)?
+        .into_iter()
+        .map(text_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    if !left {
+        payloads.reverse();
+    }
+    Ok(payloads
+        .into_iter()
+        .zip(offset + 1..)
+        .map(|(payload, position)| json!({ "position": position, "payload": payload }))
+        .collect())
+}
+
+/// Delayed messages, the soonest due first, with when each is due.
+pub async fn delayed(
+    State(ops): State<Arc<Ops>>,
+    Path(key): Path<String>,
+    Query(page): Query<Page>,
+) -> Response {
+    respond(delayed_page(&ops, &key, page).await)
+}
+
+/// A delayed member is a 15-digit sequence number and a flag before the
+/// payload (see `delay` in lua/common.lua).
+const DELAYED_PREFIX: usize = 16;
+
+async fn delayed_page(ops: &Ops, key: &str, page: Page) -> Result<Value, ApiError> {
+    let (offset, count) = page.bounds()?;
+    let (set, _) = browsed(ops, key)?;
+    let (start, stop) = (offset.to_string(), (offset + count - 1).to_string());
+    let reply = ask(
+        ops,
+        &[
+            b"ZRANGE",
+            &set,
+            start.as_bytes(),
+            stop.as_bytes(),
+            b"WITHSCORES",
+        ],
+    )
+    .await?;
+    delayed_items(reply, offset)
+}
+
+/// WITHSCORES pairs, flat (RESP2) or nested (RESP3).
+fn delayed_items(reply: redis::Value, offset: u64) -> Result<Value, ApiError> {
+    use redis::Value as R;
+    let items = items_of(reply)?;
+    let mut pairs = Vec::new();
+    let mut flat = items.into_iter();
+    while let Some(first) = flat.next() {
+        let (member, score) = match first {
+            R::Array(mut pair) if pair.len() == 2 => {
+                let score = pair.pop().unwrap_or(R::Nil);
+                (pair.pop().unwrap_or(R::Nil), score)
+            }
+            member => (member, flat.next().unwrap_or(R::Nil)),
+        };
+        let due = match score {
+            R::Double(f) => f as i64,
+            R::Int(n) => n,
+            other => text_of(other)?
+                .parse::<f64>()
+                .map_err(|e| ApiError::Redis(format!("unreadable score: {e}")))?
+                as i64,
+        };
+        let member = text_of(member)?;
+        let payload = match member.get(..DELAYED_PREFIX) {
+            Some(head)
+                if head.as_bytes()[..DELAYED_PREFIX - 1]
+                    .iter()
+                    .all(u8::is_ascii_digit) =>
+            {
+                member[DELAYED_PREFIX..].to_string()
+            }
+            _ => member,
+        };
+        pairs.push((payload, due));
+    }
+    Ok(pairs
+        .into_iter()
+        .zip(offset + 1..)
+        .map(|((payload, due), position)| {
+            json!({ "position": position, "payload": payload, "due-ms": due })
+        })
+        .collect())
 }
 
 /// `[verb, key]`, plus `COUNT n` when asked for.
@@ -376,6 +591,8 @@ async fn list(ops: &Ops) -> Value {
     let configured = ops.queues.rules();
     let queues = &ops.queues;
     let mut rules = Vec::with_capacity(configured.len());
+    // The first sign that Redis cannot be reached, for the page's banner.
+    let mut unreachable: Option<String> = None;
     for rule in &configured {
         let mut entry = json!({
             "pattern": rule.pattern,
@@ -385,6 +602,9 @@ async fn list(ops: &Ops) -> Value {
             "hold": if rule.holds() { "connection" } else { "lease" },
             "max_hold_ms": rule.max_hold_ms(),
             "poison_after": rule.poison_after,
+            "shadow": rule.shadow,
+            "requeue_on_disconnect": rule.requeues_on_disconnect(),
+            "dead_max": rule.dead_max,
             "totals": totals(&scrape, &rule.pattern),
             "key_limit": KEYS_PER_RULE,
         });
@@ -400,6 +620,9 @@ async fn list(ops: &Ops) -> Value {
         let (keys, truncated) = match found {
             Ok(f) => (f.keys, f.truncated),
             Err(e) => {
+                if let ApiError::Unavailable(t) = ApiError::from_reply(e.clone()) {
+                    unreachable.get_or_insert(t);
+                }
                 entry["scan_error"] = e.into();
                 (known_keys(queues, &rule.pattern), false)
             }
@@ -408,7 +631,12 @@ async fn list(ops: &Ops) -> Value {
             let name = String::from_utf8_lossy(&key).into_owned();
             match reply_to_json(&queues.admin(&[b"INFO", &key]).await) {
                 Ok(info) => listed.push(json!({ "key": name, "info": info })),
-                Err(e) => listed.push(json!({ "key": name, "error": error_text(e) })),
+                Err(e) => {
+                    if let ApiError::Unavailable(t) = &e {
+                        unreachable.get_or_insert_with(|| t.clone());
+                    }
+                    listed.push(json!({ "key": name, "error": error_text(e) }))
+                }
             }
         }
         entry["queues"] = listed.into();
@@ -425,6 +653,7 @@ async fn list(ops: &Ops) -> Value {
         "rules": rules,
         "admin_actions": ops.admin_token.is_some(),
         "listed_at_ms": listed_at_ms,
+        "upstream_error": unreachable,
     })
 }
 
@@ -584,6 +813,46 @@ mod tests {
             let v = redis::parse_redis_value(odd).unwrap();
             assert!(scan_page(v).is_err(), "{odd:?}");
         }
+    }
+
+    #[test]
+    fn delayed_members_lose_their_sequence_number() {
+        let resp2 = redis::parse_redis_value(
+            b"*4\r\n$18\r\n000000000000001pab\r\n$4\r\n1500\r\n$3\r\nodd\r\n$3\r\n2e3\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            delayed_items(resp2, 10).unwrap(),
+            json!([
+                {"position": 11, "payload": "ab", "due-ms": 1500},
+                {"position": 12, "payload": "odd", "due-ms": 2000},
+            ])
+        );
+        let resp3 =
+            redis::parse_redis_value(b"*1\r\n*2\r\n$17\r\n000000000000007nx\r\n,42\r\n").unwrap();
+        assert_eq!(
+            delayed_items(resp3, 0).unwrap(),
+            json!([{"position": 1, "payload": "x", "due-ms": 42}])
+        );
+        let bad = redis::parse_redis_value(b"*2\r\n$1\r\na\r\n$3\r\nabc\r\n").unwrap();
+        assert!(delayed_items(bad, 0).is_err());
+        assert!(delayed_items(redis::Value::Okay, 0).is_err());
+    }
+
+    #[test]
+    fn pages_are_bounded() {
+        let page = |offset, count| Page { offset, count }.bounds();
+        assert_eq!(page(None, None).unwrap(), (0, PAGE_DEFAULT));
+        assert_eq!(page(Some(250), Some(100)).unwrap(), (250, 100));
+        assert!(matches!(
+            page(None, Some(101)),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(page(None, Some(0)), Err(ApiError::BadRequest(_))));
+        assert!(matches!(
+            page(Some(u64::MAX), None),
+            Err(ApiError::BadRequest(_))
+        ));
     }
 
     #[test]

@@ -105,6 +105,8 @@ fn router(state: Arc<api::Ops>, hosts: Arc<HostPolicy>) -> Router {
         .route("/api/queues/{key}", get(api::info))
         .route("/api/queues/{key}/leases", get(api::leases))
         .route("/api/queues/{key}/dead", get(api::dead))
+        .route("/api/queues/{key}/ready", get(api::ready))
+        .route("/api/queues/{key}/delayed", get(api::delayed))
         .route("/api/queues/{key}/redrive", post(api::redrive))
         .route("/api/queues/{key}/purge", post(api::purge))
         .route("/api/queues/{key}/dead/retry", post(api::retry_one))

@@ -549,6 +549,17 @@ impl Queues {
             .map(|q| Bytes::copy_from_slice(q.keys.dead()))
     }
 
+    /// Where the web view reads a queue's messages from: its delayed set,
+    /// and whether consumers pop from the list's left end.
+    pub fn browse_of(&self, key: &[u8]) -> Option<(Bytes, bool)> {
+        self.rules.resolve(key).map(|q| {
+            (
+                Bytes::copy_from_slice(q.keys.get("delayed")),
+                q.rule.pop_end == crate::config::End::Left,
+            )
+        })
+    }
+
     /// The pattern of the rule that makes `key` a queue.
     pub fn rule_of(&self, key: &[u8]) -> Option<String> {
         self.rules.resolve(key).map(|q| q.rule.pattern.clone())
