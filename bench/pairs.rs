@@ -6,9 +6,15 @@
 //!
 //! - `seed`: the Lua recipe of seed 000 (`bench/seed000_pop.lua`,
 //!   `bench/seed000_ack.lua`) called with EVALSHA straight on Redis;
+//! - `seed-twem`: the same calls through twemproxy (`nutcracker`, one
+//!   server connection), which is how a user would scale that recipe out;
+//!   twemproxy routes EVALSHA by its first key, so the queue is also given
+//!   as KEYS[1] (the scripts read only ARGV);
 //! - `streams`: `XREADGROUP GROUP g c<n> COUNT 1 STREAMS s >` + `XACK`;
 //! - `rpop`: `RPOP jobs` + `ACK jobs <id>` through ackproxy;
 //! - `brpop`: `BRPOP jobs 1` + `ACK jobs <id>` through ackproxy;
+//! - `brpoplpush`: `BRPOPLPUSH jobs doing:jobs 1` + `LREM doing:jobs 1 <msg>`
+//!   through ackproxy, the classic reliable-queue loop, its LREM the ACK;
 //! - `nextpop`: `RPOP np` alone through ackproxy, on a rule with
 //!   `ack = "next-pop"` (each pop acknowledges the connection's previous one);
 //! - `direct-rpop`: plain `RPOP jobs` on Redis, nothing acknowledged: the
@@ -79,25 +85,31 @@ fn err(e: impl std::fmt::Display) -> String {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Seed,
+    SeedTwem,
     Streams,
     Rpop,
     Brpop,
+    Brpoplpush,
     NextPop,
     DirectRpop,
 }
 
-const ALL_MODES: [Mode; 6] = {
+const ALL_MODES: [Mode; 8] = {
     use Mode::*;
-    [Seed, Streams, Rpop, Brpop, NextPop, DirectRpop]
+    [
+        Seed, SeedTwem, Streams, Rpop, Brpop, Brpoplpush, NextPop, DirectRpop,
+    ]
 };
 
 impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Seed => "seed",
+            Mode::SeedTwem => "seed-twem",
             Mode::Streams => "streams",
             Mode::Rpop => "rpop",
             Mode::Brpop => "brpop",
+            Mode::Brpoplpush => "brpoplpush",
             Mode::NextPop => "nextpop",
             Mode::DirectRpop => "direct-rpop",
         }
@@ -113,7 +125,10 @@ impl Mode {
         }
     }
     fn via_proxy(self) -> bool {
-        matches!(self, Mode::Rpop | Mode::Brpop | Mode::NextPop)
+        matches!(
+            self,
+            Mode::Rpop | Mode::Brpop | Mode::Brpoplpush | Mode::NextPop
+        )
     }
 }
 
@@ -345,8 +360,13 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
     let pop = words(&match mode {
         // ARGV[1] the queue, ARGV[2] unread (was the client's time), ARGV[3] the timespan.
         Mode::Seed => format!("EVALSHA {} 0 {key} 0 {SEED_TIMESPAN_MS}", sha(SEED_POP)),
+        Mode::SeedTwem => format!(
+            "EVALSHA {} 1 {key} {key} 0 {SEED_TIMESPAN_MS}",
+            sha(SEED_POP)
+        ),
         Mode::Streams => format!("XREADGROUP GROUP g c{n} COUNT 1 STREAMS {key} >"),
         Mode::Brpop => format!("BRPOP {key} 1"),
+        Mode::Brpoplpush => format!("BRPOPLPUSH {key} doing:{key} 1"),
         Mode::Rpop | Mode::NextPop | Mode::DirectRpop => format!("RPOP {key}"),
     });
     let key = key.as_bytes();
@@ -364,7 +384,15 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
             (_, b'_') => break,
             (Mode::Brpop, b'*') => 2,
             (Mode::Streams, b'*') => 8,
-            (Mode::Seed | Mode::Rpop | Mode::NextPop | Mode::DirectRpop, b'$') => 0,
+            (
+                Mode::Seed
+                | Mode::SeedTwem
+                | Mode::Rpop
+                | Mode::Brpoplpush
+                | Mode::NextPop
+                | Mode::DirectRpop,
+                b'$',
+            ) => 0,
             _ => {
                 out.fail(format!("pop reply {}", c.reply()));
                 break;
@@ -377,6 +405,14 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
         ack.clear();
         match mode {
             Mode::Seed => encode(&mut ack, &[b"EVALSHA", ack_sha.as_bytes(), b"0", id, key]),
+            Mode::SeedTwem => encode(
+                &mut ack,
+                &[b"EVALSHA", ack_sha.as_bytes(), b"1", key, id, key],
+            ),
+            Mode::Brpoplpush => {
+                let doing = [b"doing:".as_slice(), key].concat();
+                encode(&mut ack, &[b"LREM", &doing, b"1", c.bytes(msg)])
+            }
             Mode::Streams => encode(&mut ack, &[b"XACK", key, b"g", c.bytes(5)]),
             Mode::Rpop | Mode::Brpop => encode(&mut ack, &[b"ACK", key, id]),
             Mode::NextPop | Mode::DirectRpop => {}
@@ -388,7 +424,7 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
             }
             // The seed's ACK script returns nothing; XACK and ACK the count.
             let ok = match mode {
-                Mode::Seed => c.kind(0) == b'_',
+                Mode::Seed | Mode::SeedTwem => c.kind(0) == b'_',
                 _ => c.kind(0) == b':' && c.bytes(0) == b"1",
             };
             if !ok {
@@ -493,6 +529,34 @@ impl Drop for Guard {
     }
 }
 
+/// twemproxy (`nutcracker`) in front of Redis with one server connection,
+/// as `bench/run.sh` runs it for the passthrough comparison.
+fn start_twemproxy(redis_port: u16, dir: &std::path::Path) -> Res<(Guard, u16)> {
+    let port = common::free_port();
+    let conf = dir.join("nutcracker.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "bench:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+             redis: true\n  server_connections: 1\n  servers:\n   - 127.0.0.1:{redis_port}:1\n"
+        ),
+    )
+    .map_err(err)?;
+    let child = Command::new("nutcracker")
+        .arg("-c")
+        .arg(&conf)
+        .arg("-o")
+        .arg(dir.join("nutcracker.log"))
+        .args(["-a", "127.0.0.1", "-s", &common::free_port().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nutcracker (apt-get install nutcracker): {e}"))?;
+    let guard = Guard(Proc(child));
+    common::wait_port(port);
+    Ok((guard, port))
+}
+
 /// Redis's and the proxy's directory, removed however the run ends (declared
 /// before them, so dropped after them).
 struct TempDir(std::path::PathBuf);
@@ -563,9 +627,11 @@ struct Sample {
 /// otherwise complain about losing.
 struct Setup {
     proxy: Guard,
+    twem: Guard,
     redis: Guard,
     redis_port: u16,
     proxy_port: u16,
+    twem_port: u16,
     messages: usize,
     conns: usize,
 }
@@ -600,7 +666,7 @@ fn prefill(r: &mut Blocking, mode: Mode, n: usize) -> Res<()> {
 /// none (the generator only sees that each ACK said 1).
 fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
     let unacked = match mode {
-        Mode::Seed => {
+        Mode::Seed | Mode::SeedTwem => {
             r.call("ZCARD jobsBACKUP")?;
             let leases = r.int(0)?;
             r.call("HLEN jobsCONTEXT")?;
@@ -627,24 +693,31 @@ fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
         }
     };
     r.call(&format!("LLEN {}", mode.key()))?;
-    Ok(unacked + r.int(0)?)
+    let mut left = unacked + r.int(0)?;
+    if mode == Mode::Brpoplpush {
+        // What LREM did not remove from the processing list.
+        r.call(&format!("LLEN doing:{}", mode.key()))?;
+        left += r.int(0)?;
+    }
+    Ok(left)
 }
 
 fn run_one(s: &Setup, r: &mut Blocking, mode: Mode) -> Res<Sample> {
     prefill(r, mode, s.messages)?;
     r.call("CONFIG RESETSTAT")?;
+    // The proxy in front, whichever it is.
+    let (port, proxy_pid) = match mode {
+        Mode::SeedTwem => (s.twem_port, s.twem.pid()),
+        m if m.via_proxy() => (s.proxy_port, s.proxy.pid()),
+        _ => (s.redis_port, s.proxy.pid()),
+    };
     let cpu = || {
         (
             cpu_us(s.redis.pid()).unwrap_or(0),
-            cpu_us(s.proxy.pid()).unwrap_or(0),
+            cpu_us(proxy_pid).unwrap_or(0),
         )
     };
     let (r0, p0) = cpu();
-    let port = if mode.via_proxy() {
-        s.proxy_port
-    } else {
-        s.redis_port
-    };
     let (g, gen_cpu) = run_generator(mode, port, s.conns)?;
     r.call("INFO commandstats")?;
     let stats = r.text(0);
@@ -709,10 +782,12 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
          |---|---:|---:|---:|---|---:|---:|---:|---:|\n",
     );
     let mut rates = BTreeMap::new();
+    let mut redis = BTreeMap::new();
     for m in modes {
         let v = &samples[m.name()];
         let med = |f: fn(&Sample) -> f64| median(v.iter().map(f).collect());
         rates.insert(m.name(), med(|s| s.rate));
+        redis.insert(m.name(), med(|s| s.redis_us));
         // Per command, the median over the rounds that counted it.
         let mut calls: Vec<(&str, Vec<f64>)> = Vec::new();
         for (name, us) in v.iter().flat_map(|s| &s.per_call) {
@@ -725,7 +800,7 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
             .into_iter()
             .map(|(name, us)| format!("{name} {:.2}", median(us)))
             .collect();
-        let proxy = match m.via_proxy() {
+        let proxy = match m.via_proxy() || *m == Mode::SeedTwem {
             true => format!("{:.1}", med(|s| s.proxy_us)),
             false => "-".into(),
         };
@@ -744,12 +819,20 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
     t.push('\n');
     for (a, b) in [
         ("rpop", "seed"),
+        ("rpop", "seed-twem"),
         ("rpop", "streams"),
         ("brpop", "rpop"),
+        ("brpoplpush", "rpop"),
         ("nextpop", "rpop"),
     ] {
         if let (Some(x), Some(y)) = (rates.get(a), rates.get(b)) {
-            t.push_str(&format!("- {a}/{b}: {:.2}×\n", x / y));
+            let cost = match (redis.get(a), redis.get(b)) {
+                (Some(ra), Some(rb)) if *rb > 0.0 => {
+                    format!(", Redis CPU per pair {:.2}×", ra / rb)
+                }
+                _ => String::new(),
+            };
+            t.push_str(&format!("- {a}/{b}: pairs/s {:.2}×{cost}\n", x / y));
         }
     }
     t.push_str(&format!(
@@ -871,11 +954,14 @@ fn drive(args: &[String]) -> Res<bool> {
     let redis = Guard(redis);
     let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, dir);
     let proxy = Guard(proxy);
+    let (twem, twem_port) = start_twemproxy(redis_port, dir)?;
     let setup = Setup {
         redis,
         proxy,
+        twem,
         redis_port,
         proxy_port,
+        twem_port,
         messages,
         conns,
     };
