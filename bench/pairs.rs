@@ -39,7 +39,10 @@
 //!
 //! Run: `cargo bench --bench pairs`. `ACKPROXY_BIN` overrides the proxy
 //! binary, `PAIRS_MODES=seed,rpop` picks modes, `PAIRS_RECORD=1` appends the
-//! result to `bench/RESULTS.md`. Smoke test: `PAIRS_SMOKE=1` or
+//! result to `bench/RESULTS.md`. For what one feature costs Redis:
+//! `PAIRS_RULE='requeue_on_disconnect = true'` adds TOML lines to the
+//! `jobs` rule (the `rpop`, `brpop` and `brpoplpush` modes' queue), and
+//! `PAIRS_METRICS=1` exports metrics (their sampling of the queues runs). Smoke test: `PAIRS_SMOKE=1` or
 //! `cargo bench --bench pairs -- --smoke` (2,000 messages, one round, all
 //! modes, exit status 1 if a mode failed or moved nothing).
 
@@ -51,7 +54,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{start_proxy, start_redis, Proc};
+use common::{start_proxy_with, start_redis, Proc};
 
 const SEED_POP: &str = include_str!("seed000_pop.lua");
 const SEED_ACK: &str = include_str!("seed000_ack.lua");
@@ -914,11 +917,19 @@ fn drive(args: &[String]) -> Res<bool> {
         "PAIRS_MESSAGES",
         "PAIRS_ROUNDS",
         "PAIRS_CONNS",
+        "PAIRS_RULE",
+        "PAIRS_METRICS",
     ];
     let mut command: String = [&vars[..], &["PAIRS_MODES", "PAIRS_RECORD", "ACKPROXY_BIN"]]
         .concat()
         .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v} ")))
+        .filter_map(|k| {
+            let v = std::env::var(k).ok()?;
+            Some(match v.contains(' ') {
+                true => format!("{k}='{v}' "),
+                false => format!("{k}={v} "),
+            })
+        })
         .collect();
     command.push_str("cargo bench --bench pairs");
     let user_args: Vec<&str> = args
@@ -936,7 +947,14 @@ fn drive(args: &[String]) -> Res<bool> {
     std::fs::create_dir_all(&dir.0).map_err(err)?;
     let dir = &dir.0;
     let cfg = dir.join("check.toml");
-    std::fs::write(&cfg, CONFIG).map_err(err)?;
+    // The `jobs` rule is CONFIG's first table: extra lines go right after it.
+    let extra_rule = std::env::var("PAIRS_RULE").unwrap_or_default();
+    let config = CONFIG.replacen(
+        "ack_id = \"json:id\"\n",
+        &format!("ack_id = \"json:id\"\n{extra_rule}\n"),
+        1,
+    );
+    std::fs::write(&cfg, &config).map_err(err)?;
     let check = Command::new(&bin)
         .arg("--check-config")
         .arg("--config")
@@ -952,7 +970,12 @@ fn drive(args: &[String]) -> Res<bool> {
     }
     let (redis, redis_port) = start_redis(dir);
     let redis = Guard(redis);
-    let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, dir);
+    let metrics = format!("127.0.0.1:{}", common::free_port());
+    let flags: Vec<&str> = match std::env::var("PAIRS_METRICS") {
+        Ok(v) if v == "1" => vec!["--metrics", &metrics],
+        _ => vec![],
+    };
+    let (proxy, proxy_port) = start_proxy_with(&bin, redis_port, &config, dir, &flags);
     let proxy = Guard(proxy);
     let (twem, twem_port) = start_twemproxy(redis_port, dir)?;
     let setup = Setup {
