@@ -10,9 +10,9 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::visible::{bulk, items, View};
 use crate::command::Args;
 use crate::output::{ReplyTransform, Transformed};
+use crate::resp::frame::{bulk, items};
 use crate::resp::reply;
 
 /// Whether the request is one [`view`] may answer for.
@@ -20,7 +20,9 @@ pub fn concerns(args: Args<'_>) -> bool {
     args.len() >= 2 && args.is(0, "COMMAND") && (args.is(1, "INFO") || args.is(1, "DOCS"))
 }
 
-pub fn view(args: Args<'_>) -> Option<View> {
+/// The transform of the reply, when the request names one of the proxy's
+/// commands or none at all.
+pub fn view(args: Args<'_>) -> Option<Box<dyn ReplyTransform>> {
     if !concerns(args) {
         return None;
     }
@@ -30,10 +32,10 @@ pub fn view(args: Args<'_>) -> Option<View> {
     if !names.is_empty() && !names.iter().any(|n| find(n).is_some()) {
         return None;
     }
-    Some(View::Reply(Box::new(Entries {
+    Some(Box::new(Entries {
         docs: args.is(1, "DOCS"),
         names,
-    })))
+    }))
 }
 
 /// One of the proxy's commands, or an operation of `QUEUE`.

@@ -20,6 +20,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::command::Args;
 use crate::output::{ReplyTransform, Transformed};
+use crate::resp::frame::{bulk, items};
 use crate::resp::ReplyScanner;
 
 const LIBRARY_PREFIX: &[u8] = b"ackproxy_";
@@ -74,7 +75,7 @@ pub fn concerns(args: Args<'_>) -> bool {
 
 pub fn view(args: Args<'_>) -> Option<View> {
     if super::command_docs::concerns(args) {
-        return super::command_docs::view(args);
+        return super::command_docs::view(args).map(View::Reply);
     }
     if !concerns(args) {
         return None;
@@ -463,27 +464,6 @@ fn crc64(data: &[u8]) -> u64 {
     })
 }
 
-/// The children of an aggregate reply (a map's keys and values in turn),
-/// as ranges of `frame`, with the aggregate's type byte.
-pub(super) fn items(frame: &[u8]) -> Option<(u8, Vec<Range<usize>>)> {
-    let kind = *frame.first()?;
-    let nl = frame.iter().position(|&b| b == b'\n')?;
-    let n = crate::resp::parse_i64(frame.get(1..nl.checked_sub(1)?)?)?;
-    let children = match kind {
-        b'*' | b'~' if n >= 0 => n,
-        b'%' if n >= 0 => n.checked_mul(2)?,
-        _ => return None,
-    };
-    let mut at = nl + 1;
-    let mut out = Vec::with_capacity((children as usize).min(1024));
-    for _ in 0..children {
-        let len = ReplyScanner::new().scan(frame.get(at..)?).ok()??;
-        out.push(at..at + len);
-        at += len;
-    }
-    Some((kind, out))
-}
-
 /// The value of `key` in a map reply (in RESP2, an array of keys and
 /// values).
 fn field<'a>(frame: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
@@ -492,20 +472,6 @@ fn field<'a>(frame: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
         .chunks(2)
         .find(|pair| pair.len() == 2 && bulk(&frame[pair[0].clone()]) == Some(key))
         .map(|pair| &frame[pair[1].clone()])
-}
-
-/// The text of a bulk or simple string reply.
-pub(super) fn bulk(frame: &[u8]) -> Option<&[u8]> {
-    let nl = frame.iter().position(|&b| b == b'\n')?;
-    let line = frame.get(1..nl.checked_sub(1)?)?;
-    match frame.first()? {
-        b'+' => Some(line),
-        b'$' => {
-            let n = usize::try_from(crate::resp::parse_i64(line)?).ok()?;
-            frame.get(nl + 1..nl + 1 + n)
-        }
-        _ => None,
-    }
 }
 
 fn integer(frame: &[u8]) -> Option<i64> {

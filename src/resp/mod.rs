@@ -1,6 +1,7 @@
 //! RESP framing. The hot path never builds typed frames: it only finds where
 //! a request or reply ends, so bytes can be forwarded unchanged.
 
+pub mod frame;
 pub mod reply;
 pub mod scanner;
 
