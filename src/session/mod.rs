@@ -4,6 +4,7 @@
 //! while its writer task returns the replies in request order.
 
 mod auth;
+mod bounce;
 mod buffers;
 pub mod clients;
 mod meta;
@@ -291,6 +292,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         dedicated_node: None,
         node_wanted: None,
         pinned: ctx.config.dedicated_per_client,
+        bounces: ctx.cluster.as_ref().map(|_| bounce::Bounces::default()),
         mode: Mode::default(),
         auth: crate::auth::State::Open,
         member: None,
@@ -356,6 +358,9 @@ struct Session {
     node_wanted: Option<String>,
     /// Requests go to the dedicated connection.
     pinned: bool,
+    /// In a cluster: requests a node turned away, and the transaction
+    /// state that sending them again needs.
+    bounces: Option<bounce::Bounces>,
     mode: Mode,
     auth: crate::auth::State,
     /// The pool of the user the client logged in as: its stateless
@@ -399,6 +404,10 @@ impl Session {
                 _ = &mut closed => return Stop::Gone,
                 _ = &mut stopping => return Stop::Finish,
                 r = self.rd.readable() => if r.is_err() { return Stop::Gone },
+                Some(b) = bounce::next(&mut self.bounces) => {
+                    self.bounced(b).await;
+                    continue;
+                }
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
                     if self.out.unwritten() == 0 {
                         return Stop::Gone;
@@ -1211,6 +1220,18 @@ impl Session {
         if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
             return true;
         }
+        match self.open_dedicated().await {
+            Ok(()) => true,
+            Err(e) => {
+                self.out
+                    .answer(Bytes::from(e.to_reply()), Served::Dedicated);
+                false
+            }
+        }
+    }
+
+    /// A new dedicated connection, in place of the one the client had.
+    async fn open_dedicated(&mut self) -> Result<(), crate::error::UpstreamError> {
         // A client in a pool logs in again with the pool's credentials,
         // which it proved. A ready connection is taken without waiting, so
         // the request is written before any other client's next one.
@@ -1247,20 +1268,15 @@ impl Session {
             Dedicated::open_plain(&self.ctx.endpoint, self.out.clone()).await
         };
         self.dedicated = None;
-        match opened {
-            Ok(d) => {
-                self.dedicated = Some(d);
-                if logged_in {
-                    self.apply_meta();
-                }
-                true
-            }
-            Err(e) => {
-                self.out
-                    .answer(Bytes::from(e.to_reply()), Served::Dedicated);
-                false
-            }
+        let d = opened?;
+        if let Some(b) = &self.bounces {
+            d.on_bounce(b.sender());
         }
+        self.dedicated = Some(d);
+        if logged_in {
+            self.apply_meta();
+        }
+        Ok(())
     }
 
     /// Sends one request on the dedicated connection, updating the mode.
@@ -1300,6 +1316,10 @@ impl Session {
             }
         }
         let unpaired_before = self.mode.unpaired;
+        if kind == Kind::EndTransaction && self.watch_lost_at_exec(args).await {
+            return;
+        }
+        let (watched, queued_before) = (self.mode.watch, self.mode.queued());
         let exec = self.mode.apply(kind, args, queued);
         let protocol = if kind == Kind::Reset {
             Some(2)
@@ -1320,6 +1340,18 @@ impl Session {
             Some(Expect::Protocol(p))
         } else {
             Some(exec.or(expect).unwrap_or(Expect::Raw))
+        };
+        let expect = match &mut self.bounces {
+            Some(b) if paired => b.route(
+                kind,
+                args,
+                frame,
+                expect,
+                watched,
+                queued_before,
+                &self.mode,
+            ),
+            _ => expect,
         };
         // Where Redis closes the connection after this request (a protocol
         // error on an oversized request, SHUTDOWN), it would have closed the

@@ -55,6 +55,77 @@ pub enum Expect {
     /// `SELECT db`, forwarded as is: the connection is in that database
     /// from now on only if Redis accepted it.
     Select(i64),
+    /// In a cluster, a request a node may turn away while slots move or a
+    /// primary fails over: see [`Routed`].
+    Routed(Box<Routed>),
+    /// Requests of the proxy's own written together: their `left` replies,
+    /// one after the other, go to `tx` (none to the client).
+    Gather {
+        left: u32,
+        got: BytesMut,
+        tx: tokio::sync::oneshot::Sender<Bytes>,
+    },
+}
+
+/// A request on a dedicated connection to a cluster node. Its reply is
+/// forwarded as usual, unless the node turned it away (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`, or `EXECABORT` for an EXEC): then its place
+/// in the client's reply stream is held (`seq`) and it goes back to the
+/// session (see [`Dedicated::on_bounce`]), which sends it again where it
+/// belongs and fills that place. Replies after it wait; none is reordered.
+pub struct Routed {
+    pub request: Bytes,
+    /// The held place, once it was turned away.
+    pub seq: Option<u64>,
+    /// When it was first turned away: retries end at the connect timeout.
+    pub since: Option<std::time::Instant>,
+    /// Times it was turned away.
+    pub hops: u32,
+    pub role: Role,
+}
+
+/// What a [`Routed`] request is to the client's transaction.
+pub enum Role {
+    Plain,
+    /// Queued in the transaction numbered `tx` (see `Bounces`): a node
+    /// that turns it away makes Redis abort the transaction's EXEC.
+    Queued {
+        tx: u64,
+    },
+    /// EXEC of transaction `tx`, with the requests it queued (for a
+    /// replay), whether a WATCH guarded it, and the transforms of its
+    /// elements (see [`Expect::Exec`]).
+    Exec {
+        tx: u64,
+        frames: Vec<Bytes>,
+        watched: bool,
+        transforms: Vec<Option<Box<dyn ReplyTransform>>>,
+    },
+}
+
+/// A [`Routed`] request a node turned away, and the node's reply.
+pub struct Bounced {
+    pub routed: Routed,
+    pub reply: Bytes,
+}
+
+impl Routed {
+    /// Whether `reply` turns the request away rather than answers it.
+    fn turned_away(&self, reply: &[u8]) -> bool {
+        const BOUNCES: [&[u8]; 4] = [b"-MOVED ", b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"];
+        BOUNCES.iter().any(|b| reply.starts_with(b))
+            || (matches!(self.role, Role::Exec { .. }) && reply.starts_with(b"-EXECABORT"))
+    }
+
+    /// The reply as the client gets it, when it was not turned away.
+    fn answer(&mut self, reply: Bytes) -> Bytes {
+        match &mut self.role {
+            Role::Exec { transforms, .. } if transforms.iter().any(Option::is_some) => {
+                transform_exec(std::mem::take(transforms), reply)
+            }
+            _ => reply,
+        }
+    }
 }
 
 struct Shared {
@@ -75,6 +146,8 @@ struct Shared {
     /// before it has arrived, Redis's bytes go to the client as they come
     /// (an RDB payload is no RESP value), for the rest of the connection.
     relay: AtomicBool,
+    /// Where [`Routed`] requests a node turned away go.
+    bounce: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Bounced>>,
 }
 
 /// Channels, patterns and shard channels apart, as `CLIENT LIST` shows
@@ -199,6 +272,7 @@ impl Dedicated {
             db: Arc::new(AtomicI64::new(0)),
             by_kind: ByKind::default(),
             relay: AtomicBool::new(false),
+            bounce: std::sync::OnceLock::new(),
         });
         let reader = tokio::spawn(read_loop(rd, shared.clone(), out, moved));
         crate::telemetry::upstream().dedicated.increment(1.0);
@@ -329,6 +403,12 @@ impl Dedicated {
         }
     }
 
+    /// [`Routed`] requests a node turns away go to `tx`; without it they
+    /// are answered as any request.
+    pub fn on_bounce(&self, tx: tokio::sync::mpsc::UnboundedSender<Bounced>) {
+        let _ = self.shared.bounce.set(tx);
+    }
+
     pub fn is_bound(&self) -> bool {
         self.shared.bound.load(Ordering::Acquire)
     }
@@ -455,7 +535,9 @@ async fn read_loop(
                             None
                         }
                     }
-                    Some(Expect::Joined { left, .. }) if *left > 1 => {
+                    Some(Expect::Joined { left, .. } | Expect::Gather { left, .. })
+                        if *left > 1 =>
+                    {
                         *left -= 1;
                         joined = true;
                         None
@@ -470,7 +552,8 @@ async fn read_loop(
                     raw_count = 0;
                 }
                 let reply = buf.split_to(len);
-                if let Some(Expect::Joined { got, .. }) = shared.expect.lock().unwrap().front_mut()
+                if let Some(Expect::Joined { got, .. } | Expect::Gather { got, .. }) =
+                    shared.expect.lock().unwrap().front_mut()
                 {
                     got.extend_from_slice(&reply);
                 }
@@ -505,6 +588,43 @@ async fn read_loop(
                     raw_len += len;
                     raw_count += 1;
                 }
+                Some(Expect::Gather { mut got, tx, .. }) => {
+                    if raw_len > 0 {
+                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                        raw_len = 0;
+                        raw_count = 0;
+                    }
+                    got.extend_from_slice(&buf.split_to(len));
+                    let _ = tx.send(got.freeze());
+                }
+                Some(Expect::Routed(mut r)) => {
+                    let bounce = shared.bounce.get();
+                    let away = bounce.is_some() && r.turned_away(&buf[start..start + len]);
+                    if !away && r.seq.is_none() && !matches!(r.role, Role::Exec { .. }) {
+                        raw_len += len;
+                        raw_count += 1;
+                        continue;
+                    }
+                    if raw_len > 0 {
+                        out.ready(buf.split_to(raw_len).freeze(), raw_count);
+                        raw_len = 0;
+                        raw_count = 0;
+                    }
+                    let reply = buf.split_to(len).freeze();
+                    match (away, r.seq) {
+                        (true, _) => {
+                            r.seq = Some(r.seq.unwrap_or_else(|| out.hold_dedicated()));
+                            if let Some(tx) = bounce {
+                                let _ = tx.send(Bounced { routed: *r, reply });
+                            }
+                        }
+                        (false, Some(seq)) => {
+                            let reply = r.answer(reply);
+                            out.fill(seq, Ok(reply));
+                        }
+                        (false, None) => out.ready(r.answer(reply), 1),
+                    }
+                }
                 Some(Expect::Sentinel(..) | Expect::Drop) => {
                     if raw_len > 0 {
                         out.ready(buf.split_to(raw_len).freeze(), raw_count);
@@ -532,7 +652,16 @@ async fn read_loop(
         }
     };
     shared.dead.store(true, Ordering::Release);
-    let pending: Vec<Expect> = shared.expect.lock().unwrap().drain(..).collect();
+    let mut pending: Vec<Expect> = shared.expect.lock().unwrap().drain(..).collect();
+    // Places held for requests sent again here are filled, also when the
+    // client goes with the connection: the stream writes up to its end.
+    pending.retain(|e| match e {
+        Expect::Routed(r) if r.seq.is_some() => {
+            out.fill(r.seq.unwrap_or_default(), Err(failure.clone()));
+            false
+        }
+        _ => true,
+    });
     if shared.bound.load(Ordering::Acquire) {
         // As if Redis had closed the client's own connection: what it sent
         // before closing is delivered, and nothing else.
@@ -541,7 +670,10 @@ async fn read_loop(
         // One error per request of the client's; the proxy's own get none
         // (the client never sent them, and counts no reply for them).
         for e in pending {
-            if !matches!(e, Expect::Drop | Expect::Sentinel(..)) {
+            if !matches!(
+                e,
+                Expect::Drop | Expect::Sentinel(..) | Expect::Gather { .. }
+            ) {
                 out.ready(Bytes::from(failure.to_reply()), 1);
             }
         }
@@ -564,7 +696,8 @@ fn transform(expect: Expect, reply: Bytes) -> Bytes {
     match expect {
         Expect::Raw | Expect::Protocol(_) | Expect::Checked(..) | Expect::Select(_) => reply,
         Expect::Exec(ts) => transform_exec(ts, reply),
-        Expect::Sentinel(..) | Expect::Drop => Bytes::new(),
+        Expect::Sentinel(..) | Expect::Drop | Expect::Gather { .. } => Bytes::new(),
+        Expect::Routed(mut r) => r.answer(reply),
         Expect::Joined {
             mut got,
             transform: mut t,
@@ -634,7 +767,7 @@ fn subscription_count(frame: &[u8]) -> Option<i64> {
 
 /// Rewrites the elements of an EXEC reply that answer rewritten requests.
 /// Anything but an array (EXECABORT, a nil for a failed WATCH) passes as is.
-fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) -> Bytes {
+pub fn transform_exec(mut ts: Vec<Option<Box<dyn ReplyTransform>>>, reply: Bytes) -> Bytes {
     if reply.first() != Some(&b'*') || ts.iter().all(Option::is_none) {
         return reply;
     }

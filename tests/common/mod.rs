@@ -783,15 +783,36 @@ impl ClusterSet {
     /// `to` owns the slot: told to the target, the source, then every other
     /// primary, as redis-cli does; waits until every node agrees.
     pub fn end_migration(&self, slot: u16, from: u16, to: u16) {
+        self.end_migration_in_order(slot, from, to, false, Duration::ZERO);
+    }
+
+    /// `end_migration`, telling the old owner first when `source_first`
+    /// (the two owners then send requests to each other until both know),
+    /// with `gap` between the first node told and the second.
+    pub fn end_migration_in_order(
+        &self,
+        slot: u16,
+        from: u16,
+        to: u16,
+        source_first: bool,
+        gap: Duration,
+    ) {
         let s = slot.to_string();
         let to_id = self.id(to);
-        let mut order = vec![to, from];
+        let mut order = if source_first {
+            vec![from, to]
+        } else {
+            vec![to, from]
+        };
         order.extend(
             self.primaries()
                 .into_iter()
                 .filter(|p| *p != to && *p != from),
         );
-        for port in order {
+        for (i, port) in order.into_iter().enumerate() {
+            if i == 1 {
+                std::thread::sleep(gap);
+            }
             let reply = Client::connect(port).cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
             assert_eq!(
                 reply,
