@@ -52,7 +52,8 @@ impl Histogram {
     }
 
     /// How many values were recorded.
-    pub fn count(&self) -> u64 {
+    #[cfg(test)]
+    fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
