@@ -252,23 +252,6 @@ impl ClientState {
         q.head + q.slots.len() as u64 - 1
     }
 
-    /// A place for the reply to a request the session answers itself
-    /// later, after requests of the proxy's own on the dedicated
-    /// connection (see [`hold_dedicated`](Self::hold_dedicated)).
-    pub fn hold_answer(&self) -> u64 {
-        telemetry::clients().commands(Route::Dedicated).increment(1);
-        self.unwritten.fetch_add(1, Ordering::AcqRel);
-        let stamp = self.stamp(Route::Dedicated);
-        let mut q = self.queue.lock().unwrap();
-        q.slots.push_back(Slot::Waiting {
-            count: 1,
-            transform: None,
-            parts: VecDeque::new(),
-            stamp,
-        });
-        q.head + q.slots.len() as u64 - 1
-    }
-
     /// Fills slot `seq` with the reply that arrived for it.
     pub fn fill(&self, seq: u64, reply: Reply) {
         if self.is_closed() {

@@ -180,10 +180,6 @@ impl Config {
         let warnings = cfg.validate_at(&origin)?;
         Ok((cfg, warnings))
     }
-
-    pub fn validate(&self) -> Result<(), String> {
-        self.validate_at(&Origin::default()).map(drop)
-    }
 }
 
 /// The settings the command line or the environment gave, each with the
