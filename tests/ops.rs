@@ -2104,7 +2104,7 @@ fn the_web_view_pages_through_a_queue() {
         "ready?offset=x",
         "delayed?count=1000",
         "leases?offset=0&count=101",
-        "leases?offset=995&count=10",
+        "leases?offset=1099511627777&count=10",
         "dead?offset=0&count=500",
     ] {
         let r = get(s.ops, &format!("/api/queues/tasks%3Abig/{bad}"));
@@ -2199,6 +2199,122 @@ fn the_web_view_pages_through_a_queue() {
         let pager = browser.rect("#pager-ready");
         assert!(inside(pager, view), "pager {pager:?} in {view:?}");
         browser.screenshot(&format!("web-view-pages-{width}.png"));
+    }
+}
+
+/// The payloads of a list's rows once they are `want`.
+fn payload_rows(browser: &Browser, list: &str, want: &[String]) -> Json {
+    browser.wait_for(
+        &format!("{list} rows {} …", want[0]),
+        &format!(
+            "const cells = [...document.querySelectorAll('#{list} tbody td[data-field=\"payload\"]')]; \
+             const got = cells.map((c) => c.textContent); \
+             return JSON.stringify(got) === '{}' ? got : null;",
+            serde_json::to_string(want).unwrap()
+        ),
+    )
+}
+
+/// Leases and dead letters page on past the first 1,000, in the API and
+/// on the page: a page far down is the proxy's listing from there.
+#[test]
+fn leases_and_dead_letters_page_past_the_first_thousand() {
+    let s = start(&format!(
+        "admin_token = \"{TOKEN}\"\n[[queue]]\npattern = \"many\"\nlease_ms = 600000\n"
+    ));
+    let mut c = s.proxy.client();
+    let payloads: Vec<String> = (0..1200).map(|n| format!("p{n:04}")).collect();
+    let mut push = vec!["LPUSH", "many"];
+    push.extend(payloads.iter().map(String::as_str));
+    assert_eq!(c.cmd(&push), Value::Int(1200));
+    for n in ["1000", "200"] {
+        assert!(matches!(c.cmd(&["RPOP", "many", n]), Value::Array(_)));
+    }
+    // Dead letters as any tool may leave them: raw payloads, no history.
+    let mut push = vec!["RPUSH", "{many}:dead"];
+    push.extend(payloads.iter().map(String::as_str));
+    assert_eq!(s.redis.client().cmd(&push), Value::Int(1200));
+
+    // The whole listing, from the proxy in two calls.
+    let mut leases: Vec<(String, String)> = Vec::new();
+    for args in [&["COUNT", "1000"][..], &["COUNT", "1000", "OFFSET", "1000"]] {
+        let mut all = vec!["QUEUE", "LEASES", "many"];
+        all.extend(args);
+        let Value::Array(items) = c.cmd(&all) else {
+            panic!("{all:?}")
+        };
+        leases.extend(items.iter().map(|l| {
+            let l = map_of(l);
+            (text(&l["id"]), text(&l["payload"]))
+        }));
+    }
+    assert_eq!(leases.len(), 1200);
+    let page = |path: &str, field: &str| -> Vec<String> {
+        let r = get(s.ops, &format!("/api/queues/many/{path}"));
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        json_of(&r)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e[field].as_str().unwrap().to_string())
+            .collect()
+    };
+    let ids: Vec<String> = leases.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(page("leases?offset=1100&count=50", "id"), ids[1100..1150]);
+    assert_eq!(page("leases?offset=1150&count=100", "id"), ids[1150..]);
+    assert!(page("leases?offset=1200&count=100", "id").is_empty());
+    assert_eq!(
+        page("dead?offset=1100&count=50", "payload"),
+        payloads[1100..1150]
+    );
+    assert_eq!(
+        page("dead?offset=1190&count=25", "payload"),
+        payloads[1190..]
+    );
+    assert!(page("dead?offset=5000&count=25", "payload").is_empty());
+
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.resize(1280, 800);
+    browser.go(&format!("http://127.0.0.1:{}/#queue/many", s.ops));
+    let leased: Vec<String> = leases.iter().map(|(_, p)| p.clone()).collect();
+    payload_rows(&browser, "leases", &leased[..25]);
+    payload_rows(&browser, "dead", &payloads[..25]);
+    let titles = browser.js(
+        "return [...document.querySelectorAll('#sec-leases h2, #sec-dead h2')].map((h) => h.textContent);",
+    );
+    assert_eq!(
+        titles,
+        json!([
+            "Leases (the first due first)",
+            "Dead letters (the oldest first)"
+        ])
+    );
+    // Straight to row 1,101 of each (Next 44 times shows nothing more),
+    // then on with Next.
+    browser.js("offsets.leases = 1100; offsets.dead = 1100; refresh(); return null;");
+    payload_rows(&browser, "leases", &leased[1100..1125]);
+    payload_rows(&browser, "dead", &payloads[1100..1125]);
+    for list in ["leases", "dead"] {
+        assert_eq!(
+            pager(&browser, list),
+            json!(["1101–1125 of 1,200", false, false]),
+            "{list}"
+        );
+        browser.click(&format!("#pager-{list} button.next"));
+    }
+    payload_rows(&browser, "leases", &leased[1125..1150]);
+    payload_rows(&browser, "dead", &payloads[1125..1150]);
+    browser.js("offsets.leases = 1175; offsets.dead = 1175; refresh(); return null;");
+    payload_rows(&browser, "leases", &leased[1175..]);
+    payload_rows(&browser, "dead", &payloads[1175..]);
+    for list in ["leases", "dead"] {
+        assert_eq!(
+            pager(&browser, list),
+            json!(["1176–1200 of 1,200", false, true]),
+            "{list}"
+        );
     }
 }
 

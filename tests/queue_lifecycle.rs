@@ -1148,6 +1148,247 @@ fn dead_letter_commands_check_their_arguments() {
     }
 }
 
+// ------------------------------------------------- pages with OFFSET
+
+/// `QUEUE <sub> q [args…]`: the listing, each entry as a map.
+fn listed(c: &mut Client, sub: &str, q: &str, args: &[&str]) -> Vec<HashMap<String, Value>> {
+    let mut all = vec!["QUEUE", sub, q];
+    all.extend(args);
+    match c.cmd(&all) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("{all:?}: {other:?}"),
+    }
+}
+
+fn field_of(entries: &[HashMap<String, Value>], name: &str) -> Vec<String> {
+    entries.iter().map(|e| as_str(&e[name])).collect()
+}
+
+/// The members of sorted set `key` with their scores, in Redis's order.
+fn zrange(c: &mut Client, key: &str) -> Vec<(String, i64)> {
+    let Value::Array(flat) = c.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]) else {
+        panic!("ZRANGE {key}")
+    };
+    flat.chunks(2)
+        .map(|p| (as_str(&p[0]), as_str(&p[1]).parse().unwrap()))
+        .collect()
+}
+
+/// The ack ids of queue `q`'s leases as Redis holds them, soonest deadline
+/// first: plain pops' before moves' on one deadline, each set's in its own
+/// order. A short id's token is `j` and the id; marks are not leases.
+fn leases_in_redis(direct: &mut Client, q: &str) -> Vec<String> {
+    let mut all: Vec<(i64, u8, String)> = Vec::new();
+    for (side, set) in ["leases", "mleases"].into_iter().enumerate() {
+        for (member, score) in zrange(direct, &format!("ackq:{{{q}}}:{q}:{set}")) {
+            if member == "~r" || member == "~d" {
+                continue;
+            }
+            let id = member.strip_prefix('j').expect("a short id's token");
+            all.push((score, side as u8, id.to_string()));
+        }
+    }
+    // Stable: each set's own order stays within one deadline and side.
+    all.sort_by_key(|(score, side, _)| (*score, *side));
+    all.into_iter().map(|(_, _, id)| id).collect()
+}
+
+#[test]
+fn leases_and_dead_letters_page_past_the_first_thousand() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let payloads: Vec<String> = (0..1200).map(|i| format!("m{i:04}")).collect();
+    let mut push = vec!["LPUSH", "dpage"];
+    push.extend(payloads.iter().map(String::as_str));
+    assert_eq!(c.cmd(&push), Value::Int(1200));
+    assert_eq!(pop_all(&mut c, "dpage").len(), 1000);
+    // A delayed message puts its mark among the deadlines, and a NACKed
+    // one the retry mark first: neither is a lease nor takes a place.
+    assert_eq!(
+        c.cmd(&["QUEUE", "PUSH", "dpage", "later", "DELAY", "600000"]),
+        Value::Int(1)
+    );
+    assert_eq!(pop_all(&mut c, "dpage").len(), 200);
+    assert_eq!(c.cmd(&["NACK", "dpage", "m0005"]), Value::Int(1));
+    let set = "ackq:{dpage}:dpage:leases";
+    assert_eq!(direct.cmd(&["ZSCORE", set, "~r"]), Value::bulk("0"));
+    assert!(matches!(direct.cmd(&["ZSCORE", set, "~d"]), Value::Bulk(_)));
+    let want = leases_in_redis(&mut direct, "dpage");
+    assert_eq!(want.len(), 1199);
+
+    // The whole listing, two pages of 1,000, is Redis's order.
+    let first = listed(&mut c, "LEASES", "dpage", &["COUNT", "1000"]);
+    let rest = listed(
+        &mut c,
+        "LEASES",
+        "dpage",
+        &["COUNT", "1000", "OFFSET", "1000"],
+    );
+    assert_eq!(rest.len(), 199);
+    let whole: Vec<String> = field_of(&first, "id")
+        .into_iter()
+        .chain(field_of(&rest, "id"))
+        .collect();
+    assert_eq!(whole, want);
+    // The 1,101st to the 1,150th, the options in either order.
+    for args in [
+        ["OFFSET", "1100", "COUNT", "50"],
+        ["COUNT", "50", "OFFSET", "1100"],
+    ] {
+        let page = listed(&mut c, "LEASES", "dpage", &args);
+        assert_eq!(field_of(&page, "id"), want[1100..1150], "{args:?}");
+        assert_eq!(field_of(&page, "payload"), want[1100..1150]);
+    }
+    // Without OFFSET, the same as OFFSET 0; past the end, nothing.
+    assert_eq!(
+        field_of(&listed(&mut c, "LEASES", "dpage", &[]), "id"),
+        want[..10]
+    );
+    assert_eq!(
+        field_of(&listed(&mut c, "LEASES", "dpage", &["OFFSET", "0"]), "id"),
+        want[..10]
+    );
+    assert_eq!(
+        field_of(
+            &listed(&mut c, "LEASES", "dpage", &["OFFSET", "1198"]),
+            "id"
+        ),
+        want[1198..]
+    );
+    for far in ["1199", "5000", "9223372036854775807"] {
+        assert!(listed(&mut c, "LEASES", "dpage", &["OFFSET", far]).is_empty());
+    }
+
+    // Dead letters, likewise, against the dead-letter list itself.
+    let mut push = vec!["LPUSH", "onepage"];
+    push.extend(payloads.iter().map(String::as_str));
+    assert_eq!(c.cmd(&push), Value::Int(1200));
+    assert_eq!(
+        kill_all(&mut c, "onepage") + kill_all(&mut c, "onepage"),
+        1200
+    );
+    let want = lrange(&mut direct, "{onepage}:dead");
+    assert_eq!(want.len(), 1200);
+    let first = listed(&mut c, "DEAD", "onepage", &["COUNT", "1000"]);
+    let rest = listed(
+        &mut c,
+        "DEAD",
+        "onepage",
+        &["OFFSET", "1000", "COUNT", "1000"],
+    );
+    let whole: Vec<String> = field_of(&first, "payload")
+        .into_iter()
+        .chain(field_of(&rest, "payload"))
+        .collect();
+    assert_eq!(whole, want);
+    for args in [
+        ["OFFSET", "1100", "COUNT", "50"],
+        ["COUNT", "50", "OFFSET", "1100"],
+    ] {
+        let page = listed(&mut c, "DEAD", "onepage", &args);
+        assert_eq!(field_of(&page, "payload"), want[1100..1150], "{args:?}");
+        // Each with its own history.
+        assert_eq!(field_of(&page, "id"), want[1100..1150]);
+        assert!(page.iter().all(|l| as_int(&l["deliveries"]) == 1));
+    }
+    assert_eq!(
+        field_of(&listed(&mut c, "DEAD", "onepage", &[]), "payload"),
+        want[..10]
+    );
+    assert_eq!(
+        field_of(
+            &listed(&mut c, "DEAD", "onepage", &["OFFSET", "1195"]),
+            "payload"
+        ),
+        want[1195..]
+    );
+    for far in ["1200", "5000", "9223372036854775807"] {
+        assert!(listed(&mut c, "DEAD", "onepage", &["OFFSET", far]).is_empty());
+    }
+}
+
+#[test]
+fn a_page_of_leases_merges_pops_and_moves_by_deadline() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let payloads: Vec<String> = (0..90).map(|i| format!("x{i:02}")).collect();
+    let mut push = vec!["LPUSH", "dmix"];
+    push.extend(payloads.iter().map(String::as_str));
+    c.cmd(&push);
+    // Interleaved, so that the two sets' deadlines interleave and tie.
+    for (i, p) in payloads.iter().enumerate() {
+        let got = if i % 3 == 0 {
+            c.cmd(&["LMOVE", "dmix", "procx", "RIGHT", "LEFT"])
+        } else {
+            c.cmd(&["RPOP", "dmix"])
+        };
+        assert_eq!(got, Value::bulk(p));
+    }
+    let want = leases_in_redis(&mut direct, "dmix");
+    assert_eq!(want.len(), 90);
+    let whole = listed(&mut c, "LEASES", "dmix", &["COUNT", "1000"]);
+    assert_eq!(field_of(&whole, "id"), want);
+    let moved = whole
+        .iter()
+        .filter(|l| as_str(&l["destination"]) == "procx");
+    assert_eq!(moved.count(), 30);
+    for o in 0..=90 {
+        let offset = o.to_string();
+        let page = listed(&mut c, "LEASES", "dmix", &["COUNT", "7", "OFFSET", &offset]);
+        assert_eq!(
+            field_of(&page, "id"),
+            want[o..(o + 7).min(90)],
+            "OFFSET {o}"
+        );
+    }
+}
+
+#[test]
+fn offset_is_read_as_redis_reads_an_option() {
+    let (redis, proxy) = start();
+    let mut c = proxy.client();
+    // Redis's own text for a count that is not a number of 0 or more.
+    let bad = redis.client().cmd(&["LPOP", "k", "-1"]);
+    assert_eq!(
+        bad,
+        Value::Error("ERR value is out of range, must be positive".into())
+    );
+    assert_eq!(redis.client().cmd(&["LPOP", "k", "abc"]), bad);
+    for (sub, q) in [("LEASES", "d1"), ("DEAD", "one1")] {
+        let arity = Value::Error(format!(
+            "ERR wrong number of arguments for 'queue|{}' command",
+            sub.to_ascii_lowercase()
+        ));
+        let syntax = Value::Error("ERR syntax error".into());
+        for (args, want) in [
+            (vec!["OFFSET", "-1"], &bad),
+            (vec!["OFFSET", "abc"], &bad),
+            (vec!["OFFSET", "1.5"], &bad),
+            (vec!["COUNT", "5", "OFFSET", "-1"], &bad),
+            (vec!["OFFSET", "-1", "COUNT", "0"], &bad),
+            // A missing value: as for COUNT.
+            (vec!["COUNT"], &arity),
+            (vec!["OFFSET"], &arity),
+            (vec!["COUNT", "5", "OFFSET"], &arity),
+            (vec!["OFFSET", "1", "OFFSET", "2"], &syntax),
+            (vec!["COUNT", "1", "COUNT", "2"], &syntax),
+            (vec!["OFFSET", "1", "LIMIT", "2"], &syntax),
+            (vec!["LIMIT", "2", "OFFSET", "x"], &syntax),
+        ] {
+            let mut all = vec!["QUEUE", sub, q];
+            all.extend(&args);
+            assert_eq!(&c.cmd(&all), want, "{all:?}");
+        }
+        for ok in [vec!["OFFSET", "0"], vec!["offset", "3", "count", "2"]] {
+            let mut all = vec!["QUEUE", sub, q];
+            all.extend(&ok);
+            assert_eq!(c.cmd(&all), Value::Array(vec![]), "{all:?}");
+        }
+    }
+}
+
 // ------------------------------------------------------ INFO and HELP
 
 #[test]

@@ -9,9 +9,9 @@
 //! | `GET /api/queues` | `INFO` of every queue key found per rule, and the rule's totals |
 //! | `GET /api/queues/{key}` | `INFO key` |
 //! | `GET /api/queues/{key}/leases?count=n&id=i` | `LEASES key [COUNT n]`, those with id `i` |
-//! | `GET /api/queues/{key}/leases?offset=o&count=n` | `LEASES key COUNT o+n`, from the `o`th on |
+//! | `GET /api/queues/{key}/leases?offset=o&count=n` | `LEASES key COUNT n OFFSET o` |
 //! | `GET /api/queues/{key}/dead?count=n&id=i` | `DEAD key [COUNT n]`, those with id `i` |
-//! | `GET /api/queues/{key}/dead?offset=o&count=n` | `DEAD key COUNT o+n`, from the `o`th on |
+//! | `GET /api/queues/{key}/dead?offset=o&count=n` | `DEAD key COUNT n OFFSET o` |
 //! | `GET /api/queues/{key}/ready?offset=o&count=n` | `LRANGE key …`, from the pop end |
 //! | `GET /api/queues/{key}/delayed?offset=o&count=n` | `ZRANGE <delayed set> o o+n-1 WITHSCORES` |
 //! | `POST /api/queues/{key}/redrive?count=n` | `REDRIVE key [COUNT n]` (admin) |
@@ -210,8 +210,9 @@ pub struct Listed {
     offset: Option<u64>,
 }
 
-/// The most entries a search by id looks at, and the most QUEUE LEASES or
-/// DEAD gives: pages of leases and dead letters end there.
+/// The most entries a search by id looks at: the most one QUEUE LEASES or
+/// DEAD gives. A search further down would read the whole list, one call
+/// per thousand, for each refresh of the page.
 const SEARCHED: u64 = 1000;
 
 /// The most messages one page holds: a page costs Redis one bounded
@@ -273,25 +274,23 @@ async fn run_listed(ops: &Ops, verb: &str, key: &str, q: Listed) -> Response {
     respond(found)
 }
 
-/// QUEUE LEASES and DEAD have no offset: a page is the tail of the first
-/// offset + count, which stays within their limit of 1,000.
+/// A page of leases or dead letters: one QUEUE call that reads only the
+/// page, however far down it is.
 async fn listed_page(ops: &Ops, verb: &str, key: &str, page: Page) -> Result<Value, ApiError> {
     let (offset, count) = page.bounds()?;
-    if offset + count > SEARCHED {
-        return Err(ApiError::BadRequest(format!(
-            "offset + count must be at most {SEARCHED}: QUEUE {verb} lists the first {SEARCHED} only"
-        )));
-    }
-    let n = (offset + count).to_string();
-    let all = run(
+    let (o, n) = (offset.to_string(), count.to_string());
+    run(
         ops,
-        &[verb.as_bytes(), key.as_bytes(), b"COUNT", n.as_bytes()],
+        &[
+            verb.as_bytes(),
+            key.as_bytes(),
+            b"COUNT",
+            n.as_bytes(),
+            b"OFFSET",
+            o.as_bytes(),
+        ],
     )
-    .await?;
-    Ok(match all {
-        Value::Array(items) => items.into_iter().skip(offset as usize).collect(),
-        other => other,
-    })
+    .await
 }
 
 /// The queue's delayed set and pop end, or the error QUEUE gives for a key

@@ -159,8 +159,12 @@ const OPERATIONS: &[Command] = &[
         key_flags: &["RO", "access"],
         acl: &["@read", "@list", "@slow"],
         summary: "The oldest dead letters, each with its history",
-        complexity: "O(N) where N is the count",
-        arguments: &[Arg::Key("queue"), Arg::Option("COUNT", "count", "integer")],
+        complexity: "O(S+N) where S is the offset (from the nearer end of a large list) and N is the count",
+        arguments: &[
+            Arg::Key("queue"),
+            Arg::Option("COUNT", "count", "integer"),
+            Arg::Option("OFFSET", "offset", "integer"),
+        ],
     },
     Command {
         name: "queue|redrive",
@@ -205,8 +209,12 @@ const OPERATIONS: &[Command] = &[
         key_flags: &["RO", "access"],
         acl: &["@read", "@list", "@slow"],
         summary: "The leases that expire first",
-        complexity: "O(N) where N is the count",
-        arguments: &[Arg::Key("queue"), Arg::Option("COUNT", "count", "integer")],
+        complexity: "O(log(L)*(log(S)+1)+N) where L is the number of leases, S is the offset and N is the count",
+        arguments: &[
+            Arg::Key("queue"),
+            Arg::Option("COUNT", "count", "integer"),
+            Arg::Option("OFFSET", "offset", "integer"),
+        ],
     },
     Command {
         name: "queue|help",

@@ -26,9 +26,10 @@ pub const HELP: &[&str] = &[
     "INFO <queue>",
     "    Ready, leased, delayed and dead counts, oldest lease age, totals, the rule, and a",
     "    lease suggested from recent ack latencies (2 x p99, -1 before 10 acks).",
-    "DEAD <queue> [COUNT <n>]",
-    "    The oldest dead letters (default 10), each with its history: id, deliveries, NACKs,",
-    "    expiries, first and last delivery, last reason, when it was dead-lettered.",
+    "DEAD <queue> [COUNT <n>] [OFFSET <o>]",
+    "    The oldest dead letters (default 10), past the <o> oldest, each with its history:",
+    "    id, deliveries, NACKs, expiries, first and last delivery, last reason, when it was",
+    "    dead-lettered.",
     "REDRIVE <queue> [COUNT <n>]",
     "    Return dead letters (all, or the <n> oldest) to the queue as new messages.",
     "REDRIVE <queue> ID <id> <payload>",
@@ -38,9 +39,9 @@ pub const HELP: &[&str] = &[
     "    Delete the dead letters and their histories.",
     "PURGE <queue> DEAD ID <id> <payload>",
     "    Delete the one dead letter with this id and payload: 1, or 0 if there is none.",
-    "LEASES <queue> [COUNT <n>]",
-    "    The leases that expire first (default 10): id, payload, deliveries, NACKs, expiries,",
-    "    ms left, destination.",
+    "LEASES <queue> [COUNT <n>] [OFFSET <o>]",
+    "    The leases that expire first (default 10), past the first <o>: id, payload,",
+    "    deliveries, NACKs, expiries, ms left, destination.",
     "HELP",
     "    Print this help.",
     "Outside QUEUE: ACK <queue> <id> [<id> ...] releases leases; NACK <queue> <id> [<id> ...]",
@@ -304,9 +305,9 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         "HELP" => n == 2,
         "EXTEND" => n == 5,
         "INFO" => n == 3,
-        "LEASES" => n == 3 || n == 5,
+        "LEASES" => n == 3 || n == 5 || n == 7,
         "PUSH" => n >= 4,
-        "DEAD" => n == 3 || n == 5,
+        "DEAD" => n == 3 || n == 5 || n == 7,
         "REDRIVE" => n == 3 || n == 5 || n == 6,
         "PURGE" => n == 4 || n == 7,
         _ => {
@@ -371,6 +372,40 @@ fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, B
         Some(c) if c > 0 => Ok(c.min(max)),
         _ => Err(reply::error("value is out of range, must be positive")),
     }
+}
+
+/// The most one QUEUE LEASES or DEAD lists: one script call reads them
+/// all, and Redis does nothing else meanwhile.
+const LISTED_MAX: i64 = 1000;
+const LISTED_DEFAULT: i64 = 10;
+
+/// `[COUNT n] [OFFSET o]` of QUEUE LEASES and DEAD, in either order, from
+/// argument `at` on, in pairs (the arity says so): `(count, offset)`; else
+/// the error reply for the first one wrong, as Redis reads options.
+fn window_args(args: Args<'_>, at: usize) -> Result<(i64, i64), Bytes> {
+    let (mut count, mut offset) = (None, None);
+    for i in (at..args.len()).step_by(2) {
+        let (slot, least) = if args.is(i, "COUNT") {
+            (&mut count, 1)
+        } else if args.is(i, "OFFSET") {
+            (&mut offset, 0)
+        } else {
+            return Err(reply::error("syntax error"));
+        };
+        if slot.is_some() {
+            return Err(reply::error("syntax error"));
+        }
+        // Redis's text for a bad count (`LPOP key -1`, `LPOP key abc`): its
+        // "positive" takes 0, as OFFSET does and COUNT never has.
+        match args.get(i + 1).and_then(parse_i64) {
+            Some(v) if v >= least => *slot = Some(v),
+            _ => return Err(reply::error("value is out of range, must be positive")),
+        }
+    }
+    Ok((
+        count.map_or(LISTED_DEFAULT, |c| c.min(LISTED_MAX)),
+        offset.unwrap_or(0),
+    ))
 }
 
 /// QUEUE EXTEND queue id ms
@@ -489,13 +524,17 @@ fn info(q: Arc<Queue>, how: Shape) -> Intercept {
     })
 }
 
-/// QUEUE LEASES queue [COUNT n]
+/// QUEUE LEASES queue [COUNT n] [OFFSET o]
 fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
-    let count = match count_arg(args, 3, 10, 1000) {
-        Ok(c) => c,
+    let (count, offset) = match window_args(args, 3) {
+        Ok(w) => w,
         Err(e) => return Intercept::Reply(e),
     };
-    let op = ops::Leases { q: &q, count };
+    let op = ops::Leases {
+        q: &q,
+        count,
+        offset,
+    };
     rewrite(op, how.db, move |leases| {
         let mut out = BytesMut::new();
         reply::array(&mut out, leases.len());
@@ -666,13 +705,17 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Interce
     })
 }
 
-/// QUEUE DEAD queue [COUNT n]
+/// QUEUE DEAD queue [COUNT n] [OFFSET o]
 fn dead(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
-    let count = match count_arg(args, 3, 10, 1000) {
-        Ok(c) => c,
+    let (count, offset) = match window_args(args, 3) {
+        Ok(w) => w,
         Err(e) => return Intercept::Reply(e),
     };
-    let op = ops::Dead { q: &q, count };
+    let op = ops::Dead {
+        q: &q,
+        count,
+        offset,
+    };
     rewrite(op, how.db, move |letters| {
         let mut out = BytesMut::new();
         reply::array(&mut out, letters.len());

@@ -460,10 +460,11 @@ impl Op for Info<'_> {
     }
 }
 
-/// `leases`: the `count` leases that end first.
+/// `leases`: the `count` leases that end first after the first `offset`.
 pub struct Leases<'a> {
     pub q: &'a Queue,
     pub count: i64,
+    pub offset: i64,
 }
 
 /// One lease as QUEUE LEASES shows it; a field is an integer or a string
@@ -496,6 +497,7 @@ impl Op for Leases<'_> {
         Call::new(&library::LEASES)
             .queue(self.q)
             .arg(self.count.to_string())
+            .arg(self.offset.to_string())
     }
 
     fn read(v: &Value) -> Result<Vec<Lease>, CallError> {
@@ -519,10 +521,12 @@ impl Op for Leases<'_> {
 
 // ---------------------------------------------------------- dead letters
 
-/// `dead`: the `count` oldest dead letters with their histories.
+/// `dead`: the `count` oldest dead letters after the `offset` oldest, with
+/// their histories.
 pub struct Dead<'a> {
     pub q: &'a Queue,
     pub count: i64,
+    pub offset: i64,
 }
 
 /// A dead letter: its payload, then its history (id, deliveries, NACKs,
@@ -542,6 +546,7 @@ impl Op for Dead<'_> {
         Call::new(&library::DEAD)
             .queue(self.q)
             .arg(self.count.to_string())
+            .arg(self.offset.to_string())
     }
 
     fn read(v: &Value) -> Result<Vec<DeadLetter>, CallError> {
