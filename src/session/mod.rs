@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use crate::cluster::{self, topology::Topology};
 use crate::command::{classify, classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
+use crate::error::UpstreamError;
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::visible::View;
@@ -1208,14 +1209,34 @@ impl Session {
     }
 
     async fn ensure_dedicated(&mut self) -> bool {
+        match self.open_dedicated(true).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.out
+                    .answer(Bytes::from(e.to_reply()), Served::Dedicated);
+                false
+            }
+        }
+    }
+
+    /// Opens the client's dedicated connection unless it has a live one.
+    /// Without `login_anew`, only one the client is logged in on as it is
+    /// now: never one where a login it made on a connection now gone would
+    /// be lost.
+    async fn open_dedicated(&mut self, login_anew: bool) -> Result<(), UpstreamError> {
         if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
-            return true;
+            return Ok(());
         }
         // A client in a pool logs in again with the pool's credentials,
         // which it proved. A ready connection is taken without waiting, so
         // the request is written before any other client's next one.
         let pool_login = self.member.as_ref().and_then(Member::ready);
         let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
+        if !(logged_in || login_anew) {
+            return Err(UpstreamError::Unavailable(
+                "the client would have to log in again".into(),
+            ));
+        }
         let node = self.ctx.cluster.as_ref().and_then(|t| {
             self.node_wanted
                 .take()
@@ -1246,21 +1267,13 @@ impl Session {
             }
             Dedicated::open_plain(&self.ctx.endpoint, self.out.clone()).await
         };
+        // A dead one goes, whether another opens or not.
         self.dedicated = None;
-        match opened {
-            Ok(d) => {
-                self.dedicated = Some(d);
-                if logged_in {
-                    self.apply_meta();
-                }
-                true
-            }
-            Err(e) => {
-                self.out
-                    .answer(Bytes::from(e.to_reply()), Served::Dedicated);
-                false
-            }
+        self.dedicated = Some(opened?);
+        if logged_in {
+            self.apply_meta();
         }
+        Ok(())
     }
 
     /// Sends one request on the dedicated connection, updating the mode.
