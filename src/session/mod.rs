@@ -389,6 +389,7 @@ impl Session {
         let mut shutdown = self.ctx.shutdown.clone();
         let stopping = shutdown.changed();
         tokio::pin!(stopping);
+        let mut asked = self.client.asked();
         loop {
             if self.buf.is_empty() && self.buf.capacity() > 0 {
                 // A waiting client holds no buffer.
@@ -400,6 +401,13 @@ impl Session {
                 _ = &mut closed => return Stop::Gone,
                 _ = &mut stopping => return Stop::Finish,
                 r = self.rd.readable() => if r.is_err() { return Stop::Gone },
+                // After the client's bytes: a client that keeps sending
+                // pays nothing for it, and another client's redirect
+                // naming it waits until it pauses.
+                asks = &mut asked => {
+                    self.open_for_redirect(asks).await;
+                    continue;
+                }
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
                     if self.out.unwritten() == 0 {
                         return Stop::Gone;
