@@ -425,15 +425,114 @@ fn tracking_redirects_to_the_proxy_client() {
             Value::Array(vec![Value::bulk("tracked")]),
         ])
     );
-    // A proxy client without a connection of its own is not one Redis
-    // could redirect to: Redis's refusal.
+    // A client that has only asked its id has no connection of its own to
+    // Redis yet: named, it gets one, where its subscription then goes and
+    // the invalidation messages come.
     let mut other = proxy.client();
     let other_id = id(&mut other).to_string();
     let mut t2 = proxy.client();
     assert_eq!(
         t2.cmd(&["CLIENT", "TRACKING", "on", "REDIRECT", &other_id]),
-        Value::Error("ERR The client ID you want redirect to does not exist".into())
+        Value::Simple("OK".into())
     );
+    assert_eq!(
+        t2.cmd(&["CLIENT", "GETREDIR"]),
+        Value::Int(other_id.parse().unwrap())
+    );
+    t2.cmd(&["GET", "tracked2"]);
+    other.cmd(&["SUBSCRIBE", "__redis__:invalidate"]);
+    writer.cmd(&["SET", "tracked2", "1"]);
+    assert_eq!(
+        other.read_value(),
+        Value::Array(vec![
+            Value::bulk("message"),
+            Value::bulk("__redis__:invalidate"),
+            Value::Array(vec![Value::bulk("tracked2")]),
+        ])
+    );
+}
+
+/// Redis's `RESP3 based basic redirect invalidation with client reply off`
+/// (`unit/tracking`): the client named has sent only `HELLO 3` and `CLIENT
+/// ID`, so it has no connection of its own to Redis when it is named. It
+/// gets the invalidation as a push, in the same bytes as from Redis, with
+/// its replies off (then on again) as with them on, and its replies are
+/// right afterwards.
+#[test]
+fn tracking_redirects_to_a_resp3_client_without_a_connection() {
+    let r = Redis::start();
+    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let mut writer = r.client();
+    for reply_off in [true, false] {
+        let mut seen = Vec::new();
+        for through in [true, false] {
+            let connect = || if through { proxy.client() } else { r.client() };
+            let (mut target, mut tracker) = (connect(), connect());
+            target.raw(&["HELLO", "3"]);
+            let target_id = id(&mut target).to_string();
+            let redirect = tracker.raw(&["CLIENT", "TRACKING", "on", "REDIRECT", &target_id]);
+            assert_eq!(
+                String::from_utf8_lossy(&redirect),
+                "+OK\r\n",
+                "through the proxy: {through}"
+            );
+            writer.cmd(&["SET", "foo", "bar"]);
+            tracker.cmd(&["GET", "foo"]);
+            if reply_off {
+                target.send(&["CLIENT", "REPLY", "OFF"]);
+            }
+            writer.cmd(&["SET", "foo", "bar2"]);
+            let push = target.read_raw();
+            let next = if reply_off {
+                target.raw(&["CLIENT", "REPLY", "ON"])
+            } else {
+                target.raw(&["GET", "foo"])
+            };
+            let pong = target.raw(&["PING"]);
+            seen.push([redirect, push, next, pong].map(|b| String::from_utf8(b).unwrap()));
+        }
+        assert_eq!(
+            seen[0],
+            [
+                "+OK\r\n",
+                ">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nfoo\r\n",
+                if reply_off {
+                    "+OK\r\n"
+                } else {
+                    "$4\r\nbar2\r\n"
+                },
+                "+PONG\r\n"
+            ]
+        );
+        assert_eq!(seen[0], seen[1]);
+    }
+}
+
+/// A redirect to an id no client of the proxy has (never had, or one that
+/// has left) gets Redis's refusal, as directly.
+#[test]
+fn tracking_redirect_to_no_client_is_refused() {
+    let r = Redis::start();
+    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let mut direct = r.client();
+    let mut tracker = proxy.client();
+    let mut gone = proxy.client();
+    let gone_id = id(&mut gone).to_string();
+    drop(gone);
+    wait_until("the client has left", || {
+        !by_id(&text(&tracker.cmd(&["CLIENT", "LIST"])))
+            .contains_key(&gone_id.parse::<i64>().unwrap())
+    });
+    let refused = b"-ERR The client ID you want redirect to does not exist\r\n".to_vec();
+    for target in ["999999", "0", "-3", &gone_id] {
+        let args = ["CLIENT", "TRACKING", "on", "REDIRECT", target];
+        // (The proxy's id of the client gone may be one Redis gives one of
+        // its connections.)
+        if target != gone_id {
+            assert_eq!(direct.raw(&args), refused, "{target}");
+        }
+        assert_eq!(tracker.raw(&args), refused, "{target}");
+    }
 }
 
 /// A client that names its own id (redis-py's

@@ -368,7 +368,7 @@ impl Session {
         let watching = self.mode.watch;
         self.dedicated = None;
         self.node_wanted = Some(addr);
-        self.open_dedicated().await?;
+        self.open_dedicated(false).await?;
         if let Some(d) = &self.dedicated {
             d.set_bound(self.mode.any());
         }

@@ -9,12 +9,16 @@
 //! A client's id is the proxy's (the one `HELLO` reports too). Where Redis
 //! must be told about a client (`CLIENT UNBLOCK`, `CLIENT TRACKING ...
 //! REDIRECT`), the id is translated to that of the client's dedicated
-//! upstream connection, which Redis knows; a client without one is, to
-//! Redis, no client at all.
+//! upstream connection, which Redis knows. A client without one is, to
+//! Redis, no client at all: for a redirect, its session is asked to open
+//! one (see [`Registry::ask_upstream`]).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -44,6 +48,13 @@ pub struct Entry {
     state: Mutex<State>,
     /// Wakes the session out of a blocking pop for `CLIENT UNBLOCK`.
     unblock: tokio::sync::Notify,
+    /// `State::asks` may have requests: read without the lock, by a
+    /// session that polls for them each time it waits for its client.
+    asking: AtomicBool,
+    /// Wakes the waiting session for them. Not a `Notify`, whose every
+    /// poll takes a lock: this costs a client's every request a few
+    /// atomic operations.
+    asked: futures_util::task::AtomicWaker,
 }
 
 /// What changes while the client is connected.
@@ -74,6 +85,43 @@ struct State {
     parked: bool,
     /// `CLIENT UNBLOCK` asked to end that wait (with an error if `true`).
     unblock: Option<bool>,
+    /// Other sessions waiting for this one's dedicated connection, which
+    /// their `CLIENT TRACKING … REDIRECT` names to Redis.
+    asks: Vec<Ask>,
+}
+
+/// A request for the session's dedicated connection (opened if it has
+/// none): answered with the connection's address, `None` if it cannot
+/// have one.
+type Ask = tokio::sync::oneshot::Sender<Option<SocketAddr>>;
+
+/// How long a `CLIENT TRACKING … REDIRECT` waits for the client it names to
+/// answer an [`Ask`]: that client's session does when it next waits for its
+/// client's bytes, which a command it is busy with (a blocking one) delays.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// See [`Client::asked`].
+pub struct Asked(Arc<Entry>);
+
+impl std::future::Future for Asked {
+    type Output = Vec<Ask>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Ask>> {
+        let entry = &self.0;
+        entry.asked.register(cx.waker());
+        if !entry.asking.load(Ordering::Acquire) {
+            return Poll::Pending;
+        }
+        // Cleared before the requests are taken: one added meanwhile sets
+        // it again, and is taken now or at the next poll.
+        entry.asking.store(false, Ordering::Relaxed);
+        let asks = std::mem::take(&mut entry.state.lock().unwrap().asks);
+        if asks.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(asks)
+        }
+    }
 }
 
 /// What the session knows of itself, copied into its entry.
@@ -159,8 +207,11 @@ impl Registry {
                 upstream: None,
                 parked: false,
                 unblock: None,
+                asks: Vec::new(),
             }),
             unblock: tokio::sync::Notify::new(),
+            asking: AtomicBool::new(false),
+            asked: futures_util::task::AtomicWaker::new(),
         });
         self.clients.lock().unwrap().insert(id, entry.clone());
         Client {
@@ -197,10 +248,28 @@ impl Registry {
 
     /// Where the dedicated connection of client `id` comes from, if it
     /// has one.
-    fn upstream(&self, id: u64) -> Option<String> {
+    fn upstream(&self, id: u64) -> Option<SocketAddr> {
         let entry = self.get(id)?;
         let s = entry.state.lock().unwrap();
-        Some(s.upstream.as_ref()?.local_addr()?.to_string())
+        s.upstream.as_ref()?.local_addr()
+    }
+
+    /// Where the dedicated connection of client `id` comes from, once its
+    /// session has opened one if it had none (as for a request needing
+    /// one); `None` if there is no such client, it cannot have one, or it
+    /// does not answer in time.
+    async fn ask_upstream(&self, id: u64) -> Option<SocketAddr> {
+        let answer = {
+            let entry = self.get(id)?;
+            let (ask, answer) = tokio::sync::oneshot::channel();
+            entry.state.lock().unwrap().asks.push(ask);
+            entry.asking.store(true, Ordering::Release);
+            entry.asked.wake();
+            answer
+        };
+        // The entry is not kept meanwhile: a client that leaves drops the
+        // request with it, which ends the wait at once.
+        tokio::time::timeout(ASK_TIMEOUT, answer).await.ok()?.ok()?
     }
 }
 
@@ -278,6 +347,14 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// What the session waits on, besides its client's bytes: resolves,
+    /// to the requests for its dedicated connection, when some other
+    /// session asks for it (see [`Registry::ask_upstream`]); it can be
+    /// awaited again after that.
+    pub fn asked(&self) -> Asked {
+        Asked(self.entry.clone())
     }
 
     pub fn update(&self, snap: Snapshot) {
@@ -822,6 +899,11 @@ impl Session {
     /// request names a client, never on the request path).
     async fn upstream_id(&mut self, id: u64) -> Option<u64> {
         let addr = self.ctx.clients.upstream(id)?;
+        self.redis_id(addr).await
+    }
+
+    /// The id Redis gives its client connected from `addr`.
+    async fn redis_id(&mut self, addr: SocketAddr) -> Option<u64> {
         let request = Bytes::from_static(b"*2\r\n$6\r\nCLIENT\r\n$4\r\nLIST\r\n");
         let reply = self.shared.call(request, self.out.clone()).await.ok()?;
         let text = String::from_utf8_lossy(&reply);
@@ -852,16 +934,49 @@ impl Session {
             self.client.update(self.snapshot());
         }
         let upstream = match u64::try_from(id) {
-            Ok(id) => self.upstream_id(id).await.map_or(0, |up| {
-                self.redirect_ids = Some((up, id));
-                up
-            }),
+            Ok(id) => {
+                let mut found = self.upstream_id(id).await;
+                if found.is_none() && id != self.client.id() {
+                    // Another client without a (live) connection of its own:
+                    // its session opens one to be named.
+                    if let Some(addr) = self.ctx.clients.ask_upstream(id).await {
+                        found = self.redis_id(addr).await;
+                    }
+                }
+                found.map_or(0, |up| {
+                    self.redirect_ids = Some((up, id));
+                    up
+                })
+            }
             Err(_) => 0,
         }
         .to_string();
         let mut words: Vec<&[u8]> = args.iter().collect();
         words[at + 1] = upstream.as_bytes();
         Some(Bytes::from(crate::upstream::encode_command(&words)))
+    }
+
+    /// Answers other sessions' requests for the client's dedicated
+    /// connection (see [`Registry::ask_upstream`]), opening it as a request
+    /// needing it would, but sending nothing of the client's on it and
+    /// leaving its other requests where they go. Its set-up (`HELLO 3`, a
+    /// name) is written at once: Redis sends the redirected invalidations
+    /// in the protocol the connection speaks.
+    pub(super) async fn open_for_redirect(&mut self, asks: Vec<Ask>) {
+        let addr = match self.open_dedicated(false).await {
+            Ok(()) => {
+                let d = self.dedicated.as_mut().expect("dedicated connection");
+                d.write_prelude().await;
+                let addr = d.watch().local_addr();
+                self.client.update(self.snapshot());
+                addr
+            }
+            Err(_) => None,
+        };
+        for ask in asks {
+            // One that stopped waiting gets nothing.
+            let _ = ask.send(addr);
+        }
     }
 
     /// `CLIENT GETREDIR` and `CLIENT TRACKINGINFO` after a `CLIENT

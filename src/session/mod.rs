@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use crate::cluster::{self, topology::Topology};
 use crate::command::{classify, classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
+use crate::error::UpstreamError;
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::visible::View;
@@ -393,6 +394,7 @@ impl Session {
         let mut shutdown = self.ctx.shutdown.clone();
         let stopping = shutdown.changed();
         tokio::pin!(stopping);
+        let mut asked = self.client.asked();
         loop {
             if self.buf.is_empty() && self.buf.capacity() > 0 {
                 // A waiting client holds no buffer.
@@ -404,7 +406,14 @@ impl Session {
                 _ = &mut closed => return Stop::Gone,
                 _ = &mut stopping => return Stop::Finish,
                 r = self.rd.readable() => if r.is_err() { return Stop::Gone },
-                Some(b) = bounce::next(&mut self.bounces) => {
+                // After the client's bytes: a client that keeps sending
+                // pays nothing for it, and another client's redirect
+                // naming it waits until it pauses.
+                asks = &mut asked => {
+                    self.open_for_redirect(asks).await;
+                    continue;
+                }
+                Some(b) = bounce::next(&mut self.bounces), if self.bounces.is_some() => {
                     self.bounced(b).await;
                     continue;
                 }
@@ -1217,10 +1226,7 @@ impl Session {
     }
 
     async fn ensure_dedicated(&mut self) -> bool {
-        if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
-            return true;
-        }
-        match self.open_dedicated().await {
+        match self.open_dedicated(true).await {
             Ok(()) => true,
             Err(e) => {
                 self.out
@@ -1230,13 +1236,24 @@ impl Session {
         }
     }
 
-    /// A new dedicated connection, in place of the one the client had.
-    async fn open_dedicated(&mut self) -> Result<(), crate::error::UpstreamError> {
+    /// Opens the client's dedicated connection unless it has a live one.
+    /// Without `login_anew`, only one the client is logged in on as it is
+    /// now: never one where a login it made on a connection now gone would
+    /// be lost.
+    async fn open_dedicated(&mut self, login_anew: bool) -> Result<(), UpstreamError> {
+        if self.dedicated.as_ref().is_some_and(|d| !d.is_dead()) {
+            return Ok(());
+        }
         // A client in a pool logs in again with the pool's credentials,
         // which it proved. A ready connection is taken without waiting, so
         // the request is written before any other client's next one.
         let pool_login = self.member.as_ref().and_then(Member::ready);
         let logged_in = self.auth == crate::auth::State::Open || pool_login.is_some();
+        if !(logged_in || login_anew) {
+            return Err(UpstreamError::Unavailable(
+                "the client would have to log in again".into(),
+            ));
+        }
         let node = self.ctx.cluster.as_ref().and_then(|t| {
             self.node_wanted
                 .take()
@@ -1267,6 +1284,7 @@ impl Session {
             }
             Dedicated::open_plain(&self.ctx.endpoint, self.out.clone()).await
         };
+        // A dead one goes, whether another opens or not.
         self.dedicated = None;
         let d = opened?;
         if let Some(b) = &self.bounces {

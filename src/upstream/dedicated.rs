@@ -295,6 +295,16 @@ impl Dedicated {
         self.prelude_count += count;
     }
 
+    /// Writes the prelude now, not with the next request: for a connection
+    /// that must be set up before its client sends anything on it (one
+    /// another client names to Redis, whose pushes must come in the
+    /// client's protocol).
+    pub async fn write_prelude(&mut self) {
+        if !self.prelude.is_empty() {
+            self.send_dropped(&[], 0).await;
+        }
+    }
+
     /// Writes a request; `expect` is `None` for requests whose replies do not
     /// pair with them one to one. An error means nothing was sent; a write
     /// that fails later is answered by the reader, which sees the connection
