@@ -59,14 +59,6 @@ impl Default for Bounces {
     }
 }
 
-/// The next turned-away request, if the client has a cluster behind it.
-pub(super) async fn next(bounces: &mut Option<Bounces>) -> Option<Bounced> {
-    match bounces {
-        Some(b) => b.rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Waits before a request is sent again, longer each time (20 ms to
 /// 500 ms, as the shared connections' retries).
 fn backoff(hops: u32) -> Duration {
@@ -82,6 +74,12 @@ fn turned_away(reply: &[u8]) -> bool {
 impl Bounces {
     pub(super) fn sender(&self) -> mpsc::UnboundedSender<Bounced> {
         self.tx.clone()
+    }
+
+    /// A turned-away request not handled yet (the dedicated connection
+    /// rings the session's doorbell for each).
+    pub(super) fn next(&mut self) -> Option<Bounced> {
+        self.rx.try_recv().ok()
     }
 
     /// The expectation of a request written to the dedicated connection,

@@ -48,8 +48,10 @@ pub struct Entry {
     state: Mutex<State>,
     /// Wakes the session out of a blocking pop for `CLIENT UNBLOCK`.
     unblock: tokio::sync::Notify,
-    /// `State::asks` may have requests: read without the lock, by a
-    /// session that polls for them each time it waits for its client.
+    /// The session has something to do besides its client's bytes:
+    /// `State::asks` may have requests, or its dedicated connection handed
+    /// requests back (`session::bounce`). Read without the lock, by a
+    /// session that polls for it each time it waits for its client.
     asking: AtomicBool,
     /// Wakes the waiting session for them. Not a `Notify`, whose every
     /// poll takes a lock: this costs a client's every request a few
@@ -115,12 +117,7 @@ impl std::future::Future for Asked {
         // Cleared before the requests are taken: one added meanwhile sets
         // it again, and is taken now or at the next poll.
         entry.asking.store(false, Ordering::Relaxed);
-        let asks = std::mem::take(&mut entry.state.lock().unwrap().asks);
-        if asks.is_empty() {
-            Poll::Pending
-        } else {
-            Poll::Ready(asks)
-        }
+        Poll::Ready(std::mem::take(&mut entry.state.lock().unwrap().asks))
     }
 }
 
@@ -355,6 +352,16 @@ impl Client {
     /// awaited again after that.
     pub fn asked(&self) -> Asked {
         Asked(self.entry.clone())
+    }
+
+    /// Wakes the session out of its wait for its client's bytes, as
+    /// [`Registry::ask_upstream`] does, for whoever has a task for it.
+    pub fn doorbell(&self) -> impl Fn() + Send + Sync + 'static {
+        let entry = self.entry.clone();
+        move || {
+            entry.asking.store(true, Ordering::Release);
+            entry.asked.wake();
+        }
     }
 
     pub fn update(&self, snap: Snapshot) {

@@ -410,11 +410,12 @@ impl Session {
                 // pays nothing for it, and another client's redirect
                 // naming it waits until it pauses.
                 asks = &mut asked => {
-                    self.open_for_redirect(asks).await;
-                    continue;
-                }
-                Some(b) = bounce::next(&mut self.bounces), if self.bounces.is_some() => {
-                    self.bounced(b).await;
+                    if !asks.is_empty() {
+                        self.open_for_redirect(asks).await;
+                    }
+                    while let Some(b) = self.bounces.as_mut().and_then(bounce::Bounces::next) {
+                        self.bounced(b).await;
+                    }
                     continue;
                 }
                 _ = tokio::time::sleep(idle.unwrap_or(Duration::from_secs(86_400))), if idle.is_some() => {
@@ -1288,7 +1289,7 @@ impl Session {
         self.dedicated = None;
         let d = opened?;
         if let Some(b) = &self.bounces {
-            d.on_bounce(b.sender());
+            d.on_bounce(b.sender(), Box::new(self.client.doorbell()));
         }
         self.dedicated = Some(d);
         if logged_in {

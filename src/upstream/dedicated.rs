@@ -103,6 +103,9 @@ pub enum Role {
     },
 }
 
+/// Wakes the session a [`Routed`] request is handed back to.
+pub type Doorbell = Box<dyn Fn() + Send + Sync>;
+
 /// A [`Routed`] request a node turned away, and the node's reply.
 pub struct Bounced {
     pub routed: Routed,
@@ -146,8 +149,9 @@ struct Shared {
     /// before it has arrived, Redis's bytes go to the client as they come
     /// (an RDB payload is no RESP value), for the rest of the connection.
     relay: AtomicBool,
-    /// Where [`Routed`] requests a node turned away go.
-    bounce: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Bounced>>,
+    /// Where [`Routed`] requests a node turned away go, and what wakes
+    /// the session for them.
+    bounce: std::sync::OnceLock<(tokio::sync::mpsc::UnboundedSender<Bounced>, Doorbell)>,
 }
 
 /// Channels, patterns and shard channels apart, as `CLIENT LIST` shows
@@ -413,10 +417,10 @@ impl Dedicated {
         }
     }
 
-    /// [`Routed`] requests a node turns away go to `tx`; without it they
-    /// are answered as any request.
-    pub fn on_bounce(&self, tx: tokio::sync::mpsc::UnboundedSender<Bounced>) {
-        let _ = self.shared.bounce.set(tx);
+    /// [`Routed`] requests a node turns away go to `tx`, each followed by
+    /// a `ring`; without it they are answered as any request.
+    pub fn on_bounce(&self, tx: tokio::sync::mpsc::UnboundedSender<Bounced>, ring: Doorbell) {
+        let _ = self.shared.bounce.set((tx, ring));
     }
 
     pub fn is_bound(&self) -> bool {
@@ -624,8 +628,9 @@ async fn read_loop(
                     match (away, r.seq) {
                         (true, _) => {
                             r.seq = Some(r.seq.unwrap_or_else(|| out.hold_dedicated()));
-                            if let Some(tx) = bounce {
+                            if let Some((tx, ring)) = bounce {
                                 let _ = tx.send(Bounced { routed: *r, reply });
+                                ring();
                             }
                         }
                         (false, Some(seq)) => {
