@@ -213,10 +213,7 @@ impl SentinelSet {
         set.start_node(primary, None);
         let replica = free_port();
         set.start_node(replica, Some(primary));
-        wait_until("the replica in sync", || {
-            let info = info(replica, "replication");
-            info.contains("master_link_status:up")
-        });
+        wait_replica_in_sync(replica, "the replica in sync");
         for _ in 0..3 {
             let port = free_port();
             let conf = set.dir.join(format!("sentinel-{port}.conf"));
@@ -364,9 +361,7 @@ impl SentinelSet {
     pub fn restart_as_replica(&mut self, port: u16) {
         let primary = self.primary();
         self.start_node(port, Some(primary));
-        wait_until("the restarted replica in sync", || {
-            info(port, "replication").contains("master_link_status:up")
-        });
+        wait_replica_in_sync(port, "the restarted replica in sync");
         // A candidate for the next failover once every sentinel sees it up.
         let want = Value::bulk(&port.to_string());
         wait_until("the sentinels seeing the restarted replica", || {
@@ -1318,6 +1313,53 @@ pub fn wait_until_within(what: &str, limit: Duration, mut done: impl FnMut() -> 
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Polls `state` until it says done (`None`), failing only once what it
+/// says (`Some(state)`) has not changed for 20 seconds, or after `cap`: a
+/// wait that follows what it waits for, which a loaded machine slows but
+/// does not stop.
+pub fn wait_following(what: &str, cap: Duration, mut state: impl FnMut() -> Option<String>) {
+    let started = Instant::now();
+    let mut last = String::new();
+    let mut moved = Instant::now();
+    while let Some(now) = state() {
+        if now != last {
+            (last, moved) = (now, Instant::now());
+        }
+        assert!(
+            moved.elapsed() < Duration::from_secs(20) && started.elapsed() < cap,
+            "timed out waiting for {what}, at: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the replica on `port` is in sync with its primary, for as
+/// long as its synchronisation makes progress.
+pub fn wait_replica_in_sync(port: u16, what: &str) {
+    wait_following(what, Duration::from_secs(180), || {
+        let info = info(port, "replication");
+        if info.contains("master_link_status:up") {
+            return None;
+        }
+        // The link, the transfer and the offset: any of them moving is
+        // progress.
+        let progress: Vec<&str> = info
+            .lines()
+            .filter(|l| {
+                [
+                    "master_link_status:",
+                    "master_sync_in_progress:",
+                    "master_sync_read_bytes:",
+                    "slave_read_repl_offset:",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+            })
+            .collect();
+        Some(progress.join(" "))
+    });
 }
 
 /// One series of the proxy's Prometheus endpoint on `port`, -1 while it
