@@ -28,7 +28,7 @@ use crate::cluster::map::{parse_redirect, Redirect};
 use crate::command::{Args, Kind};
 use crate::error::UpstreamError;
 use crate::output::ReplyTransform;
-use crate::upstream::dedicated::{transform_exec, Bounced, Expect, Role, Routed};
+use crate::upstream::dedicated::{is_redirection, transform_exec, Bounced, Expect, Role, Routed};
 
 pub(super) struct Bounces {
     tx: mpsc::UnboundedSender<Bounced>,
@@ -63,12 +63,6 @@ impl Default for Bounces {
 /// 500 ms, as the shared connections' retries).
 fn backoff(hops: u32) -> Duration {
     Duration::from_millis(20u64 << hops.min(5)).min(Duration::from_millis(500))
-}
-
-fn turned_away(reply: &[u8]) -> bool {
-    [&b"-MOVED "[..], b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"]
-        .iter()
-        .any(|b| reply.starts_with(b))
 }
 
 impl Bounces {
@@ -278,7 +272,7 @@ impl Session {
                 self.topology().map(|t| t.moved(slot, &addr))
             }
             (Some(to), _) => to,
-            (None, _) if turned_away(&reply) => None,
+            (None, _) if is_redirection(&reply) => None,
             // Aborted for an error Redis gave the client when it queued.
             (None, _) => return self.out.fill(seq, Ok(reply)),
         };
@@ -323,7 +317,7 @@ impl Session {
                 .get(1..parts.len().saturating_sub(1))
                 .unwrap_or_default()
                 .iter()
-                .find(|p| turned_away(p));
+                .find(|p| is_redirection(p));
             let Some(away) = away else {
                 return self.out.fill(seq, Ok(transform_exec(transforms, exec)));
             };

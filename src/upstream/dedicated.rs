@@ -103,6 +103,13 @@ pub enum Role {
     },
 }
 
+/// Whether a cluster node's `reply` sends the request elsewhere or asks
+/// for it later, rather than answers it.
+pub fn is_redirection(reply: &[u8]) -> bool {
+    const BOUNCES: [&[u8]; 4] = [b"-MOVED ", b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"];
+    BOUNCES.iter().any(|b| reply.starts_with(b))
+}
+
 /// Wakes the session a [`Routed`] request is handed back to.
 pub type Doorbell = Box<dyn Fn() + Send + Sync>;
 
@@ -115,8 +122,7 @@ pub struct Bounced {
 impl Routed {
     /// Whether `reply` turns the request away rather than answers it.
     fn turned_away(&self, reply: &[u8]) -> bool {
-        const BOUNCES: [&[u8]; 4] = [b"-MOVED ", b"-ASK ", b"-TRYAGAIN", b"-CLUSTERDOWN"];
-        BOUNCES.iter().any(|b| reply.starts_with(b))
+        is_redirection(reply)
             || (matches!(self.role, Role::Exec { .. }) && reply.starts_with(b"-EXECABORT"))
     }
 
