@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod auth;
+mod clients;
 pub mod cluster;
 pub mod command;
 pub mod config;

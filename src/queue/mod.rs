@@ -21,6 +21,7 @@ pub mod pop;
 pub mod reaper;
 pub mod registry;
 pub mod rules;
+mod serve;
 pub mod signals;
 pub mod sink;
 pub mod tally;
@@ -47,6 +48,7 @@ use dbs::Dbs;
 use job::Job;
 use pop::{Parsed, Pop};
 use rules::Rules;
+pub use serve::{Conn, Left, Outcome, Place, Wait};
 use waiters::Events;
 
 /// How the session can carry a queue operation out.
@@ -59,6 +61,9 @@ pub struct How {
     /// Several calls may carry it out ([`Intercept::Job`]); false where it
     /// must be one request on the client's own connection (during a pause).
     pub split: bool,
+    /// A `CLIENT PAUSE` made through the proxy is in force: a blocking
+    /// pop's first call goes on the proxy's own connection.
+    pub paused: bool,
     /// The client connection, from [`owners::next_conn`]: leases on rules
     /// that track connections record it.
     pub conn: u64,
@@ -281,7 +286,7 @@ impl Queues {
         }
     }
 
-    /// What to do instead of forwarding.
+    /// What to do instead of forwarding a request [`Queues::concerns`].
     pub fn intercept(&self, kind: Kind, args: Args<'_>, how: How) -> Intercept {
         let How {
             protocol,
@@ -290,15 +295,13 @@ impl Queues {
             conn,
             db,
             next,
+            ..
         } = how;
         let db = self.dbs.at(db);
         // Where a request cannot be split, it is one call, as in MULTI.
         let one_call = in_multi || !split;
         match kind {
             Kind::Pop(form) => {
-                if !self.concerns(kind, args) {
-                    return Intercept::Pass;
-                }
                 if in_multi || (one_call && !form.is_blocking()) {
                     if let Some(refusal) = job::pop_above_one_call(form, args, &self.rules) {
                         return Intercept::Refuse(refusal);
@@ -505,6 +508,7 @@ impl Queues {
             protocol: 3,
             in_multi: false,
             split: true,
+            paused: false,
             // No client connection: nothing to acknowledge by next pop.
             conn: 0,
             db: 0,

@@ -77,6 +77,12 @@ pub(super) fn redis_has_setinfo() -> bool {
     crate::command::table::with_current(|t| t.is_some_and(|t| t.knows(b"client|setinfo")))
 }
 
+/// Whether the proxy keeps what the request sets or asks (see
+/// [`Session::client_meta`]).
+pub(super) fn keeps(args: Args<'_>) -> bool {
+    parse_client(args, redis_has_setinfo()).is_some()
+}
+
 /// A `CLIENT` metadata request Redis would accept.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change<'a> {

@@ -6,9 +6,12 @@
 mod auth;
 mod bounce;
 mod buffers;
-pub mod clients;
+mod client_table;
+mod decide;
+mod handover;
 mod meta;
 pub mod mode;
+mod pop_order;
 pub mod route;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,13 +22,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::sync::watch;
 
 use crate::cluster::{self, topology::Topology};
-use crate::command::{classify, classify_writes, may_write, Args, Kind};
+use crate::command::{classify_writes, may_write, Args, Kind};
 use crate::config::{Config, LimitsConfig};
 use crate::error::UpstreamError;
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
 use crate::queue::visible::View;
-use crate::queue::{Intercept, Queues};
+use crate::queue::{Left, Outcome, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::telemetry::Route as Served;
 use crate::upstream::dedicated::{Dedicated, Expect};
@@ -33,7 +36,9 @@ use crate::upstream::ready::Ready;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::users::{Member, Users};
 use crate::upstream::Endpoint;
+use decide::Decision;
 use mode::Mode;
+use pop_order::PopOrder;
 use route::{oversized, route, Facts, Lane, Pause, Route};
 
 /// What every session shares.
@@ -63,7 +68,7 @@ pub struct Context {
     /// The proxy's own password for clients, if it asks for one.
     requirepass: Option<crate::auth::Password>,
     /// Every client connected, as `CLIENT LIST` shows them.
-    pub clients: Arc<clients::Registry>,
+    pub clients: Arc<crate::clients::Registry>,
     /// With a Redis Cluster upstream: its nodes, and ready connections to
     /// each for clients' own.
     cluster: Option<Arc<Topology>>,
@@ -246,7 +251,7 @@ enum Stop {
     Finish,
 }
 
-/// What a step of [`Session::handle`] that may serve a request did.
+/// What a step of [`Session::serve`] that may serve a request did.
 enum Step {
     /// Not this step's request: the next one looks at it.
     Pass,
@@ -266,7 +271,7 @@ impl Step {
 }
 
 pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::SocketAddr>) {
-    let origin = clients::Origin::of(&stream, peer);
+    let origin = crate::clients::Origin::of(&stream, peer);
     let (rd, wr) = stream.split();
     let shared = ctx.pick_shared();
     let limits = ctx.limits();
@@ -298,11 +303,9 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         auth: crate::auth::State::Open,
         member: None,
         started: Instant::now(),
-        pending_at_read: false,
-        pops_this_read: 0,
+        pop_order: PopOrder::default(),
         redirect_ids: None,
         relaying: false,
-        popped_in_multi: false,
         ctx,
     };
     session.set_auth(crate::auth::State::at_connect(session.proxy_password()));
@@ -332,7 +335,7 @@ struct Session {
     /// and is the client's id.
     conn: u64,
     /// The client's entry in the table of clients.
-    client: clients::Client,
+    client: crate::clients::Client,
     ctx: Arc<Context>,
     rd: ReadHalf,
     buf: BytesMut,
@@ -369,13 +372,7 @@ struct Session {
     member: Option<Member>,
     /// When the client connected.
     started: Instant,
-    /// A reply was still unwritten when the last bytes were read: the
-    /// requests in them were sent without waiting for it.
-    pending_at_read: bool,
-    /// Pops handled since the last read (pipelined with one another).
-    pops_this_read: u32,
-    /// The open transaction has a pop queued.
-    popped_in_multi: bool,
+    pop_order: PopOrder,
     /// After `SYNC` or `PSYNC`: the client is a replica (or `redis-cli
     /// --rdb`), whose connection carries an RDB payload and then the
     /// replication stream, no RESP replies to requests; its bytes and
@@ -434,8 +431,7 @@ impl Session {
                 Ok(0) => return Stop::Gone,
                 Ok(_) => {
                     self.out.received();
-                    self.pending_at_read = self.out.unwritten() > 0;
-                    self.pops_this_read = 0;
+                    self.pop_order.read(self.out.unwritten() > 0);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(_) => return Stop::Gone,
@@ -506,10 +502,9 @@ impl Session {
                     let args = Args::new(&self.buf[pos..pos + n], self.scanner.args());
                     let (kind, may_write) = classify_writes(args);
                     self.client.command(kind, args);
-                    if route(kind, args, &self.facts()) == Route::Shared
-                        && self.batchable(kind, args)
-                    {
-                        writes |= may_write;
+                    let decision = self.decide(kind, args, may_write);
+                    if let Decision::Batch { writes: w } = decision {
+                        writes |= w;
                         pos += n;
                         batch += 1;
                         continue;
@@ -525,7 +520,7 @@ impl Session {
                     ranges.clear();
                     ranges.extend_from_slice(self.scanner.args());
                     let frame = self.buf.split_to(n).freeze();
-                    let stop = self.handle(kind, frame, &ranges).await;
+                    let stop = self.serve(decision, kind, frame, &ranges).await;
                     self.ranges = ranges;
                     if let Some(stop) = stop {
                         return Some(stop);
@@ -543,9 +538,11 @@ impl Session {
                     self.buf.advance(consumed);
                     let ranges = self.scanner.args().to_vec();
                     let frame = Bytes::from(encoded);
-                    let kind = classify(Args::new(&frame, &ranges));
-                    self.client.command(kind, Args::new(&frame, &ranges));
-                    if let Some(stop) = self.handle(kind, frame, &ranges).await {
+                    let args = Args::new(&frame, &ranges);
+                    let (kind, may_write) = classify_writes(args);
+                    self.client.command(kind, args);
+                    let decision = self.decide(kind, args, may_write);
+                    if let Some(stop) = self.serve(decision, kind, frame, &ranges).await {
                         return Some(stop);
                     }
                 }
@@ -622,33 +619,32 @@ impl Session {
         self.lane = Lane::Writes;
     }
 
-    async fn handle(
+    /// Serves a request as [`Session::decide`] decided, unless it was
+    /// batched.
+    async fn serve(
         &mut self,
+        decision: Decision,
         kind: Kind,
         frame: Bytes,
         ranges: &[std::ops::Range<usize>],
     ) -> Option<Stop> {
         let args = Args::of_frame(&frame, ranges);
         if kind == Kind::Multi {
-            self.popped_in_multi = false;
+            self.pop_order.transaction_opened();
         }
         if kind == Kind::Reset {
             self.reset_meta().await;
         }
-        // Metadata and protocol are the proxy's to keep, unless the request
-        // is queued in a transaction (or replies no longer pair).
-        let in_mode = self.mode.multi || self.mode.unpaired;
-        if kind == Kind::Sticky
-            && !self.pinned
-            && self.auth == crate::auth::State::Open
-            && args.is(0, "HELLO")
-            && self.hello(args, &frame).await
-        {
-            return None;
-        }
-        if kind == Kind::Meta && self.shares() && !in_mode && self.client_meta(args).await {
-            self.client.update(self.snapshot());
-            return None;
+        let mut decision = decision;
+        match decision {
+            Decision::Hello if self.hello(args, &frame).await => return None,
+            Decision::ClientMeta if self.client_meta(args).await => {
+                self.client.update(self.snapshot());
+                return None;
+            }
+            // A login (HELLO … AUTH), or what Redis must answer.
+            Decision::Hello | Decision::ClientMeta => decision = Decision::Forward,
+            _ => {}
         }
         // A RESET logs out a client that needed no login when it connected
         // if a login is wanted now; a login may change the connection the
@@ -659,89 +655,23 @@ impl Session {
                 served => return served.stop(),
             }
         }
-        if kind == Kind::Meta && !in_mode {
-            match self.client_table(args, &frame).await {
-                Step::Pass => {}
-                served => return served.stop(),
-            }
-        }
-        match kind {
-            Kind::Quit => {
+        match decision {
+            Decision::ClientTable => return self.client_table(args, &frame).await.stop(),
+            Decision::Quit => {
                 self.answer(Bytes::from_static(b"+OK\r\n")).await;
                 return Some(Stop::Finish);
             }
-            Kind::Reset if !self.pinned => {
+            Decision::Reset => {
                 self.mode = Mode::default();
                 self.out
                     .answer(Bytes::from_static(b"+RESET\r\n"), Served::Proxy);
                 return None;
             }
-            Kind::Pop(_) | Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue
-                if self.ctx.queues.concerns(kind, args) =>
-            {
-                let queues = self.ctx.queues.clone();
-                if !self.permitted(kind, args).await {
-                    return None;
-                }
-                let in_multi = self.pinned && self.mode.multi;
-                if self.pinned && !in_multi {
-                    // Redis would run this after everything the client
-                    // sent before; that also settles the protocol and
-                    // the subscriptions it runs under.
-                    self.settle().await;
-                    if self.subscribed_resp2() {
-                        let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
-                        self.answer(reply).await;
-                        return None;
-                    }
-                }
-                // A pause would hold the calls of a job on the shared
-                // connection: one call, on the client's own instead.
-                let paused = self.ctx.pause().is_some() && !self.mode.any();
-                let how = crate::queue::How {
-                    protocol: self.protocol(),
-                    in_multi,
-                    split: !paused,
-                    conn: self.conn,
-                    // Settled above (outside MULTI): the database the
-                    // client's earlier SELECTs left it in.
-                    db: self.db(),
-                    next: self.next_pop(kind, in_multi),
-                };
-                let intercept = queues.intercept(kind, args, how);
-                match intercept {
-                    Intercept::Pass => {}
-                    Intercept::Reply(bytes) => {
-                        self.answer_as(bytes, Served::Queue).await;
-                        return None;
-                    }
-                    Intercept::Refuse(bytes) => {
-                        self.answer_as(bytes, Served::Queue).await;
-                        if in_multi {
-                            self.fail_transaction().await;
-                        }
-                        return None;
-                    }
-                    Intercept::Rewrite { request, transform } => {
-                        self.rewritten(kind, request, transform).await;
-                        return None;
-                    }
-                    Intercept::Block(pop) => {
-                        return self.blocking_pop(&queues, pop).await;
-                    }
-                    Intercept::Job(job) => {
-                        self.run_job(job).await;
-                        return None;
-                    }
-                }
-            }
+            Decision::Queue => match self.queue(kind, args).await {
+                Step::Pass => decision = self.decide_unqueued(kind, args, may_write(args)),
+                served => return served.stop(),
+            },
             _ => {}
-        }
-        if let Some(password) = crate::auth::sets_requirepass(args) {
-            let password = password.to_vec();
-            self.set_requirepass(kind, args, frame.clone(), password)
-                .await;
-            return None;
         }
         if kind == Kind::Urgent && args.is(0, "CLIENT") {
             self.ctx.note_pause(args);
@@ -749,68 +679,95 @@ impl Session {
         if crate::queue::library::may_unload(args) {
             self.ctx.queues.forget_library();
         }
-        if let Some(view) = crate::queue::visible::view(args) {
-            self.viewed(kind, args, frame.clone(), view).await;
-            return None;
-        }
         if kind == Kind::Script {
             self.ctx.queues.script(args);
         }
-        if let Some(fired) = self.ctx.queues.signal(args) {
-            self.signalled(kind, args, frame.clone(), fired).await;
-            return None;
+        match decision {
+            Decision::Requirepass(password) => {
+                self.set_requirepass(kind, args, frame.clone(), password)
+                    .await;
+            }
+            Decision::View(view) => self.viewed(kind, args, frame.clone(), view).await,
+            Decision::Signal(fired) => self.signalled(kind, args, frame.clone(), fired).await,
+            Decision::Info => {
+                let view = View::Reply(crate::clients::format::info(&self.ctx.clients));
+                self.viewed(kind, args, frame.clone(), view).await;
+            }
+            Decision::RedirectView(transform) => {
+                self.viewed(kind, args, frame.clone(), View::Reply(transform))
+                    .await;
+            }
+            Decision::TrackingRedirect { at, id } => {
+                let request = self.tracking_redirect(args, at, id).await;
+                self.send_dedicated(kind, args, &request, None, None).await;
+            }
+            Decision::Announce => match self
+                .ctx
+                .announce
+                .as_ref()
+                .filter(|_| !self.mode.multi)
+                .and_then(|a| a.answer(args, self.protocol()))
+            {
+                Some(reply) => self.answer(reply).await,
+                None => self.forward(kind, args, &frame).await,
+            },
+            _ => self.forward(kind, args, &frame).await,
         }
-        if clients::concerns(args) {
-            let view = View::Reply(clients::info(&self.ctx.clients));
-            self.viewed(kind, args, frame.clone(), view).await;
-            return None;
-        }
-        if let Some(reply) = self
-            .ctx
-            .announce
-            .as_ref()
-            .filter(|_| !self.mode.multi)
-            .and_then(|a| a.answer(args, self.protocol()))
-        {
-            self.answer(reply).await;
-            return None;
-        }
-        if let Some(transform) = self.redirect_view(args) {
-            self.viewed(kind, args, frame.clone(), View::Reply(transform))
-                .await;
-            return None;
-        }
-        if let Some(request) = self.tracking_redirect(args).await {
-            self.send_dedicated(kind, args, &request, None, None).await;
-            return None;
-        }
+        None
+    }
+
+    /// Sends the request as it is, alone, where [`route`] says.
+    async fn forward(&mut self, kind: Kind, args: Args<'_>, frame: &Bytes) {
         if route(kind, args, &self.facts()) != Route::Shared {
-            self.send_dedicated(kind, args, &frame, None, None).await;
+            self.send_dedicated(kind, args, frame, None, None).await;
         } else {
             let writes = may_write(args);
             if self.waits_for_reads(1, writes) {
                 self.out.shared_drained().await;
             }
-            self.send_shared(frame, 1, writes);
+            self.send_shared(frame.clone(), 1, writes);
         }
-        None
     }
 
-    /// Whether a pop is the connection's next one (see `How::next`): the
-    /// client read every reply before sending it, no other pop came in
-    /// the same read, and no other pop is queued in its transaction.
-    fn next_pop(&mut self, kind: Kind, in_multi: bool) -> bool {
-        if !matches!(kind, Kind::Pop(_)) {
-            return false;
+    /// Hands a request a queue rule concerns to `queue/`, which may let
+    /// it pass.
+    async fn queue(&mut self, kind: Kind, args: Args<'_>) -> Step {
+        let queues = self.ctx.queues.clone();
+        if !self.permitted(kind, args).await {
+            return Step::Served;
         }
-        let first = self.pops_this_read == 0 && !self.pending_at_read;
-        self.pops_this_read += 1;
-        if in_multi {
-            let first_in_multi = !self.popped_in_multi;
-            self.popped_in_multi = true;
-            return first && first_in_multi;
+        let in_multi = self.pinned && self.mode.multi;
+        if self.pinned && !in_multi {
+            // Redis would run this after everything the client sent
+            // before; that also settles the protocol and the
+            // subscriptions it runs under.
+            self.settle().await;
+            if self.subscribed_resp2() {
+                let reply = not_in_subscribed_context(args.get(0).unwrap_or_default());
+                self.answer(reply).await;
+                return Step::Served;
+            }
         }
-        first
+        let paused = self.ctx.pause().is_some();
+        let how = crate::queue::How {
+            protocol: self.protocol(),
+            in_multi,
+            // A pause would hold the calls of a job on the shared
+            // connection: one call, on the client's own instead.
+            split: !paused || self.mode.any(),
+            paused,
+            conn: self.conn,
+            // Settled above (outside MULTI): the database the client's
+            // earlier SELECTs left it in.
+            db: self.db(),
+            next: matches!(kind, Kind::Pop(_)) && self.pop_order.pop(in_multi),
+        };
+        match queues.serve(kind, args, how, self).await {
+            Outcome::Passed => Step::Pass,
+            Outcome::Served => Step::Served,
+            Outcome::Ended(Left::Gone) => Step::Stop(Stop::Gone),
+            Outcome::Ended(Left::Shutdown) => Step::Stop(Stop::Finish),
+        }
     }
 
     /// Has Redis discard the client's open transaction at EXEC
@@ -836,35 +793,6 @@ impl Session {
             self.settle().await;
         }
         self.out.answer(bytes, served);
-    }
-
-    /// Whether the request can join a batch for the shared connection: it
-    /// is stateless and no queue rule concerns it.
-    fn batchable(&self, kind: Kind, args: Args<'_>) -> bool {
-        let stateless = match kind {
-            Kind::Plain => {
-                !crate::queue::library::may_unload(args)
-                    && !crate::queue::visible::concerns(args)
-                    && !clients::concerns(args)
-                    && crate::auth::sets_requirepass(args).is_none()
-                    && !self.announces(args)
-            }
-            Kind::Pop(f) if !f.is_blocking() => self.passes_queues(kind, args),
-            Kind::Lrem | Kind::Ack | Kind::Nack | Kind::Queue => self.passes_queues(kind, args),
-            _ => false,
-        };
-        // A completion signal's reply is looked at (see `signalled`).
-        stateless && self.ctx.queues.signal(args).is_none()
-    }
-
-    /// Whether the proxy answers this `CLUSTER` request itself (see
-    /// `cluster::announce`).
-    fn announces(&self, args: Args<'_>) -> bool {
-        self.ctx.announce.is_some() && args.is(0, "CLUSTER")
-    }
-
-    fn passes_queues(&self, kind: Kind, args: Args<'_>) -> bool {
-        !self.ctx.queues.concerns(kind, args)
     }
 
     /// Moves the client off a shared connection busy with someone else's
@@ -1042,186 +970,6 @@ impl Session {
             None => {
                 self.avoid_congestion();
                 self.shared.send(bytes, count, &self.out, Some(transform));
-            }
-        }
-    }
-
-    /// Sends a request the queue interceptor rewrote, on the connection the
-    /// client uses now.
-    async fn rewritten(&mut self, kind: Kind, request: Bytes, transform: Box<dyn ReplyTransform>) {
-        if self.pinned && self.mode.multi {
-            // Queued inside MULTI: the rewritten reply is an element of
-            // EXEC's, and a missing library cannot be loaded in between.
-            self.ctx.queues.ensure_library().await;
-            self.send_dedicated(kind, Args::new(&[], &[]), &request, Some(transform), None)
-                .await;
-        } else if matches!(kind, Kind::Pop(form) if form.is_blocking())
-            || (self.ctx.pause().is_some() && !self.mode.any())
-        {
-            // A blocking form left to Redis (to report bad arguments) may
-            // block there after all, and a pause holds the scripts queue
-            // operations become: never on the shared connection. (A client
-            // in a stateful mode cannot run them on its own connection,
-            // which may be in another database or protocol.)
-            if !self.switch_to_dedicated().await {
-                return;
-            }
-            self.ctx.queues.ensure_library().await;
-            self.send_dedicated(
-                kind,
-                Args::new(&[], &[]),
-                &request,
-                None,
-                Some(Expect::Transformed(transform)),
-            )
-            .await;
-        } else {
-            // A client pinned for SELECT n, AUTH or HELLO pops on a shared
-            // connection of its database, once what it sent on its
-            // dedicated connection is done.
-            if let Some(d) = &self.dedicated {
-                if self.pinned {
-                    d.idle().await;
-                }
-            }
-            if let Some(shared) = self.queue_shared() {
-                // (Its next request, on its dedicated connection, waits
-                // for this: see `switch_to_dedicated`.)
-                let transform = Box::new(crate::queue::InDb {
-                    inner: transform,
-                    shared: shared.clone(),
-                });
-                shared.send(request, 1, &self.out, Some(transform));
-            } else if self.member.is_some() || self.meta.protocol == 3 {
-                // Two connections (its user's, or RESP3): what the client
-                // sent on the other runs first, and what it sends next
-                // waits for this.
-                self.out.shared_drained().await;
-                self.shared.send(request, 1, &self.out, Some(transform));
-                self.out.shared_drained().await;
-            } else {
-                self.avoid_congestion();
-                self.enter_writes_lane().await;
-                self.shared.send(request, 1, &self.out, Some(transform));
-            }
-        }
-    }
-
-    /// A queue operation made of several script calls: the client's next
-    /// request waits for it, so its requests take effect in order.
-    async fn run_job(&mut self, job: crate::queue::job::Job) {
-        // Its calls go on a shared connection of the client's database:
-        // what the client sent on its dedicated connection runs first.
-        if self.pinned {
-            if let Some(d) = &self.dedicated {
-                d.idle().await;
-            }
-        }
-        // And what it sent on its user's shared connection.
-        self.out.shared_drained().await;
-        let caller = crate::queue::call::Caller {
-            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
-            client: self.out.clone(),
-            db: self.db(),
-        };
-        let reply = job.run(caller).await;
-        self.out.answer(reply, Served::Queue);
-    }
-
-    async fn blocking_pop(
-        &mut self,
-        queues: &Arc<Queues>,
-        pop: crate::queue::pop::Pop,
-    ) -> Option<Stop> {
-        // Everything the client sent before must have executed first.
-        if self.pinned {
-            if let Some(d) = &self.dedicated {
-                d.idle().await;
-            }
-        }
-        self.out.shared_drained().await;
-        let state = self.out.clone();
-        // A pause would hold the pop's call on the shared connection, and
-        // every other client's request behind it there.
-        let paused = self.ctx.pause().is_some();
-        let db = self.db();
-        let caller = (!paused).then(|| crate::queue::call::Caller {
-            shared: self.queue_shared().unwrap_or_else(|| self.shared.clone()),
-            client: state.clone(),
-            db,
-        });
-        let started = tokio::time::Instant::now();
-        // As Redis serves a blocking pop on a list with elements: at once,
-        // the client never blocked (nor shown blocked). One bounded call,
-        // awaited alone.
-        let pop = match queues.pop_now(pop, caller, db).await {
-            Ok(reply) => {
-                self.out.answer(reply, Served::Queue);
-                return None;
-            }
-            Err(pop) => pop,
-        };
-        self.client.parked(true);
-        let stop = self.parked_pop(queues, pop, db, started).await;
-        self.client.parked(false);
-        stop
-    }
-
-    /// The wait of a blocking pop that found nothing at once: until its
-    /// reply, CLIENT UNBLOCK, the client going away, or a shutdown.
-    async fn parked_pop(
-        &mut self,
-        queues: &Arc<Queues>,
-        pop: crate::queue::pop::Pop,
-        db: i64,
-        started: tokio::time::Instant,
-    ) -> Option<Stop> {
-        let state = self.out.clone();
-        let unblocked = self.client.unblocked(pop.timeout_reply());
-        tokio::pin!(unblocked);
-        let fut = queues.park(pop, db, started);
-        tokio::pin!(fut);
-        let mut shutdown = self.ctx.shutdown.clone();
-        loop {
-            tokio::select! {
-                reply = &mut fut => {
-                    self.out.answer(reply, Served::Queue);
-                    return None;
-                }
-                // CLIENT UNBLOCK: as if the pop timed out (or failed). A
-                // message leased for it meanwhile comes back when its lease
-                // expires.
-                reply = &mut unblocked => {
-                    self.out.answer(reply, Served::Queue);
-                    return None;
-                }
-                _ = state.closed() => return Some(Stop::Gone),
-                // As Redis's SHUTDOWN closes its blocked clients: the replies
-                // before this pop are written, then the connection closes
-                // without one for the pop, at once rather than when the
-                // drain period ends. A message the dispatcher leased for it
-                // meanwhile comes back when its lease expires.
-                Ok(_) = shutdown.wait_for(|stop| *stop) => return Some(Stop::Finish),
-                r = self.rd.readable() => {
-                    if r.is_err() {
-                        return Some(Stop::Gone);
-                    }
-                    // Keep what the client sends meanwhile for later, but
-                    // notice when it goes away: its pop is then abandoned.
-                    crate::resp::grow(&mut self.buf, buffers::READ_SIZE);
-                    match self.rd.try_read_buf(&mut self.buf) {
-                        Ok(0) => return Some(Stop::Gone),
-                        Ok(_) => {
-                            // Sent before this pop's reply: not after it.
-                            self.pending_at_read = true;
-                            if self.buf.len() > QUERY_BUFFER_LIMIT {
-                                return Some(Stop::Gone);
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Some(Stop::Gone),
-                    }
-                }
             }
         }
     }
