@@ -1,6 +1,6 @@
 //! Opens N client connections to an address, sends one PING on each and
 //! reads the PONG, then holds them all open for a while: the load that
-//! `bench/run.sh` measures the proxy's memory under.
+//! `bench/scripts/run.sh` measures the proxy's memory under.
 //!
 //! usage: idle_conns ADDR N SECONDS
 

@@ -533,7 +533,7 @@ impl Drop for Guard {
 }
 
 /// twemproxy (`nutcracker`) in front of Redis with one server connection,
-/// as `bench/run.sh` runs it for the passthrough comparison.
+/// as `bench/scripts/run.sh` runs it for the passthrough comparison.
 fn start_twemproxy(redis_port: u16, dir: &std::path::Path) -> Res<(Guard, u16)> {
     let port = common::free_port();
     let conf = dir.join("nutcracker.yml");

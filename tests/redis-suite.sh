@@ -260,7 +260,7 @@ RULE_CONFIG="$WORK/rule.toml"
 # its error replies. Nothing is restored under maxmemory, where Redis would
 # refuse it (and count that). Whether the library is back in time for a
 # given test depends on timing: this exercises the hiding at random
-# points; tests/function_view.rs checks it at fixed ones. Two processes,
+# points; tests/suite/function_view.rs checks it at fixed ones. Two processes,
 # each killed by its PID (the loop's own redis-cli ends when the loop
 # does); every restore is logged to DIR/loads.
 start_loader() { # redis-port proxy-port dir -> LOADER_PIDS

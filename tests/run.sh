@@ -10,7 +10,7 @@ bash tests/setup-deps.sh
 # The tests drive redis-cli and headless chromium; the benchmark pass at the
 # end needs redis-benchmark, nutcracker and openssl.
 bash tests/setup-bench-deps.sh
-# The job frameworks tests/frameworks.rs runs (rq, Celery, hotqueue,
+# The job frameworks tests/suite/frameworks.rs runs (rq, Celery, hotqueue,
 # bee-queue, Bull, Sidekiq), at pinned versions.
 bash tests/frameworks/setup.sh
 
@@ -28,8 +28,8 @@ if [ "$(ulimit -Sn)" != unlimited ] && [ "$(ulimit -Sn)" -lt 20000 ]; then
 fi
 
 # Release build: some tests move 10 MB values and 100k-element replies, and
-# the release build is also what bench/run.sh needs next.
+# the release build is also what bench/scripts/run.sh needs next.
 cargo test --release -- --test-threads=2
 # Tests written with redis-py, against the release build just made.
 python3 tests/python/client_table.py --proxy "${CARGO_TARGET_DIR:-target}/release/ackproxy"
-bash bench/run.sh --smoke
+bash bench/scripts/run.sh --smoke

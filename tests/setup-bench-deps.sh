@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the test suite and the benchmarks need beyond the quick
 # start (tests/setup-deps.sh): redis-tools (redis-cli, redis-benchmark),
-# chromium with chromium-driver (tests/ops.rs drives the web view),
+# chromium with chromium-driver (tests/suite/ops.rs drives the web view),
 # nutcracker (twemproxy, the comparison in bench/), openssl (the
 # benchmark's TLS certificates) and prometheus (its promtool checks the
-# metrics exposition in tests/metrics.rs), from Debian's packages; and, where node
+# metrics exposition in tests/suite/metrics.rs), from Debian's packages; and, where node
 # and npm are installed, the Redis clients of tests/node (node-redis,
-# ioredis: tests/node_clients.rs) with `npm ci` from its lock file, and
+# ioredis: tests/suite/node_clients.rs) with `npm ci` from its lock file, and
 # redis-py 8 with pip. Without node (or pip) those tests skip, and this
 # says so.
 # Prints nothing and changes nothing when all of them are present.
@@ -17,7 +17,7 @@ node_clients() {
   local dir
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node"
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "setup-bench-deps: node or npm not found: tests/node_clients.rs will skip (install Node.js 20 or later)" >&2
+    echo "setup-bench-deps: node or npm not found: tests/suite/node_clients.rs will skip (install Node.js 20 or later)" >&2
     return 0
   fi
   # npm ci records what it installed in node_modules/.package-lock.json:
@@ -28,7 +28,7 @@ node_clients() {
 }
 node_clients
 
-# redis-py 8, which tests/client_metadata.rs, tests/queue.rs and
+# redis-py 8, which tests/suite/client_metadata.rs, tests/suite/queue.rs and
 # tests/python/ drive as a real client (they skip, saying so, without it).
 python_client() {
   python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]) < 8)' 2>/dev/null && return 0
@@ -39,7 +39,7 @@ python_client() {
 python_client
 
 # cargo-deb, which packaging/deb.sh uses to make the Debian package that
-# tests/packaging.rs builds and installs.
+# tests/suite/packaging.rs builds and installs.
 command -v cargo-deb >/dev/null 2>&1 || {
   echo "setup-bench-deps: installing cargo-deb 3.8.0 (cargo install)" >&2
   cargo install --quiet --locked cargo-deb --version 3.8.0

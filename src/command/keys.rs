@@ -242,7 +242,7 @@ fn georadius(args: Args<'_>) -> KeyPos {
 
 /// The common commands' entries of Redis 7.0's table, for before it has
 /// been read (or when Redis refuses `COMMAND`): name, arity, first key,
-/// last key, step. `tests/cluster_keys.rs` checks them against Redis.
+/// last key, step. `tests/suite/cluster_keys.rs` checks them against Redis.
 pub const BUILTIN: &[(&str, i64, i64, i64, i64)] = &[
     ("append", 3, 1, 1, 1),
     ("bitcount", -2, 1, 1, 1),

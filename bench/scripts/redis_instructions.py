@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Instructions Redis executes per pop+ACK pair: seed 000's two scripts
+called directly (EVALSHA) against ackproxy's queue functions (FCALL), both
+on a redis-server run under valgrind's callgrind, which counts
+instructions rather than time, so the figures repeat whatever else the
+machine is doing.
+
+The FCALLs are the ones ackproxy itself sends: a real proxy (ACKPROXY_BIN,
+default target/release/ackproxy) is started on a plain redis-server with
+a `json:id` rule, one message is popped and acknowledged through it while
+MONITOR records the calls, and its function library is copied with
+FUNCTION DUMP / RESTORE. Then, for each side on a fresh callgrind Redis:
+N messages of 128 B `{"id":"<12 digits>","body":"x…"}` are pushed, 100
+pairs warm it up, the counters are zeroed, and the remaining pairs are
+sent pipelined (100 requests per write) from this process.
+
+Usage: python3 bench/scripts/redis_instructions.py [N]   (default 3000)
+Needs: redis-server, valgrind (callgrind_control), python3.
+"""
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+WARM = 100
+
+
+def enc(args):
+    args = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.buf = b""
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.s.recv(1 << 20)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        i = self.buf.index(b"\r\n")
+        line, self.buf = self.buf[:i], self.buf[i + 2:]
+        return line
+
+    def read(self):
+        line = self._line()
+        t = line[:1]
+        if t in b"+-:":
+            return line
+        if t == b"$":
+            n = int(line[1:])
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.s.recv(1 << 20)
+            d, self.buf = self.buf[:n], self.buf[n + 2:]
+            return d
+        if t == b"*":
+            n = int(line[1:])
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise ValueError(line)
+
+    def cmd(self, *args):
+        self.s.sendall(enc(args))
+        return self.read()
+
+    def pipe(self, reqs, chunk=100):
+        out = []
+        for i in range(0, len(reqs), chunk):
+            part = reqs[i:i + chunk]
+            self.s.sendall(b"".join(enc(r) for r in part))
+            out.extend(self.read() for _ in part)
+        return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_conn(port, proc):
+    for _ in range(600):
+        if proc.poll() is not None:
+            sys.exit(f"process on port {port} exited")
+        try:
+            c = Conn(port)
+            if c.cmd("PING") == b"+PONG":
+                return c
+        except OSError:
+            pass
+        time.sleep(0.1)
+    sys.exit(f"nothing answers on port {port}")
+
+
+def message(i):
+    return b'{"id":"%012d","body":"%s"}' % (i, b"x" * (128 - 31))
+
+
+def proxy_calls(tmp):
+    """The pop and ACK FCALLs ackproxy sends, and its library."""
+    binary = os.environ.get("ACKPROXY_BIN", os.path.join(HERE, "..", "..", "target", "release", "ackproxy"))
+    rport, pport = free_port(), free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [redis]
+    try:
+        direct = wait_conn(rport, redis)
+        cfg = os.path.join(tmp, "ackproxy.toml")
+        with open(cfg, "w") as f:
+            f.write(f'listen = "127.0.0.1:{pport}"\nupstream = "127.0.0.1:{rport}"\n'
+                    '[[queue]]\npattern = "jobs"\nack_id = "json:id"\n')
+        proxy = subprocess.Popen([binary, "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proxy)
+        p = wait_conn(pport, proxy)
+        p.cmd("LPUSH", "jobs", message(0))
+        p.cmd("RPOP", "jobs")  # loads the library
+        p.cmd("ACK", "jobs", b"%012d" % 0)
+        mon = Conn(rport)
+        mon.s.sendall(enc(["MONITOR"]))
+        mon.read()
+        p.cmd("LPUSH", "jobs", message(1))
+        p.cmd("RPOP", "jobs")
+        p.cmd("ACK", "jobs", b"%012d" % 1)
+        calls = []
+        while len(calls) < 2:
+            line = mon.read()
+            if b'"FCALL"' in line.upper():
+                body = line[line.index(b"] ") + 2:].decode("latin1")
+                args = re.findall(r'"((?:[^"\\]|\\.)*)"', body)
+                calls.append([eval('b"' + a + '"') for a in args])
+        dump = direct.cmd("FUNCTION", "DUMP")
+        return calls[0], calls[1], dump
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def instructions(label, tmp, setup, pop_of, ack_of):
+    port = free_port()
+    out = os.path.join(tmp, f"callgrind.{label}")
+    redis = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
+                              "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        c = wait_conn(port, redis)
+        env = setup(c)
+        for i in range(0, N, 1000):
+            c.cmd("LPUSH", "jobs", *[message(j) for j in range(i, min(N, i + 1000))])
+        reqs = []
+        for i in range(N):
+            reqs.append(pop_of(env))  # RPOP takes message i: LPUSH put them in that order
+            reqs.append(ack_of(env, b"%012d" % i))
+        c.pipe(reqs[:2 * WARM])
+        subprocess.run(["callgrind_control", "-z", str(redis.pid)], stdout=subprocess.DEVNULL, check=True)
+        replies = c.pipe(reqs[2 * WARM:])
+        subprocess.run(["callgrind_control", "-d", str(redis.pid)], stdout=subprocess.DEVNULL, check=True)
+        time.sleep(0.5)
+        files = sorted(glob.glob(out + ".*"), key=os.path.getmtime)
+        total = 0
+        with open(files[-1], errors="replace") as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    total = max(total, int(line.split()[1]))
+        errors = sum(1 for r in replies if isinstance(r, bytes) and r.startswith(b"-"))
+        return total / (N - WARM), errors
+    finally:
+        redis.kill()
+        redis.wait()
+
+
+def main():
+    for tool in ("redis-server", "valgrind", "callgrind_control"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing")
+    with open(os.path.join(HERE, "..", "seed000_pop.lua"), "rb") as f:
+        seed_pop = f.read()
+    with open(os.path.join(HERE, "..", "seed000_ack.lua"), "rb") as f:
+        seed_ack = f.read()
+    with tempfile.TemporaryDirectory() as tmp:
+        pop, ack, dump = proxy_calls(tmp)
+
+        def seed_setup(c):
+            return (c.cmd("SCRIPT", "LOAD", seed_pop), c.cmd("SCRIPT", "LOAD", seed_ack))
+
+        def ours_setup(c):
+            c.cmd("FUNCTION", "RESTORE", dump)
+            return None
+
+        seed, seed_err = instructions(
+            "seed", tmp, seed_setup,
+            lambda e: ["EVALSHA", e[0], "0", "jobs", "0", "60000"],
+            lambda e, i: ["EVALSHA", e[1], "0", i, "jobs"])
+        ours, ours_err = instructions(
+            "ours", tmp, ours_setup,
+            lambda e: pop,
+            lambda e, i: ack[:-1] + [i])
+    print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
+    print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
+    print(f"ackproxy functions (FCALL): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
+    print(f"ratio ackproxy / seed: {ours / seed:.2f}")
+    print(f"pop call: {pop[1].decode()} with {len(pop) - 3} keys+args; ack call: {len(ack) - 3} keys+args")
+
+
+if __name__ == "__main__":
+    main()
