@@ -8,7 +8,7 @@
 //! and no auxiliary key is left.
 //!
 //! Consumers are separate processes: this test binary re-executed with
-//! `consumer_process --exact --ignored`, driven by environment variables.
+//! `fault::consumer_process --exact --ignored`, driven by environment variables.
 //! `ACKPROXY_LONG_FAULT=1` runs the long form (100,000 messages).
 
 use std::collections::HashSet;
@@ -249,7 +249,7 @@ struct Consumers {
 impl Consumers {
     fn spawn_one(&self, i: usize) -> Child {
         Command::new(std::env::current_exe().unwrap())
-            .args(["consumer_process", "--exact", "--ignored", "--nocapture"])
+            .args(["fault::consumer_process", "--exact", "--ignored", "--nocapture"])
             .env("ACKPROXY_CONSUMER_PORTS", &self.ports)
             .env("ACKPROXY_CONSUMER_INDEX", i.to_string())
             .env("ACKPROXY_CONSUMER_STATE", self.dir.join(format!("c{i}")))
