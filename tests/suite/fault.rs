@@ -249,7 +249,12 @@ struct Consumers {
 impl Consumers {
     fn spawn_one(&self, i: usize) -> Child {
         Command::new(std::env::current_exe().unwrap())
-            .args(["fault::consumer_process", "--exact", "--ignored", "--nocapture"])
+            .args([
+                "fault::consumer_process",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
             .env("ACKPROXY_CONSUMER_PORTS", &self.ports)
             .env("ACKPROXY_CONSUMER_INDEX", i.to_string())
             .env("ACKPROXY_CONSUMER_STATE", self.dir.join(format!("c{i}")))
