@@ -6,29 +6,16 @@
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
 pub mod bounded;
-pub mod call;
-pub mod clock;
-pub mod command_docs;
 pub mod commands;
 pub mod dbs;
-pub mod holder;
-pub mod job;
-pub mod keys;
+pub mod leases;
 pub mod library;
-pub mod ops;
-pub mod owners;
+pub mod limits;
 pub mod pop;
-pub mod reaper;
-pub mod registry;
 pub mod rules;
 mod serve;
 pub mod signals;
-pub mod sink;
-pub mod tally;
 pub mod unfit;
-pub mod value;
-pub mod visible;
-pub mod waiters;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -43,13 +30,15 @@ use crate::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
-use call::{Caller, ScriptReply};
+use commands::job::{self, Job};
 use dbs::Dbs;
-use job::Job;
+use leases::{holder, owners, reaper, registry};
+use library::call::{self, Caller, ScriptReply};
+use pop::waiters::Events;
 use pop::{Parsed, Pop};
 use rules::Rules;
 pub use serve::{Conn, Left, Outcome, Place, Wait};
-use waiters::Events;
+use signals::sink;
 
 /// How the session can carry a queue operation out.
 #[derive(Clone, Copy)]

@@ -65,7 +65,7 @@ pub enum View {
 /// Whether [`view`] may have something to do with the request (cheap: it
 /// is asked of every request that could join a shared batch).
 pub fn concerns(args: Args<'_>) -> bool {
-    if super::command_docs::concerns(args) {
+    if crate::queue::commands::docs::concerns(args) {
         return true;
     }
     args.len() >= 2
@@ -74,8 +74,8 @@ pub fn concerns(args: Args<'_>) -> bool {
 }
 
 pub fn view(args: Args<'_>) -> Option<View> {
-    if super::command_docs::concerns(args) {
-        return super::command_docs::view(args).map(View::Reply);
+    if crate::queue::commands::docs::concerns(args) {
+        return crate::queue::commands::docs::view(args).map(View::Reply);
     }
     if !concerns(args) {
         return None;

@@ -19,15 +19,22 @@
 //! ([`Retry`]); where that cannot be done (inside `MULTI`), the session
 //! makes sure of the library first ([`Loader::ensure`]).
 
+pub mod call;
+pub mod keys;
+pub mod op;
+pub mod tally;
+pub mod value;
+pub mod visible;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use super::keys::{Role, CALL_KEYS, DEAD_HISTORY, GROUP, STATS_TTL_MS};
-use super::rules::{RULE, RULE_ARGS};
-use super::tally::EVENTS;
+use crate::queue::library::keys::{Role, CALL_KEYS, DEAD_HISTORY, GROUP, STATS_TTL_MS};
+use crate::queue::library::tally::EVENTS;
+use crate::queue::rules::{RULE, RULE_ARGS};
 use crate::upstream::Endpoint;
 
 /// One operation of the library: `ackq_<op>_<version>`.
@@ -41,7 +48,7 @@ macro_rules! functions {
         functions!(@each 0usize; $($name = $op,)*);
         /// Every operation, in the order their files follow `common.lua`.
         pub const ALL: &[&Function] = &[$(&$name),*];
-        const SOURCES: &[&str] = &[$(include_str!(concat!("../../lua/", $op, ".lua"))),*];
+        const SOURCES: &[&str] = &[$(include_str!(concat!("../../../lua/", $op, ".lua"))),*];
     };
     (@each $i:expr; $name:ident = $op:literal, $($rest:tt)*) => {
         pub const $name: Function = Function { op: $op, index: $i };
@@ -73,8 +80,8 @@ functions! {
 
 impl Function {
     /// The short form of this function's reply, if it has one.
-    pub fn short(&self) -> super::tally::Short {
-        use super::tally::Short;
+    pub fn short(&self) -> crate::queue::library::tally::Short {
+        use crate::queue::library::tally::Short;
         if self.index == POP1.index {
             Short::Pop
         } else if self.index == ACK.index {
@@ -85,7 +92,7 @@ impl Function {
     }
 }
 
-const COMMON: &str = include_str!("../../lua/common.lua");
+const COMMON: &str = include_str!("../../../lua/common.lua");
 
 /// Expired leases a pop returns to their queues before popping, over all
 /// its queues.

@@ -10,6 +10,8 @@
 //! Between the two a proxy may die; the lease then runs out and the job
 //! runs again, which at-least-once allows.
 
+pub mod sink;
+
 use bytes::Bytes;
 
 use crate::command::Args;

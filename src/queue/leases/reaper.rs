@@ -37,13 +37,15 @@ use tokio::time::Instant;
 
 use std::collections::HashMap;
 
-use super::clock;
-use super::dbs::{Db, Dbs};
-use super::keys;
-use super::ops;
-use super::registry::{Sample, Sizes, MAX_WAIT};
-use super::rules::{Queue, Rules};
-use super::value::Value;
+use crate::queue::dbs::{Db, Dbs};
+use crate::queue::leases::clock;
+use crate::queue::leases::registry::{Sample, Sizes, MAX_WAIT};
+use crate::queue::library;
+use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::keys;
+use crate::queue::library::op::{int_at, moves, Moves, Op};
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Queue, Rules};
 
 /// How often Redis is scanned for queues with leases this proxy does not
 /// know of.
@@ -172,7 +174,7 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(i) = db.own.op(ops::Info { q: &q }).await else {
+            let Ok(i) = db.own.op(crate::queue::commands::Info { q: &q }).await else {
                 return false;
             };
             let sample = Sample {
@@ -204,7 +206,7 @@ impl Reaper {
         let received = clock::local_ms();
         let redis_ms = reply
             .ok()
-            .and_then(|b| super::value::decode(&b))
+            .and_then(|b| crate::queue::library::value::decode(&b))
             .and_then(|v| clock::time_reply_ms(&v));
         if let Some(ms) = redis_ms {
             clock::note(ms, sent, received);
@@ -214,7 +216,7 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        let op = ops::Reap {
+        let op = Reap {
             q,
             batch: self.batch,
         };
@@ -226,7 +228,7 @@ impl Reaper {
         };
         let (mut requeued, mut dead, left, promoted) = (r.requeued, r.dead, r.left, r.promoted);
         for (token, dest) in &r.moves {
-            let ended = super::commands::expire_move(&db.own, q, dest, token).await;
+            let ended = crate::queue::commands::expire_move(&db.own, q, dest, token).await;
             requeued += ended.requeued;
             dead += ended.dead;
         }
@@ -273,7 +275,7 @@ impl Reaper {
             else {
                 return cursor;
             };
-            let Some(v) = super::value::decode(&reply) else {
+            let Some(v) = crate::queue::library::value::decode(&reply) else {
                 return Bytes::from_static(b"0");
             };
             let items = v.array();
@@ -291,5 +293,47 @@ impl Reaper {
             }
         }
         cursor
+    }
+}
+
+/// `reap`: expired leases back to the queue (or dead-lettered), due
+/// delayed messages in, in a batch of at most `batch` each.
+pub struct Reap<'a> {
+    pub q: &'a Queue,
+    pub batch: usize,
+}
+
+pub struct Reaped {
+    pub requeued: i64,
+    pub dead: i64,
+    /// Leases and delayed messages left.
+    pub left: i64,
+    /// Ms until the next deadline or due time; `None`: there is none.
+    pub next_ms: Option<i64>,
+    pub promoted: i64,
+    /// Expired move leases, for [`ExpireMove`].
+    pub moves: Moves,
+}
+
+impl Op for Reap<'_> {
+    type Reply = Reaped;
+
+    fn call(self) -> Call {
+        Call::new(&library::REAP)
+            .queue(self.q)
+            .rule(self.q)
+            .arg(self.batch.to_string())
+    }
+
+    fn read(v: &Value) -> Result<Reaped, CallError> {
+        let next = int_at(v, 3);
+        Ok(Reaped {
+            requeued: int_at(v, 0),
+            dead: int_at(v, 1),
+            left: int_at(v, 2),
+            next_ms: (next >= 0).then_some(next),
+            promoted: int_at(v, 4),
+            moves: moves(v.array().get(5..).unwrap_or_default()),
+        })
     }
 }

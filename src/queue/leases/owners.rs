@@ -17,11 +17,14 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::call::Caller;
-use super::ops;
-use super::pop::Pop;
-use super::rules::Queue;
 use crate::config::AckPolicy;
+use crate::queue::library;
+use crate::queue::library::call::Caller;
+use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::op::{int_at, moves, Moves, Op};
+use crate::queue::library::value::Value;
+use crate::queue::pop::Pop;
+use crate::queue::rules::Queue;
 
 /// A number for each client connection of this process.
 pub fn next_conn() -> u64 {
@@ -132,7 +135,7 @@ pub(super) const MAX_CALLS: usize = 10_000;
 pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     let mut ended = 0;
     for _ in 0..MAX_CALLS {
-        let op = ops::Disown {
+        let op = Disown {
             q,
             owner,
             limit: DISOWN_PER_CALL,
@@ -144,7 +147,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
         };
         ended += d.ended;
         for (token, dest) in &d.moves {
-            super::commands::expire_move(caller, q, dest, token).await;
+            crate::queue::commands::expire_move(caller, q, dest, token).await;
         }
         if !d.more {
             break;
@@ -157,7 +160,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
 /// bounded calls.
 pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
     for _ in 0..MAX_CALLS {
-        let op = ops::Disown {
+        let op = Disown {
             q,
             owner,
             limit: DISOWN_PER_CALL,
@@ -182,6 +185,49 @@ pub async fn undelivered(caller: &Caller, pop: &Pop) {
     }
     for q in pop.queues().filter(|q| q.rule.ack == AckPolicy::NextPop) {
         requeue(caller, q, &pop.owner).await;
+    }
+}
+
+/// `disown` (`release` false): ends now up to `limit` leases `owner` holds,
+/// the messages back in the queue; `release` (true): acknowledges them
+/// instead (next-pop rules).
+pub struct Disown<'a> {
+    pub q: &'a Queue,
+    pub owner: &'a Bytes,
+    pub limit: usize,
+    pub release: bool,
+}
+
+pub struct Disowned {
+    pub ended: i64,
+    /// More may be left: call again.
+    pub more: bool,
+    /// Move leases only marked (disown only).
+    pub moves: Moves,
+}
+
+impl Op for Disown<'_> {
+    type Reply = Disowned;
+
+    fn call(self) -> Call {
+        let function = if self.release {
+            &library::RELEASE
+        } else {
+            &library::DISOWN
+        };
+        Call::new(function)
+            .queue(self.q)
+            .rule(self.q)
+            .arg(self.owner.clone())
+            .arg(self.limit.to_string())
+    }
+
+    fn read(v: &Value) -> Result<Disowned, CallError> {
+        Ok(Disowned {
+            ended: int_at(v, 0),
+            more: int_at(v, 1) == 1,
+            moves: moves(v.array().get(2..).unwrap_or_default()),
+        })
     }
 }
 

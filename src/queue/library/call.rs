@@ -8,13 +8,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use super::keys::CALL_KEYS;
-use super::library::{self, Function};
-use super::rules::{Queue, RULE_ARGS};
-use super::tally::{self, Groups, Short};
-use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::output::{ClientState, ReplyTransform, Transformed};
+use crate::queue::library::keys::CALL_KEYS;
+use crate::queue::library::tally::{self, Groups, Short};
+use crate::queue::library::value::{self, Value};
+use crate::queue::library::{self, Function};
+use crate::queue::rules::{Queue, RULE_ARGS};
 use crate::upstream::shared::SharedUpstream;
 
 /// Keys of the common call (one queue's group) held without an allocation.

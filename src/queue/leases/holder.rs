@@ -9,11 +9,14 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::call::Caller;
-use super::dbs::Dbs;
-use super::ops;
-use super::owners::MAX_CALLS;
-use super::rules::{Queue, Rules};
+use crate::queue::dbs::Dbs;
+use crate::queue::leases::owners::MAX_CALLS;
+use crate::queue::library;
+use crate::queue::library::call::Caller;
+use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::op::{int_at, Op};
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Queue, Rules};
 
 /// Leases renewed per hold call at most: a read and a write each.
 const HOLD_PER_CALL: usize = 500;
@@ -31,7 +34,7 @@ pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
             break;
         }
         let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
-        let op = ops::Hold {
+        let op = Hold {
             q,
             limit: HOLD_PER_CALL,
             after: after.clone(),
@@ -116,5 +119,44 @@ impl Holder {
             last = kept;
             wait = next.saturating_duration_since(Instant::now());
         }
+    }
+}
+
+/// `hold`: renews up to `limit` leases of `owners` (connections still
+/// open), going on after the lease `after` of the first.
+pub struct Hold<'a> {
+    pub q: &'a Queue,
+    pub limit: usize,
+    pub after: Bytes,
+    pub owners: &'a [Bytes],
+}
+
+pub struct Held {
+    pub renewed: i64,
+    /// 0: done; else the place (1-based) in `owners` of the connection the
+    /// budget ran out at, and the lease to go on after.
+    pub next: i64,
+    pub after: Bytes,
+}
+
+impl Op for Hold<'_> {
+    type Reply = Held;
+
+    fn call(self) -> Call {
+        let mut call = Call::new(&library::HOLD)
+            .queue(self.q)
+            .rule(self.q)
+            .arg(self.limit.to_string())
+            .arg(self.after);
+        call.argv.extend(self.owners.iter().cloned());
+        call
+    }
+
+    fn read(v: &Value) -> Result<Held, CallError> {
+        Ok(Held {
+            renewed: int_at(v, 0),
+            next: int_at(v, 1),
+            after: Bytes::copy_from_slice(v.array().get(2).map(Value::bytes).unwrap_or_default()),
+        })
     }
 }

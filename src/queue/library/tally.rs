@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::value::Value;
+use crate::queue::library::value::Value;
 
 /// Event names as the Lua side uses them and the `stats` hash stores them,
 /// with the per-rule counter each one increments.
