@@ -32,8 +32,9 @@ use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
 use commands::job::{self, Job};
 use dbs::Dbs;
-use leases::{holder, owners, reaper, registry};
-use library::call::{self, Caller, ScriptReply};
+use leases::{holder, owners, reaper};
+use library::call::{Caller, ScriptReply};
+use pop::stream::PopCalls;
 use pop::waiters::Events;
 use pop::{Parsed, Pop};
 use rules::Rules;
@@ -397,7 +398,7 @@ impl Queues {
                 request: call.request_in(db.index),
                 transform: ScriptReply::boxed(call, db.index, move |v| {
                     let done = pop.popped(&v);
-                    after_pop(&registry, &done);
+                    registry.record(&done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }),
             };
@@ -413,20 +414,14 @@ impl Queues {
             if let Some(call) = pop.next_call(&mut progress) {
                 return Intercept::Rewrite {
                     request: call.request_in(db.index),
-                    transform: Box::new(PopCalls {
-                        pop,
-                        progress,
-                        call,
-                        retried: false,
-                        registry,
-                    }),
+                    transform: PopCalls::boxed(pop, progress, call, registry),
                 };
             }
         }
         Intercept::Job(Job::new(move |caller| async move {
             match pop.run(&caller).await {
                 Ok(done) => {
-                    after_pop(&registry, &done);
+                    registry.record(&done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }
                 Err(e) => e.to_reply(),
@@ -604,7 +599,7 @@ impl Queues {
         // nothing.
         match pop.run(caller.as_ref().unwrap_or(&db.own)).await {
             Ok(done) => {
-                after_pop(&db.registry, &done);
+                db.registry.record(&done);
                 match done.reply {
                     Some(reply) => Ok(reply),
                     None => Err(pop),
@@ -655,58 +650,6 @@ impl Queues {
                 timeout_reply
             }
         }
-    }
-}
-
-/// Bookkeeping after a pop leased messages: the reaper learns the queue.
-/// (The script's reply counted them.)
-fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
-    registry.record(done);
-}
-
-/// A pop carried out from the client's reply stream: each reply is taken
-/// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
-/// steps awaited).
-struct PopCalls {
-    pop: Pop,
-    progress: pop::Progress,
-    /// The call in flight.
-    call: call::Call,
-    /// Its request was sent again behind a library load (made again from
-    /// `call` then, rather than kept: a retry is rare, a copy kept costs
-    /// every pop).
-    retried: bool,
-    registry: Arc<registry::Registry>,
-}
-
-impl ReplyTransform for PopCalls {
-    fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
-        use crate::output::Transformed;
-        if !self.retried && library::is_missing(&reply) {
-            self.retried = true;
-            return Transformed::Retry {
-                before: library::library().load.clone(),
-                request: self.call.request_in(self.registry.db),
-            };
-        }
-        let taken = self
-            .call
-            .decode(reply.clone())
-            .and_then(|v| self.pop.absorb(&mut self.progress, &v));
-        if let Err(e) = taken {
-            return Transformed::Done(e.to_reply());
-        }
-        if let Some(call) = self.pop.next_call(&mut self.progress) {
-            let request = call.request_in(self.registry.db);
-            self.call = call;
-            self.retried = false;
-            return Transformed::Continue(request);
-        }
-        let done = self
-            .pop
-            .finish(std::mem::take(&mut self.progress), Some(&reply));
-        after_pop(&self.registry, &done);
-        Transformed::Done(done.reply.unwrap_or_else(|| self.pop.multi_empty_reply()))
     }
 }
 

@@ -3,6 +3,7 @@
 //! answer exactly the reply Redis would have sent.
 
 pub mod call;
+pub mod stream;
 pub mod waiters;
 
 use std::sync::Arc;

@@ -518,7 +518,7 @@ impl Dispatcher {
         tokio::spawn(async move {
             let reply = match p.pop.run(&caller).await {
                 Ok(popped) => {
-                    crate::queue::after_pop(&registry, &popped);
+                    registry.record(&popped);
                     popped.reply
                 }
                 // A lease this pop may have taken without hearing back
