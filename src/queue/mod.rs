@@ -5,17 +5,17 @@
 //! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
-pub mod bounded;
-pub mod commands;
-pub mod dbs;
-pub mod leases;
-pub mod library;
+mod bounded;
+mod commands;
+mod dbs;
+pub(crate) mod leases;
+pub(crate) mod library;
 pub mod limits;
-pub mod pop;
-pub mod rules;
+mod pop;
+pub(crate) mod rules;
 mod serve;
-pub mod signals;
-pub mod unfit;
+pub(crate) mod signals;
+mod unfit;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -31,6 +31,7 @@ use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
 use commands::job::{self, Job};
+pub use commands::HELP;
 use dbs::Dbs;
 use leases::{holder, owners, reaper};
 use library::call::{Caller, ScriptReply};

@@ -114,11 +114,9 @@ const GROUP_CACHE: usize = 1024;
 
 /// The library as Redis gets it.
 pub struct Library {
-    /// `ackproxy_<version>`.
+    /// `ackproxy_<version>`: the first 12 hex digits of the SHA1 of the
+    /// text after its first two lines (which name it).
     pub name: String,
-    /// The first 12 hex digits of the SHA1 of the text after its first two
-    /// lines (which name it).
-    pub version: String,
     pub text: String,
     /// `FUNCTION LOAD <text>`, as one request. Without REPLACE: a library of
     /// this name always has this text, and Redis answers a load of one it
@@ -156,7 +154,6 @@ pub fn library() -> &'static Library {
             .collect();
         Library {
             name,
-            version,
             text,
             load: Bytes::from(load),
             names,
@@ -331,9 +328,10 @@ mod tests {
     fn the_library_names_itself_and_every_function_by_its_version() {
         let lib = library();
         assert!(lib.text.starts_with(&format!("#!lua name={}\n", lib.name)));
-        assert_eq!(lib.version.len(), 12);
-        assert_eq!(POP.name(), format!("ackq_pop_{}", lib.version));
-        assert_eq!(POP.name_db(), format!("ackq_pop_db_{}", lib.version));
+        let version = lib.name.strip_prefix("ackproxy_").unwrap();
+        assert_eq!(version.len(), 12);
+        assert_eq!(POP.name(), format!("ackq_pop_{version}"));
+        assert_eq!(POP.name_db(), format!("ackq_pop_db_{version}"));
         for f in ALL {
             assert!(
                 lib.text.contains(&format!("register('{}', function", f.op)),

@@ -124,10 +124,6 @@ impl Signals {
         Signals { entries }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The acknowledgements `args` would make, if it is a signal.
     pub fn of(&self, args: Args<'_>) -> Option<Fired> {
         let command = SignalCommand::parse(args.get(0)?)?;
