@@ -331,7 +331,7 @@ fn templated_queue(template: &str, dead: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The queues whose default dead-letter list could be `dead`, one per form
-/// of the default name (see `keys.rs`); the caller checks each.
+/// of the default name (see `library/keys.rs`); the caller checks each.
 fn default_dead_queues(dead: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     if let Some(q) = dead.strip_suffix(b":dead") {

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::job::Job;
-use super::{changed, int_reply, resolve_leased, rewrite, too_many_ids, wrong_arity, IDS_PER_CALL};
+use super::{
+    changed, in_chunks, int_reply, job_reply, leased_target, rewrite, too_many_ids, IDS_PER_CALL,
+};
 use crate::command::Args;
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
@@ -36,12 +38,9 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 
 /// ACK queue id [id ...]
 pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
-    if args.len() < 3 {
-        return wrong_arity("ack");
-    }
-    let q = match resolve_leased(rules, args.get(1)) {
+    let q = match leased_target(args, rules, "ack") {
         Ok(q) => q,
-        Err(e) => return Intercept::Reply(e),
+        Err(refusal) => return refusal,
     };
     let n = args.len() - 2;
     if one_call && n > IDS_PER_CALL {
@@ -52,7 +51,7 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         // The ids straight from the request into the call, as slices of
         // it: no list of them first, no copies.
         let ids = (2..args.len()).filter_map(|i| args.to_bytes(i));
-        let op = Ack { q: &q, ids };
+        let op = ack_op(&q, ids);
         let q = q.clone();
         return rewrite(op, registry.db, move |acked| {
             let n = count_acks(&q, &acked);
@@ -62,29 +61,10 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
     }
     let ids = ids_of(args, 2);
     Intercept::Job(Job::new(move |caller| async move {
-        let mut total = 0;
-        for chunk in ids.chunks(IDS_PER_CALL) {
-            let op = Ack {
-                q: &q,
-                ids: chunk.iter().cloned(),
-            };
-            match caller.op(op).await {
-                Ok(acked) => total += count_acks(&q, &acked),
-                Err(e) => {
-                    changed(&registry, &q, total);
-                    return e.to_reply();
-                }
-            }
-        }
-        changed(&registry, &q, total);
-        int_reply(total)
+        let op = |ids: &[Bytes]| ack_op(&q, ids.iter().cloned());
+        let done = in_chunks(&caller, &ids, IDS_PER_CALL, op, |a| count_acks(&q, &a)).await;
+        job_reply(&registry, &q, done)
     }))
-}
-
-/// `ack`: releases the leases of `ids` (at most `IDS_PER_CALL`).
-pub struct Ack<'a, I> {
-    pub q: &'a Queue,
-    pub ids: I,
 }
 
 /// What an ACK call did.
@@ -103,37 +83,34 @@ impl Acked {
     }
 }
 
-impl<I: Iterator<Item = Bytes>> Op for Ack<'_, I> {
-    type Reply = Acked;
+/// `ack`: releases the leases of `ids` (at most `IDS_PER_CALL`).
+pub fn ack_op(q: &Queue, ids: impl Iterator<Item = Bytes>) -> Op<Acked> {
+    let mut call = Call::new(&library::ACK).queue_rule(q);
+    call.argv.extend(ids);
+    Op::new(call, read_acked)
+}
 
-    fn call(self) -> Call {
-        let mut call = Call::new(&library::ACK).queue_rule(self.q);
-        call.argv.extend(self.ids);
-        call
+fn read_acked(v: &Value) -> Result<Acked, CallError> {
+    if let Value::Int(start) = v {
+        // The short reply of `ack` (see `tally::settle`): one lease
+        // released, that started then.
+        return Ok(Acked {
+            released: 1,
+            late: 0,
+            started: smallvec::smallvec![*start],
+        });
     }
-
-    fn read(v: &Value) -> Result<Acked, CallError> {
-        if let Value::Int(start) = v {
-            // The short reply of `ack` (see `tally::settle`): one lease
-            // released, that started then.
-            return Ok(Acked {
-                released: 1,
-                late: 0,
-                started: smallvec::smallvec![*start],
-            });
-        }
-        let items = v.array();
-        Ok(Acked {
-            released: int_at(v, 0),
-            late: int_at(v, 1),
-            started: items
-                .get(2..)
-                .unwrap_or_default()
-                .iter()
-                .map(Value::int)
-                .collect(),
-        })
-    }
+    let items = v.array();
+    Ok(Acked {
+        released: int_at(v, 0),
+        late: int_at(v, 1),
+        started: items
+            .get(2..)
+            .unwrap_or_default()
+            .iter()
+            .map(Value::int)
+            .collect(),
+    })
 }
 
 #[cfg(test)]
@@ -148,15 +125,13 @@ mod tests {
             Value::Int(1700000000123),
         ]);
         for v in [Value::Int(1700000000123), flat] {
-            let a = Ack::<std::iter::Empty<Bytes>>::read(&v).unwrap();
+            let a = read_acked(&v).unwrap();
             assert_eq!(
                 (a.released, a.late, a.started.to_vec()),
                 (1, 0, vec![1700000000123])
             );
         }
-        let none =
-            Ack::<std::iter::Empty<Bytes>>::read(&Value::Array(vec![Value::Int(0), Value::Int(2)]))
-                .unwrap();
+        let none = read_acked(&Value::Array(vec![Value::Int(0), Value::Int(2)])).unwrap();
         assert_eq!((none.released, none.late, none.started.len()), (0, 2, 0));
     }
 }

@@ -1,17 +1,12 @@
 //! QUEUE REDRIVE queue ID id payload and QUEUE PURGE queue DEAD ID id
 //! payload: one dead letter, named by its id and payload.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
-use super::{changed, int_reply, rewrite, shared_refusal};
-use crate::command::Args;
-use crate::queue::leases::registry::Registry;
+use super::{counted, shared_refusal, Sub};
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
-use crate::queue::library::op::{int_at, Op};
-use crate::queue::library::value::Value;
+use crate::queue::library::call::Call;
+use crate::queue::library::op::{first_int, Op};
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 
@@ -19,12 +14,10 @@ use crate::queue::Intercept;
 /// ID id payload: the last two arguments name one dead letter. Its id, from
 /// the queue's own histories, is what makes it this queue's on a shared
 /// list; one without a history (an empty id) could be any queue's there.
-pub(super) fn one_dead_letter(
-    args: Args<'_>,
-    q: Arc<Queue>,
-    registry: &Arc<Registry>,
-    redrive: bool,
-) -> Intercept {
+pub(super) fn one_dead_letter(sub: Sub<'_>, redrive: bool) -> Intercept {
+    let Sub {
+        args, q, registry, ..
+    } = sub;
     let n = args.len();
     let (id, payload) = (
         args.get(n - 2).unwrap_or_default(),
@@ -38,41 +31,15 @@ pub(super) fn one_dead_letter(
             return refused;
         }
     }
-    let op = DeadOne {
-        q: &q,
-        redrive,
-        id,
-        payload,
-    };
-    let (q, registry) = (q.clone(), registry.clone());
-    rewrite(op, registry.db, move |n| {
-        changed(&registry, &q, n);
-        int_reply(n)
-    })
+    counted(dead_one(&q, redrive, id, payload), &q, registry)
 }
 
 /// `dead_one`: redrives (`redrive`) or deletes the one dead letter with
 /// this id and payload. Reply: 1, or 0 if there is none.
-pub struct DeadOne<'a> {
-    pub q: &'a Queue,
-    pub redrive: bool,
-    pub id: &'a [u8],
-    pub payload: &'a [u8],
-}
-
-impl Op for DeadOne<'_> {
-    type Reply = i64;
-
-    fn call(self) -> Call {
-        Call::new(&library::DEAD_ONE)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(Bytes::from_static(if self.redrive { b"R" } else { b"D" }))
-            .arg(Bytes::copy_from_slice(self.id))
-            .arg(Bytes::copy_from_slice(self.payload))
-    }
-
-    fn read(v: &Value) -> Result<i64, CallError> {
-        Ok(int_at(v, 0))
-    }
+fn dead_one(q: &Queue, redrive: bool, id: &[u8], payload: &[u8]) -> Op<i64> {
+    let call = Call::new(&library::DEAD_ONE)
+        .queue_rule(q)
+        .arg(Bytes::from_static(if redrive { b"R" } else { b"D" }))
+        .arg(Bytes::copy_from_slice(id));
+    Op::new(call.arg(Bytes::copy_from_slice(payload)), first_int)
 }

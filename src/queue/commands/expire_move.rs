@@ -6,9 +6,8 @@
 use bytes::Bytes;
 
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError, Caller};
-use crate::queue::library::op::{int_at, Op};
-use crate::queue::library::value::Value;
+use crate::queue::library::call::{Call, Caller};
+use crate::queue::library::op::{two_ints, Op};
 use crate::queue::rules::Queue;
 
 /// Ends one expired (or nacked) move lease, removing its stale copy from
@@ -16,17 +15,9 @@ use crate::queue::rules::Queue;
 pub async fn expire_move(caller: &Caller, q: &Queue, dest: &[u8], token: &[u8]) -> Ended {
     // Redis away or refusing: the lease stays, and the reaper tries again.
     caller
-        .op(ExpireMove { q, dest, token })
+        .op(expire_move_op(q, dest, token))
         .await
         .unwrap_or_default()
-}
-
-/// `expire_move`: ends one expired (or nacked) move lease, its stale copy
-/// taken out of `dest` first.
-pub struct ExpireMove<'a> {
-    pub q: &'a Queue,
-    pub dest: &'a [u8],
-    pub token: &'a [u8],
 }
 
 /// Messages back in their queue and messages dead-lettered.
@@ -36,21 +27,15 @@ pub struct Ended {
     pub dead: i64,
 }
 
-impl Op for ExpireMove<'_> {
-    type Reply = Ended;
-
-    fn call(self) -> Call {
-        Call::new(&library::EXPIRE_MOVE)
-            .queue(self.q)
-            .key(Bytes::copy_from_slice(self.dest))
-            .rule(self.q)
-            .arg(Bytes::copy_from_slice(self.token))
-    }
-
-    fn read(v: &Value) -> Result<Ended, CallError> {
-        Ok(Ended {
-            requeued: int_at(v, 0),
-            dead: int_at(v, 1),
-        })
-    }
+/// `expire_move`: ends one expired (or nacked) move lease, its stale copy
+/// taken out of `dest` first.
+fn expire_move_op(q: &Queue, dest: &[u8], token: &[u8]) -> Op<Ended> {
+    let call = Call::new(&library::EXPIRE_MOVE)
+        .queue(q)
+        .key(Bytes::copy_from_slice(dest))
+        .rule(q);
+    Op::new(call.arg(Bytes::copy_from_slice(token)), |v| {
+        let (requeued, dead) = two_ints(v);
+        Ok(Ended { requeued, dead })
+    })
 }

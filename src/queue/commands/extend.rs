@@ -1,22 +1,21 @@
 //! QUEUE EXTEND queue id ms: the leases of an id renewed.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
-use super::{int_reply, rewrite, MAX_DURATION_MS};
-use crate::command::{parse_i64, Args};
-use crate::queue::leases::registry::Registry;
+use super::{int_reply, rewrite, Sub, MAX_DURATION_MS};
+use crate::command::parse_i64;
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::call::Call;
 use crate::queue::library::op::Op;
-use crate::queue::library::value::Value;
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 use crate::resp::reply;
 
 /// QUEUE EXTEND queue id ms
-pub(super) fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Intercept {
+pub(super) fn extend(sub: Sub<'_>) -> Intercept {
+    let Sub {
+        args, q, registry, ..
+    } = sub;
     let Some(ms) = args
         .get(4)
         .and_then(parse_i64)
@@ -28,32 +27,12 @@ pub(super) fn extend(args: Args<'_>, q: Arc<Queue>, registry: &Registry) -> Inte
     };
     // A shorter lease may now be due before the reaper expected.
     registry.touch(&q.name);
-    let op = Extend {
-        q: &q,
-        id: Bytes::copy_from_slice(args.get(3).unwrap_or_default()),
-        ms,
-    };
-    rewrite(op, registry.db, int_reply)
+    let id = Bytes::copy_from_slice(args.get(3).unwrap_or_default());
+    rewrite(renew(&q, id, ms), registry.db, int_reply)
 }
 
 /// `extend`: renews the leases of `id` for `ms` from now. Reply: how many.
-pub struct Extend<'a> {
-    pub q: &'a Queue,
-    pub id: Bytes,
-    pub ms: i64,
-}
-
-impl Op for Extend<'_> {
-    type Reply = i64;
-
-    fn call(self) -> Call {
-        Call::new(&library::EXTEND)
-            .queue(self.q)
-            .arg(self.id)
-            .arg(self.ms.to_string())
-    }
-
-    fn read(v: &Value) -> Result<i64, CallError> {
-        Ok(v.int())
-    }
+fn renew(q: &Queue, id: Bytes, ms: i64) -> Op<i64> {
+    let call = Call::new(&library::EXTEND).queue(q).arg(id);
+    Op::new(call.arg(ms.to_string()), |v| Ok(v.int()))
 }

@@ -1,11 +1,9 @@
 //! QUEUE INFO queue: sizes, totals, the rule and a suggested lease; the
 //! same call gives the reaper the queue gauges' sample.
 
-use std::sync::Arc;
-
 use bytes::{Bytes, BytesMut};
 
-use super::{map_reply, rewrite, Field, Shape};
+use super::{map_reply, rewrite, Field, Sub};
 use crate::config::{AckPolicy, Backoff, Hold};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError};
@@ -16,9 +14,10 @@ use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 
 /// QUEUE INFO queue
-pub(super) fn info(q: Arc<Queue>, how: Shape) -> Intercept {
+pub(super) fn info(sub: Sub<'_>) -> Intercept {
+    let Sub { q, how, .. } = sub;
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    let op = Info { q: &q };
+    let op = info_op(&q);
     let q = q.clone();
     rewrite(op, how.db, move |i| {
         let mut fields: Vec<(String, Field)> = vec![
@@ -106,11 +105,6 @@ const LEASE_SAFETY: u64 = 2;
 /// Fewer acknowledgements say too little about the slow end.
 const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 
-/// `info`: a queue's sizes, totals and poison list.
-pub struct Info<'a> {
-    pub q: &'a Queue,
-}
-
 /// What QUEUE INFO and the gauges show.
 pub struct QueueInfo {
     pub ready: i64,
@@ -127,31 +121,28 @@ pub struct QueueInfo {
     pub poison_ids: Vec<Bytes>,
 }
 
-impl Op for Info<'_> {
-    type Reply = QueueInfo;
+/// `info`: a queue's sizes, totals and poison list.
+pub fn info_op(q: &Queue) -> Op<QueueInfo> {
+    Op::new(Call::new(&library::INFO).queue_rule(q), read_info)
+}
 
-    fn call(self) -> Call {
-        Call::new(&library::INFO).queue(self.q).rule(self.q)
-    }
-
-    fn read(v: &Value) -> Result<QueueInfo, CallError> {
-        let a = v.array();
-        Ok(QueueInfo {
-            ready: int_at(v, 0),
-            leased: int_at(v, 1),
-            dead: int_at(v, 2),
-            oldest_lease_ms: int_at(v, 3),
-            requeued: int_at(v, 4),
-            delayed: int_at(v, 5),
-            totals: a.get(6).map(Value::array).unwrap_or_default().to_vec(),
-            poison: int_at(v, 7),
-            poison_ids: a
-                .get(8)
-                .map(Value::array)
-                .unwrap_or_default()
-                .iter()
-                .map(|v| Bytes::copy_from_slice(v.bytes()))
-                .collect(),
-        })
-    }
+fn read_info(v: &Value) -> Result<QueueInfo, CallError> {
+    let a = v.array();
+    Ok(QueueInfo {
+        ready: int_at(v, 0),
+        leased: int_at(v, 1),
+        dead: int_at(v, 2),
+        oldest_lease_ms: int_at(v, 3),
+        requeued: int_at(v, 4),
+        delayed: int_at(v, 5),
+        totals: a.get(6).map(Value::array).unwrap_or_default().to_vec(),
+        poison: int_at(v, 7),
+        poison_ids: a
+            .get(8)
+            .map(Value::array)
+            .unwrap_or_default()
+            .iter()
+            .map(|v| Bytes::copy_from_slice(v.bytes()))
+            .collect(),
+    })
 }

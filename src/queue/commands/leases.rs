@@ -1,64 +1,47 @@
 //! QUEUE LEASES queue [COUNT n] [OFFSET o]: the leases that end first.
 
-use std::sync::Arc;
+use bytes::Bytes;
 
-use bytes::{Bytes, BytesMut};
-
-use super::{map_reply, rewrite, window_args, Field, Shape};
-use crate::command::Args;
+use super::{listed, window_call, Field, Sub};
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::lease::place;
 use crate::queue::library::op::Op;
 use crate::queue::library::value::Value;
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
-use crate::resp::reply;
 
 /// QUEUE LEASES queue [COUNT n] [OFFSET o]
-pub(super) fn leases(args: Args<'_>, q: Arc<Queue>, how: Shape) -> Intercept {
-    let (count, offset) = match window_args(args, 3) {
-        Ok(w) => w,
-        Err(e) => return Intercept::Reply(e),
-    };
-    let op = Leases {
-        q: &q,
-        count,
-        offset,
-    };
-    rewrite(op, how.db, move |leases| {
-        let mut out = BytesMut::new();
-        reply::array(&mut out, leases.len());
-        for l in leases {
-            let fields: Vec<(String, Field)> = [
-                ("id", l.id),
-                ("payload", l.payload),
-                ("deliveries", l.deliveries),
-                ("nacks", l.nacks),
-                ("expiries", l.expiries),
-                ("expires-in-ms", l.expires_in_ms),
-                ("destination", l.destination),
-            ]
-            .into_iter()
-            .map(|(name, v)| {
-                let value = match v {
-                    Value::Int(n) => Field::Int(n),
-                    Value::Nil => Field::Nil,
-                    v => Field::Str(Bytes::copy_from_slice(v.bytes())),
-                };
-                (name.to_string(), value)
-            })
-            .collect();
-            map_reply(&mut out, &fields, how.protocol);
-        }
-        out.freeze()
-    })
+pub(super) fn leases(sub: Sub<'_>) -> Intercept {
+    let Sub { args, q, how, .. } = sub;
+    listed(
+        args,
+        how,
+        |count, offset| leases_op(&q, count, offset),
+        shown,
+    )
 }
 
-/// `leases`: the `count` leases that end first after the first `offset`.
-pub struct Leases<'a> {
-    pub q: &'a Queue,
-    pub count: i64,
-    pub offset: i64,
+/// A lease as the client sees it.
+fn shown(l: Lease) -> Vec<(String, Field)> {
+    [
+        ("id", l.id),
+        ("payload", l.payload),
+        ("deliveries", l.deliveries),
+        ("nacks", l.nacks),
+        ("expiries", l.expiries),
+        ("expires-in-ms", l.expires_in_ms),
+        ("destination", l.destination),
+    ]
+    .into_iter()
+    .map(|(name, v)| {
+        let value = match v {
+            Value::Int(n) => Field::Int(n),
+            Value::Nil => Field::Nil,
+            v => Field::Str(Bytes::copy_from_slice(v.bytes())),
+        };
+        (name.to_string(), value)
+    })
+    .collect()
 }
 
 /// One lease as QUEUE LEASES shows it; a field is an integer or a string
@@ -74,6 +57,15 @@ pub struct Lease {
     pub expiries: Value,
 }
 
+/// Where a lease's fields stand in the function's answer: after the ms
+/// until its deadline, in the record's own order.
+const ID: usize = 1 + place("id");
+const PAYLOAD: usize = 1 + place("payload");
+const DELIVERIES: usize = 1 + place("deliveries");
+const DEST: usize = 1 + place("dest");
+const NACKS: usize = 1 + place("nacks");
+const EXPIRIES: usize = 1 + place("expiries");
+
 /// Field `i` of a lease: `Nil` only when the function left it out (a null
 /// it gave shows as an empty string, as it always has).
 fn field(f: &[Value], i: usize) -> Value {
@@ -84,31 +76,21 @@ fn field(f: &[Value], i: usize) -> Value {
     }
 }
 
-impl Op for Leases<'_> {
-    type Reply = Vec<Lease>;
+/// `leases`: the `count` leases that end first after the first `offset`.
+fn leases_op(q: &Queue, count: i64, offset: i64) -> Op<Vec<Lease>> {
+    Op::new(window_call(&library::LEASES, q, count, offset), |v| {
+        Ok(v.array().iter().map(|l| lease(l.array())).collect())
+    })
+}
 
-    fn call(self) -> Call {
-        Call::new(&library::LEASES)
-            .queue(self.q)
-            .arg(self.count.to_string())
-            .arg(self.offset.to_string())
-    }
-
-    fn read(v: &Value) -> Result<Vec<Lease>, CallError> {
-        Ok(v.array()
-            .iter()
-            .map(|l| {
-                let f = l.array();
-                Lease {
-                    id: field(f, 0),
-                    payload: field(f, 1),
-                    deliveries: field(f, 2),
-                    expires_in_ms: field(f, 3),
-                    destination: field(f, 4),
-                    nacks: field(f, 5),
-                    expiries: field(f, 6),
-                }
-            })
-            .collect())
+fn lease(f: &[Value]) -> Lease {
+    Lease {
+        expires_in_ms: field(f, 0),
+        id: field(f, ID),
+        payload: field(f, PAYLOAD),
+        deliveries: field(f, DELIVERIES),
+        destination: field(f, DEST),
+        nacks: field(f, NACKS),
+        expiries: field(f, EXPIRIES),
     }
 }

@@ -4,13 +4,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{changed, int_reply, rewrite};
+use super::counted;
 use crate::command::{parse_i64, Args};
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
-use crate::queue::library::op::{int_at, Op};
-use crate::queue::library::value::Value;
+use crate::queue::library::call::Call;
+use crate::queue::library::op::{first_int, Op};
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 
@@ -23,40 +22,15 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Interce
     if args.len() != 4 || parse_i64(count).is_none() {
         return Intercept::Pass;
     }
-    let op = Lrem {
-        dest,
-        q,
-        count,
-        payload,
-    };
-    let (q, registry) = (q.clone(), registry.clone());
-    rewrite(op, registry.db, move |n| {
-        changed(&registry, &q, n);
-        int_reply(n)
-    })
+    counted(lrem_op(dest, q, count, payload), q, registry)
 }
 
 /// `lrem`: LREM on a move destination, `count` copies of `payload`; a
 /// removed copy releases its lease. Reply: LREM's own.
-pub struct Lrem<'a> {
-    pub dest: &'a [u8],
-    pub q: &'a Queue,
-    pub count: &'a [u8],
-    pub payload: &'a [u8],
-}
-
-impl Op for Lrem<'_> {
-    type Reply = i64;
-
-    fn call(self) -> Call {
-        Call::new(&library::LREM)
-            .key(Bytes::copy_from_slice(self.dest))
-            .queue(self.q)
-            .arg(Bytes::copy_from_slice(self.count))
-            .arg(Bytes::copy_from_slice(self.payload))
-    }
-
-    fn read(v: &Value) -> Result<i64, CallError> {
-        Ok(int_at(v, 0))
-    }
+fn lrem_op(dest: &[u8], q: &Queue, count: &[u8], payload: &[u8]) -> Op<i64> {
+    let call = Call::new(&library::LREM)
+        .key(Bytes::copy_from_slice(dest))
+        .queue(q)
+        .arg(Bytes::copy_from_slice(count));
+    Op::new(call.arg(Bytes::copy_from_slice(payload)), first_int)
 }

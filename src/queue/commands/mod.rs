@@ -26,15 +26,16 @@ use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args};
 use crate::queue::leases::registry::Registry;
-use crate::queue::library::call::ScriptReply;
+use crate::queue::library::call::{Call, CallError, Caller, ScriptReply};
 use crate::queue::library::op::Op;
+use crate::queue::library::Function;
 use crate::queue::rules::{Queue, Rules};
 use crate::queue::Intercept;
 use crate::resp::reply;
-pub use ack::{ack, count_acks, Ack};
+pub use ack::{ack, ack_op, count_acks};
 pub use expire_move::expire_move;
 pub use help::HELP;
-pub use info::Info;
+pub use info::info_op;
 use job::above_one_call;
 pub use lrem::lrem;
 pub use nack::nack;
@@ -58,19 +59,89 @@ fn not_a_queue(key: &[u8]) -> Bytes {
 
 /// Operation `op` in database `db`, its reply made the client's by
 /// `build`.
-fn rewrite<O, F>(op: O, db: i64, mut build: F) -> Intercept
+fn rewrite<R, F>(op: Op<R>, db: i64, mut build: F) -> Intercept
 where
-    O: Op,
-    F: FnMut(O::Reply) -> Bytes + Send + 'static,
+    R: 'static,
+    F: FnMut(R) -> Bytes + Send + 'static,
 {
-    let call = op.call();
+    let Op { call, read } = op;
     Intercept::Rewrite {
         request: call.request_in(db),
-        transform: ScriptReply::boxed(call, db, move |v| match O::read(&v) {
+        transform: ScriptReply::boxed(call, db, move |v| match read(&v) {
             Ok(r) => build(r),
             Err(e) => e.to_reply(),
         }),
     }
+}
+
+/// A job's calls of `op` on `items`, `per_call` at a time, adding up what
+/// `count` makes of each reply: the total, and the error of the call that
+/// failed, if one did (no call is made after it).
+async fn in_chunks<T, R>(
+    caller: &Caller,
+    items: &[T],
+    per_call: usize,
+    op: impl Fn(&[T]) -> Op<R>,
+    mut count: impl FnMut(R) -> i64,
+) -> (i64, Option<CallError>) {
+    let mut total = 0;
+    for chunk in items.chunks(per_call) {
+        match caller.op(op(chunk)).await {
+            Ok(r) => total += count(r),
+            Err(e) => return (total, Some(e)),
+        }
+    }
+    (total, None)
+}
+
+/// The reply of a job that did `total` things to `q`: the total, or the
+/// error of the call that failed. The gauges sample `q` again.
+fn job_reply(registry: &Registry, q: &Queue, (total, failed): (i64, Option<CallError>)) -> Bytes {
+    changed(registry, q, total);
+    failed.map_or_else(|| int_reply(total), |e| e.to_reply())
+}
+
+/// QUEUE LEASES and DEAD: `[COUNT n] [OFFSET o]` from argument 3 on, the
+/// operation `op` makes of them, and each item of its reply as a map of
+/// `fields`.
+fn listed<R: 'static>(
+    args: Args<'_>,
+    how: Shape,
+    op: impl FnOnce(i64, i64) -> Op<Vec<R>>,
+    fields: fn(R) -> Vec<(String, Field)>,
+) -> Intercept {
+    let (count, offset) = match window_args(args, 3) {
+        Ok(w) => w,
+        Err(e) => return Intercept::Reply(e),
+    };
+    rewrite(op(count, offset), how.db, move |items| {
+        let mut out = BytesMut::new();
+        reply::array(&mut out, items.len());
+        for item in items {
+            map_reply(&mut out, &fields(item), how.protocol);
+        }
+        out.freeze()
+    })
+}
+
+/// The queue of ACK and NACK (`cmd`) `queue id [id ...]`, also under a
+/// rule a reload removed: what ends a lease works for the leases taken
+/// under it. Else the client's reply.
+fn leased_target(args: Args<'_>, rules: &Rules, cmd: &str) -> Result<Arc<Queue>, Intercept> {
+    if args.len() < 3 {
+        return Err(wrong_arity(cmd));
+    }
+    resolve_leased(rules, args.get(1)).map_err(Intercept::Reply)
+}
+
+/// An operation whose reply is how many things it did to `q`, that many
+/// the client's reply.
+fn counted(op: Op<i64>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
+    let (q, registry) = (q.clone(), registry.clone());
+    rewrite(op, registry.db, move |n| {
+        changed(&registry, &q, n);
+        int_reply(n)
+    })
 }
 
 fn int_reply(v: i64) -> Bytes {
@@ -203,15 +274,30 @@ pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
     };
+    let on = Sub {
+        args,
+        q,
+        registry,
+        how,
+    };
     match sub.as_str() {
-        "EXTEND" => extend::extend(args, q, registry),
-        "INFO" => info::info(q, how),
-        "LEASES" => leases::leases(args, q, how),
-        "DEAD" => dead::dead(args, q, how),
-        "REDRIVE" => redrive::redrive(args, q, registry, how),
-        "PURGE" => purge::purge(args, q, registry),
-        _ => push::push(args, q, registry, how),
+        "EXTEND" => extend::extend(on),
+        "INFO" => info::info(on),
+        "LEASES" => leases::leases(on),
+        "DEAD" => dead::dead(on),
+        "REDRIVE" => redrive::redrive(on),
+        "PURGE" => purge::purge(on),
+        _ => push::push(on),
     }
+}
+
+/// A QUEUE subcommand on a queue: its arguments, the queue, the registry
+/// of the client's database and how it is carried out.
+struct Sub<'a> {
+    args: Args<'a>,
+    q: Arc<Queue>,
+    registry: &'a Arc<Registry>,
+    how: Shape,
 }
 
 /// How a QUEUE subcommand is carried out and answered.
@@ -242,6 +328,13 @@ fn count_arg(args: Args<'_>, at: usize, default: i64, max: i64) -> Result<i64, B
 /// all, and Redis does nothing else meanwhile.
 const LISTED_MAX: i64 = 1000;
 const LISTED_DEFAULT: i64 = 10;
+
+/// The call of QUEUE LEASES and DEAD (`function`): the queue's keys, the
+/// count and the offset.
+fn window_call(function: &'static Function, q: &Queue, count: i64, offset: i64) -> Call {
+    let call = Call::new(function).queue(q).arg(count.to_string());
+    call.arg(offset.to_string())
+}
 
 /// `[COUNT n] [OFFSET o]` of QUEUE LEASES and DEAD, in either order, from
 /// argument `at` on, in pairs (the arity says so): `(count, offset)`; else

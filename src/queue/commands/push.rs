@@ -1,15 +1,15 @@
 //! QUEUE PUSH queue payload [payload ...] [DELAY ms | AT unix-ms].
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use super::job::{above_one_call, Job};
-use super::{changed, int_reply, rewrite, trailing_ms, Shape, MAX_AT_MS, MAX_DURATION_MS};
+use super::{
+    changed, in_chunks, int_reply, job_reply, rewrite, trailing_ms, Sub, MAX_AT_MS, MAX_DURATION_MS,
+};
 use crate::command::Args;
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::call::Call;
 use crate::queue::library::op::{int_at, Op};
 use crate::queue::library::value::Value;
 use crate::queue::rules::Queue;
@@ -47,20 +47,6 @@ pub fn parse_push(args: Args<'_>) -> Result<(Vec<Bytes>, Due), Bytes> {
     Ok((payloads, due))
 }
 
-fn push_op<'a>(q: &'a Queue, due: Due, payloads: &'a [Bytes]) -> Push<'a> {
-    let (when, ms): (&'static [u8], Bytes) = match due {
-        Due::Now => (b"", Bytes::new()),
-        Due::Delay(ms) => (b"D", Bytes::from(ms.to_string())),
-        Due::At(ms) => (b"A", Bytes::from(ms.to_string())),
-    };
-    Push {
-        q,
-        when,
-        ms,
-        payloads,
-    }
-}
-
 /// After a delayed push: the reaper looks at the queue when the messages
 /// are due (`ms` from now, as the script measured it on Redis's clock).
 fn note_delayed(registry: &Registry, q: &Queue, pushed: &Pushed) {
@@ -72,12 +58,13 @@ fn note_delayed(registry: &Registry, q: &Queue, pushed: &Pushed) {
 }
 
 /// QUEUE PUSH queue payload [payload ...] [DELAY ms | AT unix-ms]
-pub(super) fn push(
-    args: Args<'_>,
-    q: Arc<Queue>,
-    registry: &Arc<Registry>,
-    how: Shape,
-) -> Intercept {
+pub(super) fn push(sub: Sub<'_>) -> Intercept {
+    let Sub {
+        args,
+        q,
+        registry,
+        how,
+    } = sub;
     let (payloads, due) = match parse_push(args) {
         Ok(p) => p,
         Err(e) => return Intercept::Reply(e),
@@ -100,32 +87,14 @@ pub(super) fn push(
         });
     }
     Intercept::Job(Job::new(move |caller| async move {
-        let mut total = 0;
-        for chunk in payloads.chunks(PUSH_PER_CALL) {
-            match caller.op(push_op(&q, due, chunk)).await {
-                Ok(pushed) => {
-                    note_delayed(&registry, &q, &pushed);
-                    total += pushed.accepted;
-                }
-                Err(e) => {
-                    changed(&registry, &q, total);
-                    return e.to_reply();
-                }
-            }
-        }
-        changed(&registry, &q, total);
-        int_reply(total)
+        let op = |payloads: &[Bytes]| push_op(&q, due, payloads);
+        let done = in_chunks(&caller, &payloads, PUSH_PER_CALL, op, |pushed| {
+            note_delayed(&registry, &q, &pushed);
+            pushed.accepted
+        })
+        .await;
+        job_reply(&registry, &q, done)
     }))
-}
-
-/// `push`: QUEUE PUSH's messages (at most `PUSH_PER_CALL`), now or due
-/// later.
-pub struct Push<'a> {
-    pub q: &'a Queue,
-    /// '' (now), 'D' (ms from now) or 'A' (unix ms).
-    pub when: &'static [u8],
-    pub ms: Bytes,
-    pub payloads: &'a [Bytes],
 }
 
 /// What a push call did.
@@ -135,24 +104,22 @@ pub struct Pushed {
     pub due_in_ms: Option<i64>,
 }
 
-impl Op for Push<'_> {
-    type Reply = Pushed;
-
-    fn call(self) -> Call {
-        let mut call = Call::new(&library::PUSH)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(Bytes::from_static(self.when))
-            .arg(self.ms);
-        call.argv.extend(self.payloads.iter().cloned());
-        call
-    }
-
-    fn read(v: &Value) -> Result<Pushed, CallError> {
+/// `push`: QUEUE PUSH's messages (at most `PUSH_PER_CALL`), now or when
+/// due.
+fn push_op(q: &Queue, due: Due, payloads: &[Bytes]) -> Op<Pushed> {
+    let (when, ms): (&'static [u8], Bytes) = match due {
+        Due::Now => (b"", Bytes::new()),
+        Due::Delay(ms) => (b"D", Bytes::from(ms.to_string())),
+        Due::At(ms) => (b"A", Bytes::from(ms.to_string())),
+    };
+    let mut call = Call::new(&library::PUSH).queue_rule(q);
+    call = call.arg(Bytes::from_static(when)).arg(ms);
+    call.argv.extend(payloads.iter().cloned());
+    Op::new(call, |v| {
         let due = v.array().get(1).map(Value::int).unwrap_or(-1);
         Ok(Pushed {
             accepted: int_at(v, 0),
             due_in_ms: (due >= 0).then_some(due),
         })
-    }
+    })
 }

@@ -1,15 +1,10 @@
 //! QUEUE REDRIVE queue [COUNT n]: dead letters back to the queue.
 
-use std::sync::Arc;
-
 use super::job::{above_one_call, Job};
-use super::{changed, count_arg, int_reply, rewrite, shared_dead_letters, Shape};
-use crate::command::Args;
-use crate::queue::leases::registry::Registry;
+use super::{changed, count_arg, int_reply, job_reply, rewrite, shared_dead_letters, Sub};
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
-use crate::queue::library::op::{int_at, Op};
-use crate::queue::library::value::Value;
+use crate::queue::library::call::Call;
+use crate::queue::library::op::{two_ints, Op};
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 use crate::resp::reply;
@@ -18,18 +13,17 @@ use crate::resp::reply;
 pub const REDRIVE_PER_CALL: i64 = 100;
 
 /// QUEUE REDRIVE queue [COUNT n]: all of them without COUNT.
-pub(super) fn redrive(
-    args: Args<'_>,
-    q: Arc<Queue>,
-    registry: &Arc<Registry>,
-    how: Shape,
-) -> Intercept {
+pub(super) fn redrive(sub: Sub<'_>) -> Intercept {
+    let args = sub.args;
     if args.len() == 6 {
         if !args.is(3, "ID") {
             return Intercept::Reply(reply::error("syntax error"));
         }
-        return super::dead_one::one_dead_letter(args, q, registry, true);
+        return super::dead_one::one_dead_letter(sub, true);
     }
+    let Sub {
+        q, registry, how, ..
+    } = sub;
     let count = match count_arg(args, 3, i64::MAX, i64::MAX) {
         Ok(c) => c,
         Err(e) => return Intercept::Reply(e),
@@ -49,7 +43,7 @@ pub(super) fn redrive(
     }
     let registry = registry.clone();
     if count <= REDRIVE_PER_CALL {
-        let op = Redrive { q: &q, count };
+        let op = redrive_op(&q, count);
         let q = q.clone();
         return rewrite(op, registry.db, move |r| {
             changed(&registry, &q, r.moved);
@@ -65,7 +59,7 @@ pub(super) fn redrive(
         let mut total = 0;
         while total < count {
             let ask = (count - total).min(REDRIVE_PER_CALL);
-            match caller.op(Redrive { q: &q, count: ask }).await {
+            match caller.op(redrive_op(&q, ask)).await {
                 Ok(r) => {
                     let n = r.moved;
                     total += n;
@@ -77,21 +71,11 @@ pub(super) fn redrive(
                         break;
                     }
                 }
-                Err(e) => {
-                    changed(&registry, &q, total);
-                    return e.to_reply();
-                }
+                Err(e) => return job_reply(&registry, &q, (total, Some(e))),
             }
         }
-        changed(&registry, &q, total);
-        int_reply(total)
+        job_reply(&registry, &q, (total, None))
     }))
-}
-
-/// `redrive`: returns up to `count` dead letters to the queue.
-pub struct Redrive<'a> {
-    pub q: &'a Queue,
-    pub count: i64,
 }
 
 pub struct Redriven {
@@ -100,20 +84,11 @@ pub struct Redriven {
     pub left: i64,
 }
 
-impl Op for Redrive<'_> {
-    type Reply = Redriven;
-
-    fn call(self) -> Call {
-        Call::new(&library::REDRIVE)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(self.count.to_string())
-    }
-
-    fn read(v: &Value) -> Result<Redriven, CallError> {
-        Ok(Redriven {
-            moved: int_at(v, 0),
-            left: int_at(v, 1),
-        })
-    }
+/// `redrive`: returns up to `count` dead letters to the queue.
+fn redrive_op(q: &Queue, count: i64) -> Op<Redriven> {
+    let call = Call::new(&library::REDRIVE).queue_rule(q);
+    Op::new(call.arg(count.to_string()), |v| {
+        let (moved, left) = two_ints(v);
+        Ok(Redriven { moved, left })
+    })
 }

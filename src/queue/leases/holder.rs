@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::queue::dbs::Dbs;
 use crate::queue::leases::owners::MAX_CALLS;
 use crate::queue::library;
+use crate::queue::library::call::Call;
 use crate::queue::library::call::Caller;
-use crate::queue::library::call::{Call, CallError};
 use crate::queue::library::op::{int_at, Op};
 use crate::queue::library::value::Value;
 use crate::queue::rules::{Queue, Rules};
@@ -34,12 +34,7 @@ pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
             break;
         }
         let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
-        let op = Hold {
-            q,
-            limit: HOLD_PER_CALL,
-            after: after.clone(),
-            owners: chunk,
-        };
+        let op = hold_op(q, HOLD_PER_CALL, after.clone(), chunk);
         let Ok(h) = caller.op(op).await else {
             // Redis is away: the leases run out as any other.
             return renewed;
@@ -122,15 +117,6 @@ impl Holder {
     }
 }
 
-/// `hold`: renews up to `limit` leases of `owners` (connections still
-/// open), going on after the lease `after` of the first.
-pub struct Hold<'a> {
-    pub q: &'a Queue,
-    pub limit: usize,
-    pub after: Bytes,
-    pub owners: &'a [Bytes],
-}
-
 pub struct Held {
     pub renewed: i64,
     /// 0: done; else the place (1-based) in `owners` of the connection the
@@ -139,24 +125,18 @@ pub struct Held {
     pub after: Bytes,
 }
 
-impl Op for Hold<'_> {
-    type Reply = Held;
-
-    fn call(self) -> Call {
-        let mut call = Call::new(&library::HOLD)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(self.limit.to_string())
-            .arg(self.after);
-        call.argv.extend(self.owners.iter().cloned());
-        call
-    }
-
-    fn read(v: &Value) -> Result<Held, CallError> {
+/// `hold`: renews up to `limit` leases of `owners` (connections still
+/// open), going on after the lease `after` of the first.
+fn hold_op(q: &Queue, limit: usize, after: Bytes, owners: &[Bytes]) -> Op<Held> {
+    let mut call = Call::new(&library::HOLD).queue_rule(q);
+    call = call.arg(limit.to_string()).arg(after);
+    call.argv.extend(owners.iter().cloned());
+    Op::new(call, |v| {
+        let after = v.array().get(2).map(Value::bytes).unwrap_or_default();
         Ok(Held {
             renewed: int_at(v, 0),
             next: int_at(v, 1),
-            after: Bytes::copy_from_slice(v.array().get(2).map(Value::bytes).unwrap_or_default()),
+            after: Bytes::copy_from_slice(after),
         })
-    }
+    })
 }

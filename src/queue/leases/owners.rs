@@ -19,10 +19,9 @@ use tokio::sync::Notify;
 
 use crate::config::AckPolicy;
 use crate::queue::library;
+use crate::queue::library::call::Call;
 use crate::queue::library::call::Caller;
-use crate::queue::library::call::{Call, CallError};
 use crate::queue::library::op::{int_at, moves, Moves, Op};
-use crate::queue::library::value::Value;
 use crate::queue::pop::Pop;
 use crate::queue::rules::Queue;
 
@@ -135,12 +134,7 @@ pub(super) const MAX_CALLS: usize = 10_000;
 pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     let mut ended = 0;
     for _ in 0..MAX_CALLS {
-        let op = Disown {
-            q,
-            owner,
-            limit: DISOWN_PER_CALL,
-            release: false,
-        };
+        let op = disown(q, owner, DISOWN_PER_CALL, false);
         let Ok(d) = caller.op(op).await else {
             // Redis is away: the leases expire as usual.
             return ended;
@@ -160,12 +154,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
 /// bounded calls.
 pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
     for _ in 0..MAX_CALLS {
-        let op = Disown {
-            q,
-            owner,
-            limit: DISOWN_PER_CALL,
-            release: true,
-        };
+        let op = disown(q, owner, DISOWN_PER_CALL, true);
         match caller.op(op).await {
             Ok(d) if d.more => {}
             // Done, or Redis is away: the leases then expire as usual.
@@ -188,16 +177,6 @@ pub async fn undelivered(caller: &Caller, pop: &Pop) {
     }
 }
 
-/// `disown` (`release` false): ends now up to `limit` leases `owner` holds,
-/// the messages back in the queue; `release` (true): acknowledges them
-/// instead (next-pop rules).
-pub struct Disown<'a> {
-    pub q: &'a Queue,
-    pub owner: &'a Bytes,
-    pub limit: usize,
-    pub release: bool,
-}
-
 pub struct Disowned {
     pub ended: i64,
     /// More may be left: call again.
@@ -206,29 +185,23 @@ pub struct Disowned {
     pub moves: Moves,
 }
 
-impl Op for Disown<'_> {
-    type Reply = Disowned;
-
-    fn call(self) -> Call {
-        let function = if self.release {
-            &library::RELEASE
-        } else {
-            &library::DISOWN
-        };
-        Call::new(function)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(self.owner.clone())
-            .arg(self.limit.to_string())
-    }
-
-    fn read(v: &Value) -> Result<Disowned, CallError> {
+/// `disown` (`release` false): ends now up to `limit` leases `owner` holds,
+/// the messages back in the queue; `release` (true): acknowledges them
+/// instead (next-pop rules).
+fn disown(q: &Queue, owner: &Bytes, limit: usize, release: bool) -> Op<Disowned> {
+    let function = if release {
+        &library::RELEASE
+    } else {
+        &library::DISOWN
+    };
+    let call = Call::new(function).queue_rule(q).arg(owner.clone());
+    Op::new(call.arg(limit.to_string()), |v| {
         Ok(Disowned {
             ended: int_at(v, 0),
             more: int_at(v, 1) == 1,
             moves: moves(v.array().get(2..).unwrap_or_default()),
         })
-    }
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! full is followed by the next one at once, so a backlog (a million
 //! delayed messages due together) drains as fast as the bounded calls go.
 //!
-//! Each database that has queue state (see `dbs.rs`) is reaped, scanned
+//! Each database that has queue state (see `queue/dbs.rs`) is reaped, scanned
 //! and sampled on its own connection; the gauges sum every database.
 //!
 //! It also samples the queue gauges (ready, leased, delayed, dead, oldest
@@ -41,7 +41,7 @@ use crate::queue::dbs::{Db, Dbs};
 use crate::queue::leases::clock;
 use crate::queue::leases::registry::{Sample, Sizes, MAX_WAIT};
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::call::Call;
 use crate::queue::library::keys;
 use crate::queue::library::op::{int_at, moves, Moves, Op};
 use crate::queue::library::value::Value;
@@ -174,7 +174,7 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(i) = db.own.op(crate::queue::commands::Info { q: &q }).await else {
+            let Ok(i) = db.own.op(crate::queue::commands::info_op(&q)).await else {
                 return false;
             };
             let sample = Sample {
@@ -216,10 +216,7 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        let op = Reap {
-            q,
-            batch: self.batch,
-        };
+        let op = reap(q, self.batch);
         let Ok(r) = db.own.op(op).await else {
             // Redis is down or refused: try again later.
             db.registry
@@ -296,13 +293,6 @@ impl Reaper {
     }
 }
 
-/// `reap`: expired leases back to the queue (or dead-lettered), due
-/// delayed messages in, in a batch of at most `batch` each.
-pub struct Reap<'a> {
-    pub q: &'a Queue,
-    pub batch: usize,
-}
-
 pub struct Reaped {
     pub requeued: i64,
     pub dead: i64,
@@ -311,21 +301,15 @@ pub struct Reaped {
     /// Ms until the next deadline or due time; `None`: there is none.
     pub next_ms: Option<i64>,
     pub promoted: i64,
-    /// Expired move leases, for [`ExpireMove`].
+    /// Expired move leases, for `commands::expire_move`.
     pub moves: Moves,
 }
 
-impl Op for Reap<'_> {
-    type Reply = Reaped;
-
-    fn call(self) -> Call {
-        Call::new(&library::REAP)
-            .queue(self.q)
-            .rule(self.q)
-            .arg(self.batch.to_string())
-    }
-
-    fn read(v: &Value) -> Result<Reaped, CallError> {
+/// `reap`: expired leases back to the queue (or dead-lettered), due
+/// delayed messages in, in a batch of at most `batch` each.
+fn reap(q: &Queue, batch: usize) -> Op<Reaped> {
+    let call = Call::new(&library::REAP).queue_rule(q);
+    Op::new(call.arg(batch.to_string()), |v| {
         let next = int_at(v, 3);
         Ok(Reaped {
             requeued: int_at(v, 0),
@@ -335,5 +319,5 @@ impl Op for Reap<'_> {
             promoted: int_at(v, 4),
             moves: moves(v.array().get(5..).unwrap_or_default()),
         })
-    }
+    })
 }

@@ -21,6 +21,7 @@
 
 pub mod call;
 pub mod keys;
+pub mod lease;
 pub mod op;
 pub mod tally;
 pub mod value;

@@ -1,5 +1,5 @@
 //! What clients see of Redis's functions: everything but the proxy's own
-//! function library (`library.rs`). Through the proxy, `FUNCTION LIST`,
+//! function library (`library/mod.rs`). Through the proxy, `FUNCTION LIST`,
 //! `FUNCTION STATS` and `FUNCTION DUMP` answer as Redis would without it,
 //! and `FUNCTION DELETE` does not find it. A client's `FUNCTION FLUSH` (or
 //! `FUNCTION RESTORE … FLUSH`) removes it with the client's libraries, as
@@ -11,7 +11,7 @@
 //! function of such a name would be hidden as well: the names are reserved.
 //!
 //! What clients see of the proxy's commands in Redis's command table is
-//! `command_docs.rs`'s, asked through [`view`] as well.
+//! `commands/docs.rs`'s, asked through [`view`] as well.
 
 use std::ops::Range;
 use std::sync::Mutex;

@@ -8,7 +8,6 @@ use smallvec::SmallVec;
 
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError};
-use crate::queue::library::op::Op;
 use crate::queue::library::value::Value;
 use crate::queue::rules::Queue;
 
@@ -72,10 +71,9 @@ fn count_arg(count: u64) -> Bytes {
     }
 }
 
-impl Op for Pop<'_> {
-    type Reply = Taken;
-
-    fn call(self) -> Call {
+impl Pop<'_> {
+    /// Its function call.
+    pub fn call(self) -> Call {
         let end: &'static [u8] = if self.left { b"L" } else { b"R" };
         if let ([Source::Queue(q)], None, true, true) = (
             self.sources,
@@ -120,7 +118,8 @@ impl Op for Pop<'_> {
         call
     }
 
-    fn read(v: &Value) -> Result<Taken, CallError> {
+    /// Reads the function's result (its events already counted).
+    pub fn read(v: &Value) -> Result<Taken, CallError> {
         if let Value::Str(one) = v {
             // The short reply of `pop1` (see `tally::settle`): one value
             // from the first source, nothing more there.

@@ -12,7 +12,6 @@ use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
 use crate::queue::library::call::{Call, CallError, Caller};
-use crate::queue::library::op::Op;
 use crate::queue::library::value::Value;
 use crate::queue::rules::{Queue, Rules};
 use crate::resp::reply;
@@ -45,7 +44,7 @@ pub struct Pop {
     pub timeout: Timeout,
     pub protocol: u8,
     /// The client connection's name, when a source's rule tracks
-    /// connections (see `owners.rs`); empty otherwise.
+    /// connections (see `leases/owners.rs`); empty otherwise.
     pub owner: Bytes,
     /// Whether it acknowledges the connection's earlier leases on next-pop
     /// rules (see `How::next`).

@@ -98,10 +98,7 @@ async fn acknowledge(mut rx: mpsc::Receiver<(i64, Fired)>, rules: Arc<Rules>, db
             let ids: Vec<Bytes> = group.iter().map(|(_, id)| id.clone()).collect();
             match db
                 .own
-                .op(crate::queue::commands::Ack {
-                    q: &q,
-                    ids: ids.into_iter(),
-                })
+                .op(crate::queue::commands::ack_op(&q, ids.into_iter()))
                 .await
             {
                 Ok(acked) => {
