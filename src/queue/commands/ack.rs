@@ -40,7 +40,7 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
     let q = match leased_target(args, rules, "ack") {
         Ok(q) => q,
-        Err(refusal) => return refusal,
+        Err(e) => return Intercept::Reply(e),
     };
     let n = args.len() - 2;
     if one_call && n > IDS_PER_CALL {

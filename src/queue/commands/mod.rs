@@ -42,11 +42,11 @@ pub use nack::nack;
 pub use push::PUSH_PER_CALL;
 pub use redrive::REDRIVE_PER_CALL;
 
-fn wrong_arity(cmd: &str) -> Intercept {
-    Intercept::Reply(reply::error(&format!(
+fn wrong_arity(cmd: &str) -> Bytes {
+    reply::error(&format!(
         "wrong number of arguments for '{}' command",
         cmd.to_ascii_lowercase()
-    )))
+    ))
 }
 
 fn not_a_queue(key: &[u8]) -> Bytes {
@@ -126,12 +126,12 @@ fn listed<R: 'static>(
 
 /// The queue of ACK and NACK (`cmd`) `queue id [id ...]`, also under a
 /// rule a reload removed: what ends a lease works for the leases taken
-/// under it. Else the client's reply.
-fn leased_target(args: Args<'_>, rules: &Rules, cmd: &str) -> Result<Arc<Queue>, Intercept> {
+/// under it. Else the error reply.
+fn leased_target(args: Args<'_>, rules: &Rules, cmd: &str) -> Result<Arc<Queue>, Bytes> {
     if args.len() < 3 {
         return Err(wrong_arity(cmd));
     }
-    resolve_leased(rules, args.get(1)).map_err(Intercept::Reply)
+    resolve_leased(rules, args.get(1))
 }
 
 /// An operation whose reply is how many things it did to `q`, that many
@@ -232,7 +232,7 @@ fn trailing_ms(args: Args<'_>, first: usize, options: &[(&str, i64)]) -> Result<
 /// QUEUE subcommand ...
 pub fn queue(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, how: Shape) -> Intercept {
     let Some(sub_raw) = args.get(1) else {
-        return wrong_arity("queue");
+        return Intercept::Reply(wrong_arity("queue"));
     };
     let sub = String::from_utf8_lossy(sub_raw).to_ascii_uppercase();
     let n = args.len();

@@ -23,7 +23,7 @@ use crate::queue::Intercept;
 pub fn nack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
     let q = match leased_target(args, rules, "nack") {
         Ok(q) => q,
-        Err(refusal) => return refusal,
+        Err(e) => return Intercept::Reply(e),
     };
     let (end, delay) = match trailing_ms(args, 2, &[("DELAY", MAX_DURATION_MS)]) {
         Ok(t) => t,
