@@ -2,8 +2,9 @@
 //!
 //! (a) `RPOP q` + `ACK q id` through ackproxy;
 //! (b) the same queue functions called straight against Redis with FCALL,
-//!     with the KEYS/ARGV the proxy builds (`queue::pop::Pop::call` and the
-//!     ACK call of `queue::commands::ack`);
+//!     with the KEYS/ARGV the proxy sends: its own `FCALL`s for one `RPOP`
+//!     and one `ACK`, taken from Redis's `MONITOR`, sent again (the ACK's
+//!     id changed to the message's);
 //! (c) Redis Streams: `XREADGROUP … COUNT 1` + `XACK`.
 //!
 //! Run: `cargo bench --bench queue` (builds the `ackproxy` binary with the
@@ -28,12 +29,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ackproxy::command::{Args, PopForm};
-use ackproxy::config::Config;
-use ackproxy::queue::call::Call;
-use ackproxy::queue::library;
-use ackproxy::queue::pop::{self, Parsed};
-use ackproxy::queue::rules::Rules;
 use ackproxy::upstream::encode_command;
 use common::{free_port, start_proxy, start_proxy_with, start_redis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -181,51 +176,131 @@ impl Mode {
     }
 }
 
-/// The proxy's POP call for `RPOP queue`, built by the proxy's own code.
-fn pop_call(rules: &Rules, queue: &str) -> Call {
-    let req = [b"RPOP".as_slice(), queue.as_bytes()];
-    let mut buf = Vec::new();
-    let mut ranges = Vec::new();
-    for a in req {
-        let s = buf.len();
-        buf.extend_from_slice(a);
-        ranges.push(s..buf.len());
+/// The proxy's function calls for `RPOP queue` and `ACK queue id`, as it
+/// sends them to Redis: the arguments of each `FCALL`.
+struct Calls {
+    pop: Vec<Vec<u8>>,
+    ack: Vec<Vec<u8>>,
+}
+
+impl Calls {
+    /// One `RPOP` and its `ACK` through the proxy, with Redis's `MONITOR`
+    /// watching: the last `FCALL` of each function is the proxy's call
+    /// (the first may have found the library not loaded yet).
+    fn capture(redis_port: u16, proxy_port: u16, queue: &str) -> Calls {
+        let mut mon = std::net::TcpStream::connect(("127.0.0.1", redis_port)).unwrap();
+        mon.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        mon.write_all(&cmd(&[b"MONITOR"])).unwrap();
+        let mut lines = std::io::BufReader::new(mon);
+        assert_eq!(read_line_reply(&mut lines).trim_end(), "+OK");
+        let id = sync_cmd(proxy_port, &[b"RPOP", queue.as_bytes()]);
+        let acked = sync_cmd(proxy_port, &[b"ACK", queue.as_bytes(), id.as_bytes()]);
+        assert_eq!(acked.trim_end(), ":1", "the captured ACK");
+        let (mut pop, mut ack) = (None, None);
+        while ack.is_none() {
+            let mut line = Vec::new();
+            std::io::BufRead::read_until(&mut lines, b'\n', &mut line).unwrap();
+            let args = monitor_args(&line);
+            if args
+                .first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"FCALL"))
+            {
+                match args.get(1) {
+                    Some(f) if f.starts_with(b"ackq_pop") => pop = Some(args),
+                    Some(f) if f.starts_with(b"ackq_ack") => ack = Some(args),
+                    _ => {}
+                }
+            }
+        }
+        Calls {
+            pop: pop.expect("the proxy's pop call"),
+            ack: ack.unwrap(),
+        }
     }
-    match pop::parse(
-        PopForm::Pop { left: false },
-        Args::new(&buf, &ranges),
-        rules,
-        2,
-    ) {
-        Parsed::Pop(p) => p.single_call(),
-        Parsed::Invalid => panic!("RPOP {queue} did not parse"),
+
+    fn pop_request(&self) -> Vec<u8> {
+        encode_command(&self.pop.iter().map(Vec::as_slice).collect::<Vec<_>>())
+    }
+
+    /// The ACK call with `id` as its one id (the last argument).
+    fn ack_request(&self, id: &[u8]) -> Vec<u8> {
+        let mut args: Vec<&[u8]> = self.ack.iter().map(Vec::as_slice).collect();
+        *args.last_mut().unwrap() = id;
+        encode_command(&args)
     }
 }
 
-/// The proxy's ACK call (the operation `queue::commands::ack` sends).
-fn ack_call(rules: &Rules, queue: &str, id: &[u8]) -> Vec<u8> {
-    use ackproxy::queue::ops::{Ack, Op};
-    let q = rules
-        .resolve(queue.as_bytes())
-        .expect("bench queue is configured");
-    let ids = std::iter::once(bytes::Bytes::copy_from_slice(id));
-    Ack { q: &q, ids }.call().request().to_vec()
+/// The arguments of a `MONITOR` line (`+<time> [<db> <client>] "a" "b" …`),
+/// unescaped as Redis quotes them.
+fn monitor_args(line: &[u8]) -> Vec<Vec<u8>> {
+    let Some(start) = line.windows(2).position(|w| w == b"] ") else {
+        return Vec::new();
+    };
+    let mut args = Vec::new();
+    let mut at = start + 2;
+    while at < line.len() && line[at] == b'"' {
+        let mut arg = Vec::new();
+        at += 1;
+        while line[at] != b'"' {
+            if line[at] == b'\\' {
+                let (c, used) = match line[at + 1] {
+                    b'n' => (b'\n', 2),
+                    b'r' => (b'\r', 2),
+                    b't' => (b'\t', 2),
+                    b'a' => (7, 2),
+                    b'b' => (8, 2),
+                    b'x' => {
+                        let hex = std::str::from_utf8(&line[at + 2..at + 4]).unwrap();
+                        (u8::from_str_radix(hex, 16).unwrap(), 4)
+                    }
+                    c => (c, 2),
+                };
+                arg.push(c);
+                at += used;
+            } else {
+                arg.push(line[at]);
+                at += 1;
+            }
+        }
+        args.push(arg);
+        at += 2;
+    }
+    args
+}
+
+/// The result of a queue function's reply: `[m, events…, result…]`, or
+/// the short form, one value (see `lua/common.lua`, `reply`).
+fn script_result(reply: R) -> Vec<R> {
+    match reply {
+        R::Arr(mut items) => {
+            let m = match items.first() {
+                Some(R::Int(m)) => *m,
+                _ => panic!("function reply {items:?}"),
+            };
+            let events = if m >= 0 { m } else { -m - 1 } as usize;
+            items.drain(..1 + events);
+            items
+        }
+        one => vec![one],
+    }
 }
 
 async fn worker(
     mode: Mode,
     port: u16,
     i: usize,
-    rules: Arc<Rules>,
+    // The direct mode's calls.
+    calls: Option<Arc<Calls>>,
     queue: String,
     count: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) {
     let mut c = Conn::connect(port).await;
+    let calls = || calls.as_deref().expect("the direct mode has its calls");
     let consumer = format!("c{i}");
     let pop_req = match mode {
         Mode::Proxy => cmd(&[b"RPOP", queue.as_bytes()]),
-        Mode::Scripts => pop_call(&rules, &queue).request().to_vec(),
+        Mode::Scripts => calls().pop_request(),
         Mode::Streams => cmd(&[
             b"XREADGROUP",
             b"GROUP",
@@ -242,12 +317,10 @@ async fn worker(
         let r = c.call(&pop_req).await;
         let (ack_req, want_ack) = match (mode, r) {
             (Mode::Proxy, R::Bulk(p)) => (cmd(&[b"ACK", queue.as_bytes(), &p]), 1),
-            // {events, {status, source, value}}: see lua/pop.lua.
-            (Mode::Scripts, R::Arr(reply)) => match reply.get(1) {
-                Some(R::Arr(items)) if items.len() >= 3 => match &items[2] {
-                    R::Bulk(p) => (ack_call(&rules, &queue, p), 1),
-                    other => panic!("POP script value {other:?}"),
-                },
+            // `pop1`'s short reply is the payload; its flat one [status,
+            // source, value…]. The payload is the id (`ack_id = "payload"`).
+            (Mode::Scripts, r @ (R::Bulk(_) | R::Arr(_))) => match script_result(r).as_slice() {
+                [R::Bulk(p)] | [_, _, R::Bulk(p), ..] => (calls().ack_request(p), 1),
                 _ => panic!("{}: queue ran dry; pre-fill more", mode.label()),
             },
             (Mode::Streams, R::Arr(streams)) => {
@@ -269,12 +342,17 @@ async fn worker(
             }
             (_, other) => panic!("{}: pop reply {other:?}", mode.label()),
         };
-        match c.call(&ack_req).await {
-            R::Int(n) if n == want_ack => {}
-            // The ACK script: {events, {released, late}}.
-            R::Arr(reply) if matches!(reply.get(1), Some(R::Arr(r)) if matches!(r.first(), Some(R::Int(1)))) =>
-                {}
-            other => panic!("{}: ack reply {other:?}", mode.label()),
+        match (mode, c.call(&ack_req).await) {
+            (Mode::Scripts, r @ (R::Int(_) | R::Arr(_))) => {
+                // `ack`'s short reply is the lease's start; its flat one
+                // [released, late, starts…].
+                match script_result(r).as_slice() {
+                    [R::Int(_)] | [R::Int(1), ..] => {}
+                    other => panic!("{}: ack reply {other:?}", mode.label()),
+                }
+            }
+            (_, R::Int(n)) if n == want_ack => {}
+            (_, other) => panic!("{}: ack reply {other:?}", mode.label()),
         }
         count.fetch_add(1, Ordering::Relaxed);
     }
@@ -297,7 +375,7 @@ fn run_mode(
     mode: Mode,
     port: u16,
     (conns, secs): (usize, f64),
-    rules: &Arc<Rules>,
+    calls: Option<&Arc<Calls>>,
     queue: &str,
     pids: Pids,
 ) -> Outcome {
@@ -310,7 +388,7 @@ fn run_mode(
                 mode,
                 port,
                 i,
-                rules.clone(),
+                calls.cloned(),
                 queue.to_string(),
                 count.clone(),
                 stop.clone(),
@@ -420,14 +498,6 @@ fn main() {
     let (redis, redis_port) = start_redis(&dir);
     let (proxy, proxy_port) = start_proxy(&bin, redis_port, CONFIG, &dir);
 
-    let config = Config::from_toml(CONFIG).unwrap();
-    let rules = Arc::new(Rules::new(&config.queues));
-    // Load the library for the direct mode (the proxy loads it when needed).
-    sync_cmd(
-        redis_port,
-        &[b"FUNCTION", b"LOAD", library::library().text.as_bytes()],
-    );
-
     // Enough for ~150k pairs/s over the measured time plus warm-up.
     let fill = ((secs + 2.0) * 150_000.0) as usize;
     let t = Instant::now();
@@ -436,6 +506,8 @@ fn main() {
     prefill(redis_port, "stream_c", true, fill);
     sync_cmd(redis_port, &[b"XGROUP", b"CREATE", b"stream_c", b"g", b"0"]);
     eprintln!("pre-filled {fill} messages per mode in {:?}", t.elapsed());
+    // Through the proxy, which also loads the library the direct mode calls.
+    let calls = Arc::new(Calls::capture(redis_port, proxy_port, "bench_b"));
 
     let threads: usize = std::env::var("QUEUE_BENCH_THREADS")
         .ok()
@@ -459,7 +531,7 @@ fn main() {
             redis: redis_pid,
             proxy: ppid,
         };
-        let o = run_mode(&rt, mode, port, (conns, secs), &rules, queue, pids);
+        let o = run_mode(&rt, mode, port, (conns, secs), Some(&calls), queue, pids);
         eprintln!("{}: {:.0} pairs/s", mode.label(), o.pairs_per_sec);
         results.push((mode, o));
     }
@@ -576,8 +648,6 @@ fn metrics_cost(bin: &str, dir: &std::path::Path, (conns, secs): (usize, f64), l
     let (off, off_port) = start_proxy(bin, redis_port, CONFIG, dir);
     let metrics = format!("127.0.0.1:{}", free_port());
     let (on, on_port) = start_proxy_with(bin, redis_port, CONFIG, dir, &["--metrics", &metrics]);
-    let config = Config::from_toml(CONFIG).unwrap();
-    let rules = Arc::new(Rules::new(&config.queues));
     let fill = ((secs + 2.0) * 60_000.0) as usize * rounds;
     prefill(redis_port, "bench_off", false, fill);
     prefill(redis_port, "bench_on", false, fill);
@@ -618,7 +688,7 @@ fn metrics_cost(bin: &str, dir: &std::path::Path, (conns, secs): (usize, f64), l
                 redis: redis.0.id(),
                 proxy: Some(pid),
             };
-            let o = run_mode(&rt, Mode::Proxy, port, (conns, secs), &rules, queue, pids);
+            let o = run_mode(&rt, Mode::Proxy, port, (conns, secs), None, queue, pids);
             pairs[i].push(o.pairs_per_sec);
             pair_us[i].push(o.proxy_cpu.unwrap_or(0.0) * 1e6 / o.pairs_per_sec);
             eprintln!(

@@ -42,15 +42,15 @@ register('ack', function(KEYS, ARGV)
       -- (+ 0 reads the digits as tonumber would, without its C call.)
       out[#out + 1] = string.sub(raw, 2, string.find(raw, '|', 2, true) - 1) + 0
     else
-      local token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, ik, raw)
+      local token, l = first_lease(k, ik, raw)
       if not token then
         local old = legacy_id_key(ARGV[i])
-        if old then token, payload, _, _, dest, _, started, _, _, _, owner = first_lease(k, old) end
+        if old then token, l = first_lease(k, old) end
       end
       if token then
-        drop(k, token, payload, dest, owner)
+        drop(k, token, l.payload, l.dest, l.owner)
         released = released + 1
-        out[#out + 1] = started
+        out[#out + 1] = l.started
       else
         local n, looked = late_ack(k, r, ik, budget)
         late = late + n

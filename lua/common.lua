@@ -1,5 +1,5 @@
 -- common.lua: the helpers of the ackproxy function library. The library
--- is one text loaded with FUNCTION LOAD (see src/queue/library.rs): a
+-- is one text loaded with FUNCTION LOAD (see src/queue/library/mod.rs): a
 -- prelude generated from the calling convention (group(keys, i),
 -- rule(args, i), GROUP_SIZE, RULE_SIZE, event_names(), STATS_TTL_MS, the
 -- per-call bounds and LIB, the library's version), then this file, then one
@@ -28,10 +28,7 @@
 -- second message with the same id in flight gets the token id key..':'..seq
 -- (seq DUP_DIGITS digits, one more than the highest in flight), which is
 -- indexed in ids.
--- msgs: token -> cmsgpack(payload, ack_id, deliveries, dest, dest_end,
---       started_ms, nacks, expiries, first_delivery_ms, owner[, why, delay
---       [, disconnects]]) (disconnects: deliveries so far that ended with
---       the holder's connection closing, written only once there is one),
+-- msgs: token -> cmsgpack(the fields of LEASE_FIELDS, in its order),
 --       or, for a first delivery by a plain pop on a rule that does not
 --       track connections (the common case), text (packing it cost a pop
 --       more than any command it makes): 's'..started_ms..'|'..payload
@@ -62,7 +59,7 @@
 -- delayed: score = when due (ms), member = a 15-digit sequence number, a
 --        flag ('p': enters where producers push, 'n': where consumers pop),
 --        then the payload, so any number of identical payloads can wait.
--- stats: event name -> total (see src/queue/tally.rs); '#seq' -> the last
+-- stats: event name -> total (see src/queue/library/tally.rs); '#seq' -> the last
 --        sequence number of delayed.
 -- history: 'h'..sha1(payload) -> cmsgpack(copies of payload in the dead
 --        letter list, ack id, deliveries, nacks, expiries, first and last
@@ -194,7 +191,7 @@ end
 -- where the m values after the first are the events (see tally) and the
 -- result follows them: spread out when it is a table (m >= 0), as one
 -- element when it is not (-m - 1 events; false stands for nil, which would
--- end the array). src/queue/tally.rs reads it back.
+-- end the array). src/queue/library/tally.rs reads it back.
 local function reply(result)
   if TOUCHED_ANY then
     for key in pairs(TOUCHED) do redis.call('PEXPIRE', key, STATS_TTL_MS) end
@@ -219,7 +216,7 @@ end
 -- event that value implies (pop1's delivery of one value, ack's release of
 -- one lease) and renewed no stats hash; else reply(result). A table in the
 -- reply costs Redis about as much as a small command, and these two run
--- once each for every message. src/queue/tally.rs puts the event back.
+-- once each for every message. src/queue/library/tally.rs puts the event back.
 local function short_reply(value, result)
   if #TALLIED == 3 and not TOUCHED_ANY then return value end
   return reply(result)
@@ -498,12 +495,28 @@ local function tokens_of(k, ik, n)
   return out
 end
 
--- A lease record's fields: payload, id, deliveries, dest, dest_end,
--- started, nacks, expiries, first delivery, owner, and, for a move lease
--- that a NACK or a closed connection ended, why it ends and the delay ('' =
--- the rule's backoff), then the deliveries that ended with the holder's
--- connection closing (nil: none). Records written before the history was
--- kept lack the fields after started.
+-- A lease record's fields, in the one order a packed record holds them
+-- (and QUEUE LEASES shows them to the proxy, which reads them by this
+-- list: src/queue/library/lease.rs): the payload, its ack id, deliveries
+-- so far (this one included), the move destination ('' for none) and the
+-- end it was pushed at, when the lease started (ms), NACKs and expiries
+-- so far, when it was first delivered, the connection holding it ('' when
+-- the rule tracks none), and, for a move lease that a NACK or a closed
+-- connection ended, why it ends and the delay ('' = the rule's backoff),
+-- then the deliveries that ended with the holder's connection closing (nil:
+-- none). Records written before the history was kept lack the fields after
+-- started.
+local LEASE_FIELDS = { 'payload', 'id', 'deliveries', 'dest', 'dest_end', 'started', 'nacks', 'expiries',
+  'first', 'owner', 'why', 'delay', 'dc' }
+
+-- A first plain delivery's record, by name.
+local function first_delivery(payload, id, started)
+  return { payload = payload, id = id, deliveries = 1, dest = '', dest_end = '', started = started,
+    nacks = 0, expiries = 0, first = started, owner = '' }
+end
+
+-- A lease record (a text one, a packed one of any version) as a table of
+-- the fields of LEASE_FIELDS, by name.
 local function lease_fields(raw)
   local c = string.byte(raw, 1)
   if c == 115 or c == 116 then
@@ -511,25 +524,38 @@ local function lease_fields(raw)
     local started = tonumber(string.sub(raw, 2, bar - 1))
     if c == 115 then
       local payload = string.sub(raw, bar + 1)
-      return payload, payload, 1, '', '', started, 0, 0, started, ''
+      return first_delivery(payload, payload, started)
     end
     local bar2 = string.find(raw, '|', bar + 1, true)
     local idn = tonumber(string.sub(raw, bar + 1, bar2 - 1))
-    return string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), 1, '', '', started, 0, 0,
-      started, ''
+    return first_delivery(string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), started)
   end
-  local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13 = cmsgpack.unpack(raw)
-  if a4 == nil then
+  local l = { cmsgpack.unpack(raw) }
+  if l[4] == nil then
     -- The short form of a first plain delivery: payload, started[, id].
-    return a1, a3 or a1, 1, '', '', a2, 0, 0, a2, ''
+    return first_delivery(l[1], l[3] or l[1], l[2])
   end
-  return a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13
+  for i = 1, #LEASE_FIELDS do l[LEASE_FIELDS[i]] = l[i] end
+  return l
 end
 
--- The first lease with this id key and its record (see lease_fields), or
--- nil: one HGET in the common case of a single message with that id in
--- flight. raw: the record under ik when the caller read it already (false:
--- none).
+-- A lease record packed in the order of LEASE_FIELDS, from a table of them
+-- by name; what is nil at the end is left out.
+local PACKED = {}
+local function pack_lease(l)
+  local n = 0
+  for i = 1, #LEASE_FIELDS do
+    local v = l[LEASE_FIELDS[i]]
+    PACKED[i] = v
+    if v ~= nil then n = i end
+  end
+  return cmsgpack.pack(unpack(PACKED, 1, n))
+end
+
+-- The first lease with this id key, its token and its record (see
+-- lease_fields), or nil: one HGET in the common case of a single message
+-- with that id in flight. raw: the record under ik when the caller read it
+-- already (false: none).
 local function first_lease(k, ik, raw)
   local token = ik
   if raw == nil then raw = redis.call('HGET', k.msgs, ik) end
@@ -572,12 +598,9 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     end
   else
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
-    if h.dc and h.dc > 0 then
-      rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner,
-        nil, nil, h.dc)
-    else
-      rec = cmsgpack.pack(payload, id, h.deliveries, dest, dest_end, now, h.nacks, h.expiries, h.first, owner)
-    end
+    rec = pack_lease({ payload = payload, id = id, deliveries = h.deliveries, dest = dest, dest_end = dest_end,
+      started = now, nacks = h.nacks, expiries = h.expiries, first = h.first, owner = owner,
+      dc = h.dc and h.dc > 0 and h.dc or nil })
   end
   if redis.call('HSETNX', k.msgs, token, rec) == 0 then
     -- Another message with this id is in flight: a token of its own, one
@@ -605,10 +628,10 @@ end
 -- delay asked for, and due now: the script that removes its copy from the
 -- destination then ends it so.
 local function mark_ending(k, token, why, delay_ms)
-  local f = { record(k, token) }
-  f[7], f[8], f[9], f[10] = f[7] or 0, f[8] or 0, f[9] or f[6], f[10] or ''
-  f[11], f[12] = why, delay_ms
-  redis.call('HSET', k.msgs, token, cmsgpack.pack(unpack(f, 1, 13)))
+  local l = record(k, token)
+  l.nacks, l.expiries, l.first, l.owner = l.nacks or 0, l.expiries or 0, l.first or l.started, l.owner or ''
+  l.why, l.delay = why, delay_ms
+  redis.call('HSET', k.msgs, token, pack_lease(l))
   redis.call('ZADD', k.mleases, 0, token)
 end
 
@@ -783,8 +806,8 @@ end
 -- ended by a closed connection. Else nil.
 local function poison_id(k, r, ik)
   if r.poison < 1 then return nil end
-  local token, _, id, _, _, _, _, _, _, _, _, _, _, dc = first_lease(k, ik)
-  if token and (dc or 0) >= r.poison then return id end
+  local token, l = first_lease(k, ik)
+  if token and (l.dc or 0) >= r.poison then return l.id end
   local e = retry_entry(k, ik)
   if e.pending > 0 and e.dc >= r.poison and e.last then return ack_id(e.last, r.field) end
   return nil
@@ -859,12 +882,14 @@ end
 -- its worker's connection closing is flagged as poison when they reach
 -- the rule's threshold. Returns requeued, deadlettered.
 local function expire(k, r, token, why, delay_ms, now)
-  local payload, id, deliveries, dest, _, started, nacks, expiries, first, owner, ending, ending_delay, dc = record(k, token)
-  if not payload then
+  local l = record(k, token)
+  if not l then
     redis.call('ZREM', k.leases, token)
     redis.call('ZREM', k.mleases, token)
     return 0, 0
   end
+  local payload, id, deliveries, dest, started, owner = l.payload, l.id, l.deliveries, l.dest, l.started, l.owner
+  local nacks, expiries, first, ending, ending_delay, dc = l.nacks, l.expiries, l.first, l.why, l.delay, l.dc
   drop(k, token, payload, dest, owner)
   if ending then why, delay_ms = ending, tonumber(ending_delay) end
   nacks, expiries, first = nacks or 0, expiries or 0, first or started
@@ -1055,9 +1080,9 @@ local function release_owned(k, r, owner, n)
       local n_late, looked = late_ack(k, r, string.sub(token, 2), budget)
       late, budget = late + n_late, budget - looked
     else
-      local payload, _, _, dest = record(k, token)
-      if payload then
-        drop(k, token, payload, dest, owner)
+      local l = record(k, token)
+      if l then
+        drop(k, token, l.payload, l.dest, owner)
         done = done + 1
       else
         redis.call('ZREM', k.ids, owned_key(owner, token))

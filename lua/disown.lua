@@ -18,15 +18,15 @@ register('disown', function(KEYS, ARGV)
   local tokens, more = owned_by(k, owner, n)
   local out = { 0, more and 1 or 0 }
   for _, token in ipairs(tokens) do
-    local payload, _, _, dest
-    if string.byte(token, 1) ~= 126 then payload, _, _, dest = record(k, token) end
-    if not payload then
+    local l
+    if string.byte(token, 1) ~= 126 then l = record(k, token) end
+    if not l then
       -- Gone, or the mark of a lease that already ran out: nothing to end.
       redis.call('ZREM', k.ids, owned_key(owner, token))
-    elseif dest ~= '' then
+    elseif l.dest ~= '' then
       mark_ending(k, token, 'disconnected', 0)
       out[#out + 1] = token
-      out[#out + 1] = dest
+      out[#out + 1] = l.dest
       out[1] = out[1] + 1
     else
       expire(k, r, token, 'disconnected', 0, now)

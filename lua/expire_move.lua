@@ -17,9 +17,9 @@ register('expire_move', function(KEYS, ARGV)
   local deadline = redis.call('ZSCORE', k.mleases, token)
   local now = now_ms()
   if not deadline or tonumber(deadline) > now then return reply({ 0, 0 }) end
-  local payload, _, _, _, dest_end = record(k, token)
-  if payload and redis.call('TYPE', dest)['ok'] == 'list' then
-    redis.call('LREM', dest, dest_end == 'R' and -1 or 1, payload)
+  local l = record(k, token)
+  if l and redis.call('TYPE', dest)['ok'] == 'list' then
+    redis.call('LREM', dest, l.dest_end == 'R' and -1 or 1, l.payload)
   end
   local a, b = expire(k, r, token, 'expired', nil, now)
   return reply({ a, b })

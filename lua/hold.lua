@@ -34,10 +34,10 @@ register('hold', function(KEYS, ARGV)
       looked = looked + 1
       -- '~': the mark of a next-pop lease that ran out, not a lease.
       if string.byte(token, 1) ~= 126 then
-        local payload, _, _, dest, _, started = record(k, token)
-        if payload then
-          local deadline = math.min(now + r.lease, started + r.max_hold)
-          local z = dest == '' and k.leases or k.mleases
+        local l = record(k, token)
+        if l then
+          local deadline = math.min(now + r.lease, l.started + r.max_hold)
+          local z = l.dest == '' and k.leases or k.mleases
           renewed = renewed + redis.call('ZADD', z, 'XX', 'GT', 'CH', ms_text(deadline), token)
         end
       end

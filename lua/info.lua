@@ -25,8 +25,8 @@ register('info', function(KEYS, ARGV)
   local oldest = -1
   for _, z in ipairs({ k.leases, k.mleases }) do
     for _, token in ipairs(redis.call('ZRANGE', z, 0, 9)) do
-      local payload, _, _, _, _, started = record(k, token)
-      if payload and now - started > oldest then oldest = now - started end
+      local l = record(k, token)
+      if l and now - l.started > oldest then oldest = now - l.started end
     end
   end
   local cancelled = tonumber(redis.call('HGET', k.retry, CANCELLED) or '0')

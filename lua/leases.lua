@@ -4,8 +4,8 @@
 -- ARGV[1] n (at most 1000), ARGV[2] o (from 0).
 -- Returns up to n leases, soonest deadline first, past the first o (on
 -- the same deadline the queue's leases before move leases, each set's by
--- token); each as {ack_id, payload, deliveries, ms_until_deadline,
--- destination or '', nacks, expiries}.
+-- token); each as {ms_until_deadline, then its record's fields in the
+-- order of LEASE_FIELDS, up to expiries}.
 --
 -- The leases are two sorted sets, leases (with its marks) and mleases,
 -- merged. Where the first o end in each is found by halving, one entry of
@@ -24,6 +24,12 @@ end
 
 local function score_at(z, rank)
   return tonumber(redis.call('ZRANGE', z, rank, rank, 'WITHSCORES')[2])
+end
+
+-- The record's fields a lease is shown with: LEASE_FIELDS up to expiries.
+local SHOWN = 0
+for i = 1, #LEASE_FIELDS do
+  if LEASE_FIELDS[i] == 'expiries' then SHOWN = i end
 end
 
 register('leases', function(KEYS, ARGV)
@@ -74,9 +80,12 @@ register('leases', function(KEYS, ARGV)
     else
       break
     end
-    local payload, id, deliveries, dest, _, _, nacks, expiries = record(k, l[1])
-    if payload then
-      out[#out + 1] = { id, payload, deliveries, l[2] - now, dest, nacks or 0, expiries or 0 }
+    local f = record(k, l[1])
+    if f then
+      f.nacks, f.expiries = f.nacks or 0, f.expiries or 0
+      local row = { l[2] - now }
+      for i = 1, SHOWN do row[i + 1] = f[LEASE_FIELDS[i]] end
+      out[#out + 1] = row
     end
   end
   return reply(out)

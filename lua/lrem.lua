@@ -15,9 +15,9 @@ register('lrem', function(KEYS, ARGV)
   local released = 0
   if removed > 0 then
     for _, token in ipairs(tokens_in_dest(k, dest, ARGV[2], math.min(removed, 1000))) do
-      local payload, _, _, d, _, _, _, _, _, owner = record(k, token)
-      if payload then
-        drop(k, token, payload, d, owner)
+      local l = record(k, token)
+      if l then
+        drop(k, token, l.payload, l.dest, l.owner)
       else
         redis.call('ZREM', k.ids, dest_key(dest, ARGV[2]) .. '|' .. token)
       end

@@ -20,12 +20,12 @@ register('nack', function(KEYS, ARGV)
   local n = 0
   local out = { 0 }
   for i = RULE_SIZE + 2, #ARGV do
-    local token, _, _, _, dest = first_lease(k, id_key(ARGV[i]))
+    local token, l = first_lease(k, id_key(ARGV[i]))
     if token then
-      if dest ~= '' then
+      if l.dest ~= '' then
         mark_ending(k, token, 'nacked', wait)
         out[#out + 1] = token
-        out[#out + 1] = dest or ''
+        out[#out + 1] = l.dest or ''
       else
         expire(k, r, token, 'nacked', tonumber(wait), now)
       end

@@ -28,10 +28,10 @@ register('reap', function(KEYS, ARGV)
   poison_ids(k, r, POISON_REAP)
   local out = { requeued, dead, 0, -1, promoted }
   for _, token in ipairs(redis.call('ZRANGEBYSCORE', k.mleases, '-inf', now, 'LIMIT', 0, batch)) do
-    local payload, _, _, dest = record(k, token)
-    if payload then
+    local l = record(k, token)
+    if l then
       out[#out + 1] = token
-      out[#out + 1] = dest
+      out[#out + 1] = l.dest
     else
       redis.call('ZREM', k.mleases, token)
     end

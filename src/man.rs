@@ -84,7 +84,7 @@ fn commands(roff: &mut Roff) {
         roman(" ..."),
     ]);
     // QUEUE HELP's lines: an operation, then its description indented.
-    let mut lines = ackproxy::queue::commands::HELP.iter().skip(1).peekable();
+    let mut lines = ackproxy::queue::HELP.iter().skip(1).peekable();
     roff.control("RS", []);
     while let Some(line) = lines.next() {
         if line.starts_with("Outside QUEUE") {

@@ -50,21 +50,20 @@ impl<V> ByteBoundedMap<V> {
         self.map.contains_key(key)
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
     /// Bytes charged for the entries held now; never more than the budget.
-    pub fn bytes_used(&self) -> usize {
+    #[cfg(test)]
+    fn bytes_used(&self) -> usize {
         self.used
-    }
-
-    pub fn budget(&self) -> usize {
-        self.budget
     }
 
     /// What an entry is charged: its key, the fixed overhead and what the
@@ -190,7 +189,7 @@ mod tests {
         assert!(m.insert(key("k4"), 4, per));
         assert!(!m.contains_key(b"k1") && !m.contains_key(b"k2"));
         assert!(m.contains_key(b"k3") && m.contains_key(b"k4"));
-        assert!(m.bytes_used() <= m.budget());
+        assert!(m.bytes_used() <= m.budget);
     }
 
     #[test]

@@ -16,12 +16,12 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::{watch, Notify};
 
-use super::call::Caller;
-use super::owners::Owners;
-use super::registry::Registry;
-use super::rules::Rules;
-use super::waiters::{Events, Waiters};
 use crate::output::ClientState;
+use crate::queue::leases::owners::Owners;
+use crate::queue::leases::registry::Registry;
+use crate::queue::library::call::Caller;
+use crate::queue::pop::waiters::{Events, Waiters};
+use crate::queue::rules::Rules;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 

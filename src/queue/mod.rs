@@ -5,30 +5,17 @@
 //! The session asks [`Queues::intercept`] about every pop, LREM, ACK, NACK
 //! and QUEUE request and gets back what to do instead of forwarding it.
 
-pub mod bounded;
-pub mod call;
-pub mod clock;
-pub mod command_docs;
-pub mod commands;
-pub mod dbs;
-pub mod holder;
-pub mod job;
-pub mod keys;
-pub mod library;
-pub mod ops;
-pub mod owners;
-pub mod pop;
-pub mod reaper;
-pub mod registry;
-pub mod rules;
+mod bounded;
+mod commands;
+mod dbs;
+pub(crate) mod leases;
+pub(crate) mod library;
+pub mod limits;
+mod pop;
+pub(crate) mod rules;
 mod serve;
-pub mod signals;
-pub mod sink;
-pub mod tally;
-pub mod unfit;
-pub mod value;
-pub mod visible;
-pub mod waiters;
+pub(crate) mod signals;
+mod unfit;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -43,13 +30,17 @@ use crate::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
 use bounded::ByteBoundedMap;
-use call::{Caller, ScriptReply};
+use commands::job::{self, Job};
+pub use commands::HELP;
 use dbs::Dbs;
-use job::Job;
+use leases::{holder, owners, reaper};
+use library::call::{Caller, ScriptReply};
+use pop::stream::PopCalls;
+use pop::waiters::Events;
 use pop::{Parsed, Pop};
 use rules::Rules;
 pub use serve::{Conn, Left, Outcome, Place, Wait};
-use waiters::Events;
+use signals::sink;
 
 /// How the session can carry a queue operation out.
 #[derive(Clone, Copy)]
@@ -408,7 +399,7 @@ impl Queues {
                 request: call.request_in(db.index),
                 transform: ScriptReply::boxed(call, db.index, move |v| {
                     let done = pop.popped(&v);
-                    after_pop(&registry, &done);
+                    registry.record(&done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }),
             };
@@ -424,20 +415,14 @@ impl Queues {
             if let Some(call) = pop.next_call(&mut progress) {
                 return Intercept::Rewrite {
                     request: call.request_in(db.index),
-                    transform: Box::new(PopCalls {
-                        pop,
-                        progress,
-                        call,
-                        retried: false,
-                        registry,
-                    }),
+                    transform: PopCalls::boxed(pop, progress, call, registry),
                 };
             }
         }
         Intercept::Job(Job::new(move |caller| async move {
             match pop.run(&caller).await {
                 Ok(done) => {
-                    after_pop(&registry, &done);
+                    registry.record(&done);
                     done.reply.unwrap_or_else(|| pop.multi_empty_reply())
                 }
                 Err(e) => e.to_reply(),
@@ -615,7 +600,7 @@ impl Queues {
         // nothing.
         match pop.run(caller.as_ref().unwrap_or(&db.own)).await {
             Ok(done) => {
-                after_pop(&db.registry, &done);
+                db.registry.record(&done);
                 match done.reply {
                     Some(reply) => Ok(reply),
                     None => Err(pop),
@@ -666,58 +651,6 @@ impl Queues {
                 timeout_reply
             }
         }
-    }
-}
-
-/// Bookkeeping after a pop leased messages: the reaper learns the queue.
-/// (The script's reply counted them.)
-fn after_pop(registry: &registry::Registry, done: &pop::Popped) {
-    registry.record(done);
-}
-
-/// A pop carried out from the client's reply stream: each reply is taken
-/// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
-/// steps awaited).
-struct PopCalls {
-    pop: Pop,
-    progress: pop::Progress,
-    /// The call in flight.
-    call: call::Call,
-    /// Its request was sent again behind a library load (made again from
-    /// `call` then, rather than kept: a retry is rare, a copy kept costs
-    /// every pop).
-    retried: bool,
-    registry: Arc<registry::Registry>,
-}
-
-impl ReplyTransform for PopCalls {
-    fn apply(&mut self, reply: Bytes) -> crate::output::Transformed {
-        use crate::output::Transformed;
-        if !self.retried && library::is_missing(&reply) {
-            self.retried = true;
-            return Transformed::Retry {
-                before: library::library().load.clone(),
-                request: self.call.request_in(self.registry.db),
-            };
-        }
-        let taken = self
-            .call
-            .decode(reply.clone())
-            .and_then(|v| self.pop.absorb(&mut self.progress, &v));
-        if let Err(e) = taken {
-            return Transformed::Done(e.to_reply());
-        }
-        if let Some(call) = self.pop.next_call(&mut self.progress) {
-            let request = call.request_in(self.registry.db);
-            self.call = call;
-            self.retried = false;
-            return Transformed::Continue(request);
-        }
-        let done = self
-            .pop
-            .finish(std::mem::take(&mut self.progress), Some(&reply));
-        after_pop(&self.registry, &done);
-        Transformed::Done(done.reply.unwrap_or_else(|| self.pop.multi_empty_reply()))
     }
 }
 

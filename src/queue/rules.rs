@@ -8,12 +8,12 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::bounded::ByteBoundedMap;
-use super::keys::{QueueKeys, CALL_KEYS};
-use super::signals::{Fired, Signals};
 use crate::command::Args;
 use crate::config::{AckId, AckPolicy, Backoff, End, QueueRule, Redeliver};
 use crate::glob::{glob_match, is_glob};
+use crate::queue::bounded::ByteBoundedMap;
+use crate::queue::library::keys::{QueueKeys, CALL_KEYS};
+use crate::queue::signals::{Fired, Signals};
 
 /// One field of a rule as the scripts receive it.
 #[derive(Clone, Debug, PartialEq)]
@@ -331,7 +331,7 @@ fn templated_queue(template: &str, dead: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The queues whose default dead-letter list could be `dead`, one per form
-/// of the default name (see `keys.rs`); the caller checks each.
+/// of the default name (see `library/keys.rs`); the caller checks each.
 fn default_dead_queues(dead: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     if let Some(q) = dead.strip_suffix(b":dead") {
@@ -446,7 +446,7 @@ impl Rules {
     /// The acknowledgements `args` makes if it is a completion signal of a
     /// rule in force.
     pub fn signal(&self, args: Args<'_>) -> Option<Fired> {
-        if let Some(swap) = super::signals::swapped(args).filter(|_| !self.is_empty()) {
+        if let Some(swap) = crate::queue::signals::swapped(args).filter(|_| !self.is_empty()) {
             return Some(swap);
         }
         if !self.signalled.load(Ordering::Acquire) {
@@ -541,8 +541,8 @@ mod tests {
     /// last.
     #[test]
     fn calls_from_the_encoded_keys_and_rule_are_the_same_request() {
-        use super::super::call::Call;
-        use super::super::library::{self, Function};
+        use crate::queue::library::call::Call;
+        use crate::queue::library::{self, Function};
         // The request as an array of bulk strings, one argument after the
         // other.
         let plain = |f: &Function, db: i64, keys: &[&[u8]], argv: &[&[u8]]| {

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::call::Caller;
-use super::{How, Intercept, Queues};
 use crate::command::{Args, Kind};
 use crate::output::ReplyTransform;
+use crate::queue::library::call::Caller;
+use crate::queue::{How, Intercept, Queues};
 
 /// Where a rewritten request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use super::route::{route, Route};
 use super::{client_table, Session};
 use crate::command::{Args, Kind};
 use crate::output::ReplyTransform;
+use crate::queue::library::visible::View;
 use crate::queue::signals::Fired;
-use crate::queue::visible::View;
 
 pub(super) enum Decision {
     /// Stateless, and nothing of the proxy's concerns it: it joins the
@@ -95,8 +95,9 @@ impl Session {
             if let Some(password) = crate::auth::sets_requirepass(args) {
                 return Decision::Requirepass(password.to_vec());
             }
-            if crate::queue::visible::concerns(args) {
-                return crate::queue::visible::view(args).map_or(Decision::Forward, Decision::View);
+            if crate::queue::library::visible::concerns(args) {
+                return crate::queue::library::visible::view(args)
+                    .map_or(Decision::Forward, Decision::View);
             }
         }
         // A completion signal's reply is looked at (see `signalled`).

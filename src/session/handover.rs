@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::{buffers, Session, QUERY_BUFFER_LIMIT};
 use crate::command::{Args, Kind};
 use crate::output::ReplyTransform;
-use crate::queue::call::Caller;
+use crate::queue::library::call::Caller;
 use crate::queue::{Conn, Left, Place, Wait};
 use crate::telemetry::Route as Served;
 use crate::upstream::dedicated::Expect;

@@ -27,7 +27,7 @@ use crate::config::{Config, LimitsConfig};
 use crate::error::UpstreamError;
 use crate::net::{ReadHalf, Stream};
 use crate::output::{self, ClientState, ReplyTransform};
-use crate::queue::visible::View;
+use crate::queue::library::visible::View;
 use crate::queue::{Left, Outcome, Queues};
 use crate::resp::{RequestScanner, Scan};
 use crate::telemetry::Route as Served;
@@ -281,7 +281,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         peer,
     );
     let writer = tokio::spawn(output::run_writer(wr, out.clone(), shared.clone()));
-    let conn = crate::queue::owners::next_conn();
+    let conn = crate::queue::leases::owners::next_conn();
     let mut session = Session {
         conn,
         client: ctx.clients.register(conn, origin, out.clone()),
@@ -908,13 +908,13 @@ impl Session {
                 let probe = self
                     .ctx
                     .queues
-                    .own_command(crate::queue::visible::PROBE)
+                    .own_command(crate::queue::library::visible::PROBE)
                     .await;
                 let hidden = match probe {
-                    Ok(reply) => crate::queue::visible::observe(&reply),
-                    Err(_) => crate::queue::visible::last_seen(),
+                    Ok(reply) => crate::queue::library::visible::observe(&reply),
+                    Err(_) => crate::queue::library::visible::last_seen(),
                 };
-                let transform = crate::queue::visible::stats_with(hidden);
+                let transform = crate::queue::library::visible::stats_with(hidden);
                 self.send_dedicated(kind, args, &frame, Some(transform), None)
                     .await;
             }
@@ -922,12 +922,12 @@ impl Session {
                 // On the client's own connection (as every command Redis
                 // serves while a script runs), behind the probe, in one
                 // write.
-                let mut joined = crate::queue::visible::probe().to_vec();
+                let mut joined = crate::queue::library::visible::probe().to_vec();
                 joined.extend_from_slice(&frame);
                 let expect = Expect::Joined {
                     left: 2,
                     got: BytesMut::new(),
-                    transform: crate::queue::visible::stats_joined(),
+                    transform: crate::queue::library::visible::stats_joined(),
                 };
                 self.send_dedicated(kind, args, &joined, None, Some(expect))
                     .await;

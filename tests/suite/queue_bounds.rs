@@ -154,11 +154,7 @@ fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
-    use ackproxy::queue::commands::IDS_PER_CALL;
-    use ackproxy::queue::keys::CALL_KEYS;
-    use ackproxy::queue::library;
-    use ackproxy::queue::pop::POP_BATCH;
-    use ackproxy::queue::rules::RULE_ARGS;
+    use ackproxy::queue::limits::{library, CALL_KEYS, IDS_PER_CALL, POP_BATCH, RULE_ARGS};
 
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
@@ -622,10 +618,9 @@ fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
 
 #[test]
 fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
-    use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
-    use ackproxy::queue::keys::CALL_KEYS;
-    use ackproxy::queue::library;
-    use ackproxy::queue::rules::RULE_ARGS;
+    use ackproxy::queue::limits::{
+        library, CALL_KEYS, IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL, RULE_ARGS,
+    };
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
     let redis = Redis::start();
@@ -684,7 +679,7 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
 
 #[test]
 fn dead_letter_histories_stay_within_their_bound() {
-    use ackproxy::queue::keys::DEAD_HISTORY;
+    use ackproxy::queue::limits::DEAD_HISTORY;
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
     let redis = Redis::start();
@@ -722,8 +717,9 @@ fn above_one_call(reply: &Value, bound: u64) {
 
 #[test]
 fn inside_multi_a_queue_operation_above_the_bound_of_one_call_is_refused() {
-    use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
-    use ackproxy::queue::pop::{POP_BATCH, SOURCES_PER_CALL};
+    use ackproxy::queue::limits::{
+        IDS_PER_CALL, POP_BATCH, PUSH_PER_CALL, REDRIVE_PER_CALL, SOURCES_PER_CALL,
+    };
 
     let redis = Redis::start();
     let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);

@@ -40,7 +40,7 @@ pub fn note(redis_ms: i64, sent: i64, received: i64) {
 }
 
 /// Redis's `TIME` reply (seconds, microseconds) in ms.
-pub fn time_reply_ms(v: &super::value::Value) -> Option<i64> {
+pub fn time_reply_ms(v: &crate::queue::library::value::Value) -> Option<i64> {
     let a = v.array();
     let secs: i64 = std::str::from_utf8(a.first()?.bytes()).ok()?.parse().ok()?;
     let micros: i64 = std::str::from_utf8(a.get(1)?.bytes()).ok()?.parse().ok()?;

@@ -2,17 +2,21 @@
 //! building the pop-and-lease script call, and rebuilding from the script's
 //! answer exactly the reply Redis would have sent.
 
+pub mod call;
+pub mod stream;
+pub mod waiters;
+
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::call::{Call, CallError, Caller};
-use super::ops::{self, Op, Source, Taken, Values};
-use super::rules::{Queue, Rules};
-use super::value::Value;
 use crate::command::{parse_i64, Args, PopForm};
+use crate::queue::library::call::{Call, CallError, Caller};
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Queue, Rules};
 use crate::resp::reply;
 use crate::timeout::{parse_timeout_secs, Timeout};
+use call::{Source, Taken, Values};
 
 /// Bounds on one pop script call, whatever the client asked for: a pop with
 /// a larger COUNT, or more source keys, is carried out as several calls.
@@ -40,7 +44,7 @@ pub struct Pop {
     pub timeout: Timeout,
     pub protocol: u8,
     /// The client connection's name, when a source's rule tracks
-    /// connections (see `owners.rs`); empty otherwise.
+    /// connections (see `leases/owners.rs`); empty otherwise.
     pub owner: Bytes,
     /// Whether it acknowledges the connection's earlier leases on next-pop
     /// rules (see `How::next`).
@@ -245,7 +249,7 @@ pub struct Progress {
 
 /// The length of `*<n>\r\n`.
 fn head_len(n: usize) -> usize {
-    3 + super::call::decimal_len(n)
+    3 + crate::queue::library::call::decimal_len(n)
 }
 
 /// The length of a bulk string holding `v`.
@@ -276,7 +280,7 @@ impl Pop {
     /// to `count` (never blocks), acknowledging first up to `release`
     /// earlier leases of the connection on next-pop queues (-1: all).
     fn call_for(&self, from: usize, to: usize, count: u64, release: i64) -> Call {
-        ops::Pop {
+        call::Pop {
             sources: &self.sources[from..to],
             left: self.left,
             count,
@@ -298,7 +302,7 @@ impl Pop {
     /// The client's reply for a [`Pop::single_call`]'s answer; `None` when
     /// nothing was popped (a blocking form then waits).
     pub fn reply(&self, v: &Value) -> Option<Bytes> {
-        match ops::Pop::read(v) {
+        match call::Pop::read(v) {
             Ok(Taken::Took { g, values, .. }) => self.build(Some(g), &values),
             _ => self.build(None, &[]),
         }
@@ -357,7 +361,7 @@ impl Pop {
     /// Takes in the answer to the call [`Pop::next_call`] gave last.
     pub fn absorb(&self, p: &mut Progress, v: &Value) -> Result<(), CallError> {
         let want = self.count.unwrap_or(1);
-        match ops::Pop::read(v)? {
+        match call::Pop::read(v)? {
             Taken::Again => {}
             Taken::Nothing => {
                 if p.got.is_empty() {
@@ -430,7 +434,7 @@ impl Pop {
 
     /// What a [`Pop::single_call`] popped, for bookkeeping.
     pub fn popped(&self, v: &Value) -> Popped {
-        let (queue, count) = match ops::Pop::read(v) {
+        let (queue, count) = match call::Pop::read(v) {
             Ok(Taken::Took { g, values, .. }) => match self.sources.get(g) {
                 Some(Source::Queue(q)) if !values.is_empty() => (Some(q.clone()), values.len()),
                 _ => (None, values.len()),

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::value::Value;
+use crate::queue::library::value::Value;
 
 /// Event names as the Lua side uses them and the `stats` hash stores them,
 /// with the per-rule counter each one increments.
@@ -43,7 +43,7 @@ pub type Groups = smallvec::SmallVec<[(usize, Arc<str>); 1]>;
 /// `short_reply` in `lua/common.lua`): one plain value that stands for a
 /// flat reply with one event of the queue whose group comes first. Its
 /// event is counted here; the value itself is the result the operation's
-/// reader gets (`ops::Pop::read`, `ops::Ack::read`).
+/// reader gets (`pop::call::Pop::read`, `commands::ack::read_acked`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Short {
     /// The function never answers so.
@@ -61,9 +61,9 @@ pub fn settle(reply: Value, groups: &[(usize, Arc<str>)], short: Short) -> Optio
     let mut parts = match (short, reply) {
         (_, Value::Array(parts)) => parts,
         // Passed on as they are, not rebuilt as the result they stand for
-        // (an allocation on every pop and ACK): `ops::Pop::read` and
-        // `ops::Ack::read` read them. A result of the flat form is never a
-        // bare string (pop) or integer (ack).
+        // (an allocation on every pop and ACK): `pop::call::Pop::read`
+        // and `commands::ack::read_acked` read them. A result of the flat
+        // form is never a bare string (pop) or integer (ack).
         (Short::Pop, value @ Value::Str(_)) => {
             count(groups, 0, 1);
             return Some(value);

@@ -17,11 +17,13 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::call::Caller;
-use super::ops;
-use super::pop::Pop;
-use super::rules::Queue;
 use crate::config::AckPolicy;
+use crate::queue::library;
+use crate::queue::library::call::Call;
+use crate::queue::library::call::Caller;
+use crate::queue::library::op::{int_at, moves, Moves, Op};
+use crate::queue::pop::Pop;
+use crate::queue::rules::Queue;
 
 /// A number for each client connection of this process.
 pub fn next_conn() -> u64 {
@@ -132,19 +134,14 @@ pub(super) const MAX_CALLS: usize = 10_000;
 pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
     let mut ended = 0;
     for _ in 0..MAX_CALLS {
-        let op = ops::Disown {
-            q,
-            owner,
-            limit: DISOWN_PER_CALL,
-            release: false,
-        };
+        let op = disown(q, owner, DISOWN_PER_CALL, false);
         let Ok(d) = caller.op(op).await else {
             // Redis is away: the leases expire as usual.
             return ended;
         };
         ended += d.ended;
         for (token, dest) in &d.moves {
-            super::commands::expire_move(caller, q, dest, token).await;
+            crate::queue::commands::expire_move(caller, q, dest, token).await;
         }
         if !d.more {
             break;
@@ -157,12 +154,7 @@ pub async fn requeue(caller: &Caller, q: &Queue, owner: &Bytes) -> i64 {
 /// bounded calls.
 pub async fn release(caller: &Caller, q: &Queue, owner: &Bytes) {
     for _ in 0..MAX_CALLS {
-        let op = ops::Disown {
-            q,
-            owner,
-            limit: DISOWN_PER_CALL,
-            release: true,
-        };
+        let op = disown(q, owner, DISOWN_PER_CALL, true);
         match caller.op(op).await {
             Ok(d) if d.more => {}
             // Done, or Redis is away: the leases then expire as usual.
@@ -183,6 +175,33 @@ pub async fn undelivered(caller: &Caller, pop: &Pop) {
     for q in pop.queues().filter(|q| q.rule.ack == AckPolicy::NextPop) {
         requeue(caller, q, &pop.owner).await;
     }
+}
+
+pub struct Disowned {
+    pub ended: i64,
+    /// More may be left: call again.
+    pub more: bool,
+    /// Move leases only marked (disown only).
+    pub moves: Moves,
+}
+
+/// `disown` (`release` false): ends now up to `limit` leases `owner` holds,
+/// the messages back in the queue; `release` (true): acknowledges them
+/// instead (next-pop rules).
+fn disown(q: &Queue, owner: &Bytes, limit: usize, release: bool) -> Op<Disowned> {
+    let function = if release {
+        &library::RELEASE
+    } else {
+        &library::DISOWN
+    };
+    let call = Call::new(function).queue_rule(q).arg(owner.clone());
+    Op::new(call.arg(limit.to_string()), |v| {
+        Ok(Disowned {
+            ended: int_at(v, 0),
+            more: int_at(v, 1) == 1,
+            moves: moves(v.array().get(2..).unwrap_or_default()),
+        })
+    })
 }
 
 #[cfg(test)]

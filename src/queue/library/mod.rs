@@ -19,15 +19,23 @@
 //! ([`Retry`]); where that cannot be done (inside `MULTI`), the session
 //! makes sure of the library first ([`Loader::ensure`]).
 
+pub mod call;
+pub mod keys;
+pub mod lease;
+pub mod op;
+pub mod tally;
+pub mod value;
+pub mod visible;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use super::keys::{Role, CALL_KEYS, DEAD_HISTORY, GROUP, STATS_TTL_MS};
-use super::rules::{RULE, RULE_ARGS};
-use super::tally::EVENTS;
+use crate::queue::library::keys::{Role, CALL_KEYS, DEAD_HISTORY, GROUP, STATS_TTL_MS};
+use crate::queue::library::tally::EVENTS;
+use crate::queue::rules::{RULE, RULE_ARGS};
 use crate::upstream::Endpoint;
 
 /// One operation of the library: `ackq_<op>_<version>`.
@@ -41,7 +49,7 @@ macro_rules! functions {
         functions!(@each 0usize; $($name = $op,)*);
         /// Every operation, in the order their files follow `common.lua`.
         pub const ALL: &[&Function] = &[$(&$name),*];
-        const SOURCES: &[&str] = &[$(include_str!(concat!("../../lua/", $op, ".lua"))),*];
+        const SOURCES: &[&str] = &[$(include_str!(concat!("../../../lua/", $op, ".lua"))),*];
     };
     (@each $i:expr; $name:ident = $op:literal, $($rest:tt)*) => {
         pub const $name: Function = Function { op: $op, index: $i };
@@ -73,8 +81,8 @@ functions! {
 
 impl Function {
     /// The short form of this function's reply, if it has one.
-    pub fn short(&self) -> super::tally::Short {
-        use super::tally::Short;
+    pub fn short(&self) -> crate::queue::library::tally::Short {
+        use crate::queue::library::tally::Short;
         if self.index == POP1.index {
             Short::Pop
         } else if self.index == ACK.index {
@@ -85,7 +93,7 @@ impl Function {
     }
 }
 
-const COMMON: &str = include_str!("../../lua/common.lua");
+const COMMON: &str = include_str!("../../../lua/common.lua");
 
 /// Expired leases a pop returns to their queues before popping, over all
 /// its queues.
@@ -107,11 +115,9 @@ const GROUP_CACHE: usize = 1024;
 
 /// The library as Redis gets it.
 pub struct Library {
-    /// `ackproxy_<version>`.
+    /// `ackproxy_<version>`: the first 12 hex digits of the SHA1 of the
+    /// text after its first two lines (which name it).
     pub name: String,
-    /// The first 12 hex digits of the SHA1 of the text after its first two
-    /// lines (which name it).
-    pub version: String,
     pub text: String,
     /// `FUNCTION LOAD <text>`, as one request. Without REPLACE: a library of
     /// this name always has this text, and Redis answers a load of one it
@@ -149,7 +155,6 @@ pub fn library() -> &'static Library {
             .collect();
         Library {
             name,
-            version,
             text,
             load: Bytes::from(load),
             names,
@@ -324,9 +329,10 @@ mod tests {
     fn the_library_names_itself_and_every_function_by_its_version() {
         let lib = library();
         assert!(lib.text.starts_with(&format!("#!lua name={}\n", lib.name)));
-        assert_eq!(lib.version.len(), 12);
-        assert_eq!(POP.name(), format!("ackq_pop_{}", lib.version));
-        assert_eq!(POP.name_db(), format!("ackq_pop_db_{}", lib.version));
+        let version = lib.name.strip_prefix("ackproxy_").unwrap();
+        assert_eq!(version.len(), 12);
+        assert_eq!(POP.name(), format!("ackq_pop_{version}"));
+        assert_eq!(POP.name_db(), format!("ackq_pop_db_{version}"));
         for f in ALL {
             assert!(
                 lib.text.contains(&format!("register('{}', function", f.op)),

@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 
-use super::call::Caller;
+use crate::queue::library::call::Caller;
 
 type Run = Box<dyn FnOnce(Caller) -> Pin<Box<dyn Future<Output = Bytes> + Send>> + Send>;
 
@@ -51,9 +51,9 @@ pub fn above_one_call(what: &str, n: &str, bound: impl std::fmt::Display) -> Byt
 pub fn pop_above_one_call(
     form: crate::command::PopForm,
     args: crate::command::Args<'_>,
-    rules: &super::rules::Rules,
+    rules: &crate::queue::rules::Rules,
 ) -> Option<Bytes> {
-    use super::pop::{parse, Parsed, POP_BATCH, SOURCES_PER_CALL};
+    use crate::queue::pop::{parse, Parsed, POP_BATCH, SOURCES_PER_CALL};
     let Parsed::Pop(pop) = parse(form, args, rules, 2) else {
         return None;
     };

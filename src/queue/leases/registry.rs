@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::pop::Popped;
+use crate::queue::pop::Popped;
 
 /// A queue with leases is looked at again at least this often, whatever its
 /// next deadline: a lease shortened by `QUEUE EXTEND` on another proxy is

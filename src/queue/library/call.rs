@@ -1,20 +1,21 @@
 //! Calling the queue functions. A [`Call`] is built from the calling
-//! convention (a queue's key group, its rule arguments) by an operation of
-//! `ops.rs` and sent as `FCALL`; a call that finds the library missing is
-//! sent again behind its load (see `library.rs`).
+//! convention (a queue's key group, its rule arguments) by an
+//! operation (see `op.rs`) and sent as `FCALL`; a call that finds the
+//! library missing is sent again behind its load ([`Reload`], the one place
+//! that does).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use super::keys::CALL_KEYS;
-use super::library::{self, Function};
-use super::rules::{Queue, RULE_ARGS};
-use super::tally::{self, Groups, Short};
-use super::value::{self, Value};
 use crate::error::UpstreamError;
 use crate::output::{ClientState, ReplyTransform, Transformed};
+use crate::queue::library::keys::CALL_KEYS;
+use crate::queue::library::tally::{self, Groups, Short};
+use crate::queue::library::value::{self, Value};
+use crate::queue::library::{self, Function};
+use crate::queue::rules::{Queue, RULE_ARGS};
 use crate::upstream::shared::SharedUpstream;
 
 /// Keys of the common call (one queue's group) held without an allocation.
@@ -227,16 +228,42 @@ impl Call {
     }
 }
 
+/// The one retry of a call whose reply says the library is not in Redis
+/// (a restarted Redis, a `FUNCTION FLUSH`): the library's load, then the
+/// call again. Once per call: a second "not found" is the client's reply.
+/// The request is made again from the call rather than kept, as a second
+/// reference to the request sent costs an allocation on every call for a
+/// retry that almost never happens.
+#[derive(Default)]
+pub struct Reload {
+    done: bool,
+}
+
+impl Reload {
+    /// The load and `call`'s request in database `db`, to send in that
+    /// order, if `reply` says the library is missing and this call was not
+    /// sent again yet.
+    pub fn after(&mut self, reply: &[u8], call: &Call, db: i64) -> Option<(Bytes, Bytes)> {
+        if self.done || !library::is_missing(reply) {
+            return None;
+        }
+        self.done = true;
+        Some((library::library().load.clone(), call.request_in(db)))
+    }
+
+    /// The same, as a reply transform's step.
+    pub fn retry(&mut self, reply: &[u8], call: &Call, db: i64) -> Option<Transformed> {
+        self.after(reply, call, db)
+            .map(|(before, request)| Transformed::Retry { before, request })
+    }
+}
+
 /// Turns a function's reply into the client's reply; errors the function
 /// returns (WRONGTYPE, ...) reach the client as they are.
 pub struct ScriptReply<F> {
-    /// Its request is made again for the one retry, in the same database
-    /// (rather than kept, as a second reference to the request sent, which
-    /// costs an allocation on every call for a retry that almost never
-    /// happens).
     call: Call,
     db: i64,
-    retried: bool,
+    reload: Reload,
     build: F,
 }
 
@@ -249,7 +276,7 @@ where
         Box::new(ScriptReply {
             call,
             db,
-            retried: false,
+            reload: Reload::default(),
             build,
         })
     }
@@ -260,12 +287,8 @@ where
     F: FnMut(Value) -> Bytes + Send + 'static,
 {
     fn apply(&mut self, reply: Bytes) -> Transformed {
-        if !self.retried && library::is_missing(&reply) {
-            self.retried = true;
-            return Transformed::Retry {
-                before: library::library().load.clone(),
-                request: self.call.request_in(self.db),
-            };
+        if let Some(retry) = self.reload.retry(&reply, &self.call, self.db) {
+            return retry;
         }
         match self.call.decode(reply) {
             Ok(v) => Transformed::Done((self.build)(v)),
@@ -288,20 +311,16 @@ impl Caller {
     /// Runs a call and decodes its reply, loading the library first if
     /// Redis lost it.
     pub async fn run(&self, call: &Call) -> Result<Value, CallError> {
-        // Made again for the rare retry rather than kept: a second
-        // reference to the request sent costs an allocation.
         let request = call.request_in(self.db);
         let mut reply = self.shared.call(request, self.client.clone()).await;
-        if matches!(&reply, Ok(b) if library::is_missing(b)) {
-            let request = call.request_in(self.db);
-            reply = self.resend(library::library().load.clone(), request).await;
+        let retry = match &reply {
+            Ok(b) => Reload::default().after(b, call, self.db),
+            Err(_) => None,
+        };
+        if let Some((load, request)) = retry {
+            self.shared.send_discarded(load, 1, &self.client);
+            reply = self.shared.call(request, self.client.clone()).await;
         }
         call.decode(reply.map_err(CallError::Upstream)?)
-    }
-
-    /// `before` (its reply dropped), then `request`, awaited.
-    pub async fn resend(&self, before: Bytes, request: Bytes) -> crate::output::Reply {
-        self.shared.send_discarded(before, 1, &self.client);
-        self.shared.call(request, self.client.clone()).await
     }
 }

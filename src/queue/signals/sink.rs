@@ -9,11 +9,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::dbs::Dbs;
-use super::ops;
-use super::rules::Rules;
-use super::signals::Fired;
 use crate::output::{ReplyTransform, Transformed};
+use crate::queue::dbs::Dbs;
+use crate::queue::rules::Rules;
+use crate::queue::signals::Fired;
 
 /// Signalled requests waiting for their acknowledgements; past it one is
 /// dropped, counted (see [`Sink::fire`]).
@@ -99,14 +98,11 @@ async fn acknowledge(mut rx: mpsc::Receiver<(i64, Fired)>, rules: Arc<Rules>, db
             let ids: Vec<Bytes> = group.iter().map(|(_, id)| id.clone()).collect();
             match db
                 .own
-                .op(ops::Ack {
-                    q: &q,
-                    ids: ids.into_iter(),
-                })
+                .op(crate::queue::commands::ack_op(&q, ids.into_iter()))
                 .await
             {
                 Ok(acked) => {
-                    let n = super::commands::count_acks(&q, &acked);
+                    let n = crate::queue::commands::count_acks(&q, &acked);
                     metrics::counter!("ackproxy_signal_acks_total", "rule" => q.rule.pattern.clone())
                         .increment(n.max(0) as u64);
                     if n != 0 {

@@ -9,11 +9,14 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::call::Caller;
-use super::dbs::Dbs;
-use super::ops;
-use super::owners::MAX_CALLS;
-use super::rules::{Queue, Rules};
+use crate::queue::dbs::Dbs;
+use crate::queue::leases::owners::MAX_CALLS;
+use crate::queue::library;
+use crate::queue::library::call::Call;
+use crate::queue::library::call::Caller;
+use crate::queue::library::op::{int_at, Op};
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Queue, Rules};
 
 /// Leases renewed per hold call at most: a read and a write each.
 const HOLD_PER_CALL: usize = 500;
@@ -31,12 +34,7 @@ pub async fn hold(caller: &Caller, q: &Queue, owners: &[Bytes]) -> i64 {
             break;
         }
         let chunk = &rest[..rest.len().min(HOLD_OWNERS_PER_CALL)];
-        let op = ops::Hold {
-            q,
-            limit: HOLD_PER_CALL,
-            after: after.clone(),
-            owners: chunk,
-        };
+        let op = hold_op(q, HOLD_PER_CALL, after.clone(), chunk);
         let Ok(h) = caller.op(op).await else {
             // Redis is away: the leases run out as any other.
             return renewed;
@@ -117,4 +115,28 @@ impl Holder {
             wait = next.saturating_duration_since(Instant::now());
         }
     }
+}
+
+pub struct Held {
+    pub renewed: i64,
+    /// 0: done; else the place (1-based) in `owners` of the connection the
+    /// budget ran out at, and the lease to go on after.
+    pub next: i64,
+    pub after: Bytes,
+}
+
+/// `hold`: renews up to `limit` leases of `owners` (connections still
+/// open), going on after the lease `after` of the first.
+fn hold_op(q: &Queue, limit: usize, after: Bytes, owners: &[Bytes]) -> Op<Held> {
+    let mut call = Call::new(&library::HOLD).queue_rule(q);
+    call = call.arg(limit.to_string()).arg(after);
+    call.argv.extend(owners.iter().cloned());
+    Op::new(call, |v| {
+        let after = v.array().get(2).map(Value::bytes).unwrap_or_default();
+        Ok(Held {
+            renewed: int_at(v, 0),
+            next: int_at(v, 1),
+            after: Bytes::copy_from_slice(after),
+        })
+    })
 }

@@ -10,6 +10,8 @@
 //! Between the two a proxy may die; the lease then runs out and the job
 //! runs again, which at-least-once allows.
 
+pub mod sink;
+
 use bytes::Bytes;
 
 use crate::command::Args;
@@ -120,10 +122,6 @@ impl Signals {
             }
         }
         Signals { entries }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// The acknowledgements `args` would make, if it is a signal.

@@ -25,14 +25,14 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::call::{CallError, Caller};
-use super::ops::Source;
-use super::pop::Pop;
-use super::registry::Registry;
-use super::rules::Rules;
 use crate::cluster::topology::Topology;
 use crate::error::{ControlCause, ControlError};
 use crate::output::ClientState;
+use crate::queue::leases::registry::Registry;
+use crate::queue::library::call::{CallError, Caller};
+use crate::queue::pop::call::Source;
+use crate::queue::pop::Pop;
+use crate::queue::rules::Rules;
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::{control, Endpoint};
 
@@ -518,7 +518,7 @@ impl Dispatcher {
         tokio::spawn(async move {
             let reply = match p.pop.run(&caller).await {
                 Ok(popped) => {
-                    super::after_pop(&registry, &popped);
+                    registry.record(&popped);
                     popped.reply
                 }
                 // A lease this pop may have taken without hearing back
@@ -540,7 +540,7 @@ impl Dispatcher {
                     // lease expires; on next-pop rules, now, before this
                     // task counts as finished (see `sync`).
                     if p.reply.send(reply).is_err() {
-                        super::owners::undelivered(&caller, &p.pop).await;
+                        crate::queue::leases::owners::undelivered(&caller, &p.pop).await;
                     }
                     None
                 }

@@ -42,7 +42,7 @@ pub enum Role {
 /// The calling convention of every queue script, defined once: the keys of
 /// a queue, in the order a script receives them as a group of consecutive
 /// KEYS, each with the name the Lua side gives it (`group(i).<name>`, see
-/// `scripts.rs`). Adding a key is one line here.
+/// the prelude in `library/mod.rs`). Adding a key is one line here.
 ///
 /// Every key costs every call: Redis's CPU per script call grows with the
 /// number and length of its keys, more than with anything the scripts do

@@ -557,7 +557,7 @@ mod tests {
 
     #[test]
     fn every_queue_operation_of_the_help_has_an_entry() {
-        for line in super::super::commands::HELP.iter().skip(1) {
+        for line in crate::queue::commands::HELP.iter().skip(1) {
             let Some(word) = line
                 .split(' ')
                 .next()

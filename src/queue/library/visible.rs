@@ -1,5 +1,5 @@
 //! What clients see of Redis's functions: everything but the proxy's own
-//! function library (`library.rs`). Through the proxy, `FUNCTION LIST`,
+//! function library (`library/mod.rs`). Through the proxy, `FUNCTION LIST`,
 //! `FUNCTION STATS` and `FUNCTION DUMP` answer as Redis would without it,
 //! and `FUNCTION DELETE` does not find it. A client's `FUNCTION FLUSH` (or
 //! `FUNCTION RESTORE … FLUSH`) removes it with the client's libraries, as
@@ -11,7 +11,7 @@
 //! function of such a name would be hidden as well: the names are reserved.
 //!
 //! What clients see of the proxy's commands in Redis's command table is
-//! `command_docs.rs`'s, asked through [`view`] as well.
+//! `commands/docs.rs`'s, asked through [`view`] as well.
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -65,7 +65,7 @@ pub enum View {
 /// Whether [`view`] may have something to do with the request (cheap: it
 /// is asked of every request that could join a shared batch).
 pub fn concerns(args: Args<'_>) -> bool {
-    if super::command_docs::concerns(args) {
+    if crate::queue::commands::docs::concerns(args) {
         return true;
     }
     args.len() >= 2
@@ -74,8 +74,8 @@ pub fn concerns(args: Args<'_>) -> bool {
 }
 
 pub fn view(args: Args<'_>) -> Option<View> {
-    if super::command_docs::concerns(args) {
-        return super::command_docs::view(args).map(View::Reply);
+    if crate::queue::commands::docs::concerns(args) {
+        return crate::queue::commands::docs::view(args).map(View::Reply);
     }
     if !concerns(args) {
         return None;

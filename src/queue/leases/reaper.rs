@@ -13,7 +13,7 @@
 //! full is followed by the next one at once, so a backlog (a million
 //! delayed messages due together) drains as fast as the bounded calls go.
 //!
-//! Each database that has queue state (see `dbs.rs`) is reaped, scanned
+//! Each database that has queue state (see `queue/dbs.rs`) is reaped, scanned
 //! and sampled on its own connection; the gauges sum every database.
 //!
 //! It also samples the queue gauges (ready, leased, delayed, dead, oldest
@@ -37,13 +37,15 @@ use tokio::time::Instant;
 
 use std::collections::HashMap;
 
-use super::clock;
-use super::dbs::{Db, Dbs};
-use super::keys;
-use super::ops;
-use super::registry::{Sample, Sizes, MAX_WAIT};
-use super::rules::{Queue, Rules};
-use super::value::Value;
+use crate::queue::dbs::{Db, Dbs};
+use crate::queue::leases::clock;
+use crate::queue::leases::registry::{Sample, Sizes, MAX_WAIT};
+use crate::queue::library;
+use crate::queue::library::call::Call;
+use crate::queue::library::keys;
+use crate::queue::library::op::{int_at, moves, Moves, Op};
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Queue, Rules};
 
 /// How often Redis is scanned for queues with leases this proxy does not
 /// know of.
@@ -172,7 +174,7 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(i) = db.own.op(ops::Info { q: &q }).await else {
+            let Ok(i) = db.own.op(crate::queue::commands::info_op(&q)).await else {
                 return false;
             };
             let sample = Sample {
@@ -204,7 +206,7 @@ impl Reaper {
         let received = clock::local_ms();
         let redis_ms = reply
             .ok()
-            .and_then(|b| super::value::decode(&b))
+            .and_then(|b| crate::queue::library::value::decode(&b))
             .and_then(|v| clock::time_reply_ms(&v));
         if let Some(ms) = redis_ms {
             clock::note(ms, sent, received);
@@ -214,10 +216,7 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        let op = ops::Reap {
-            q,
-            batch: self.batch,
-        };
+        let op = reap(q, self.batch);
         let Ok(r) = db.own.op(op).await else {
             // Redis is down or refused: try again later.
             db.registry
@@ -226,7 +225,7 @@ impl Reaper {
         };
         let (mut requeued, mut dead, left, promoted) = (r.requeued, r.dead, r.left, r.promoted);
         for (token, dest) in &r.moves {
-            let ended = super::commands::expire_move(&db.own, q, dest, token).await;
+            let ended = crate::queue::commands::expire_move(&db.own, q, dest, token).await;
             requeued += ended.requeued;
             dead += ended.dead;
         }
@@ -273,7 +272,7 @@ impl Reaper {
             else {
                 return cursor;
             };
-            let Some(v) = super::value::decode(&reply) else {
+            let Some(v) = crate::queue::library::value::decode(&reply) else {
                 return Bytes::from_static(b"0");
             };
             let items = v.array();
@@ -292,4 +291,33 @@ impl Reaper {
         }
         cursor
     }
+}
+
+pub struct Reaped {
+    pub requeued: i64,
+    pub dead: i64,
+    /// Leases and delayed messages left.
+    pub left: i64,
+    /// Ms until the next deadline or due time; `None`: there is none.
+    pub next_ms: Option<i64>,
+    pub promoted: i64,
+    /// Expired move leases, for `commands::expire_move`.
+    pub moves: Moves,
+}
+
+/// `reap`: expired leases back to the queue (or dead-lettered), due
+/// delayed messages in, in a batch of at most `batch` each.
+fn reap(q: &Queue, batch: usize) -> Op<Reaped> {
+    let call = Call::new(&library::REAP).queue_rule(q);
+    Op::new(call.arg(batch.to_string()), |v| {
+        let next = int_at(v, 3);
+        Ok(Reaped {
+            requeued: int_at(v, 0),
+            dead: int_at(v, 1),
+            left: int_at(v, 2),
+            next_ms: (next >= 0).then_some(next),
+            promoted: int_at(v, 4),
+            moves: moves(v.array().get(5..).unwrap_or_default()),
+        })
+    })
 }

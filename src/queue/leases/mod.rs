@@ -1,0 +1,10 @@
+//! Leases after the pop that took them: the reaper that ends the expired
+//! ones, the registry of queues it looks at, the leases each client
+//! connection holds and the renewal of held ones, and Redis's clock for
+//! their age at ACK.
+
+pub mod clock;
+pub mod holder;
+pub mod owners;
+pub mod reaper;
+pub mod registry;
