@@ -34,40 +34,6 @@ fn start_proxy_with(cluster: &ClusterSet, toml: &str) -> Proxy {
     Proxy::start_args(&["--config", file.as_arg()]).owning(file)
 }
 
-/// One client straight to a single Redis, one through the proxy to the
-/// cluster.
-struct Pair {
-    direct: Client,
-    proxied: Client,
-}
-
-impl Pair {
-    fn same(&mut self, args: &[&str]) -> Vec<u8> {
-        let d = self.direct.raw(args);
-        let p = self.proxied.raw(args);
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "reply to {args:?} differs"
-        );
-        d
-    }
-
-    fn same_raw(&mut self, bytes: &[u8], n: usize) {
-        self.direct.send_raw(bytes);
-        self.proxied.send_raw(bytes);
-        for i in 0..n {
-            let d = self.direct.read_raw();
-            let p = self.proxied.read_raw();
-            assert_eq!(
-                String::from_utf8_lossy(&p),
-                String::from_utf8_lossy(&d),
-                "reply {i} to a pipeline differs"
-            );
-        }
-    }
-}
-
 /// Runs `words` with `{t}` standing for a hash tag.
 fn tagged(words: &[&str], tag: &str) -> Vec<String> {
     words.iter().map(|w| w.replace("{t}", tag)).collect()
@@ -78,10 +44,7 @@ fn one_slot_replies_match_one_redis() {
     let cluster = ClusterSet::start(3, 0);
     let single = Redis::start();
     let proxy = start_proxy(&cluster, &[]);
-    let mut c = Pair {
-        direct: single.client(),
-        proxied: proxy.client(),
-    };
+    let mut c = Pair::new(&single, &proxy);
     // Every node's slots, one tag on each.
     for tag in ["{a}", "{b}", "{c}"] {
         let corpus: &[&[&str]] = &[
@@ -171,10 +134,7 @@ fn split_and_fanned_out_commands_answer_as_one_redis() {
     let cluster = ClusterSet::start(3, 0);
     let single = Redis::start();
     let proxy = start_proxy(&cluster, &[]);
-    let mut c = Pair {
-        direct: single.client(),
-        proxied: proxy.client(),
-    };
+    let mut c = Pair::new(&single, &proxy);
     let keys: Vec<String> = (0..40).map(|i| format!("key:{i}")).collect();
     let mut mset = vec!["MSET".to_string()];
     for k in &keys {

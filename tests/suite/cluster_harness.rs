@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::common::{cluster_nodes, Client, ClusterSet, Value};
 use ackproxy::cluster::key_slot;
 use ackproxy::cluster::map::{parse_redirect, Redirect, SlotMap};
-use crate::common::{cluster_nodes, Client, ClusterSet, Value};
 
 fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")

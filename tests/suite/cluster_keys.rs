@@ -2,11 +2,11 @@
 //! `key_positions` finds are those `COMMAND GETKEYS` names, and slots are
 //! those `CLUSTER KEYSLOT` answers.
 
+use crate::common::{Client, Redis, Rng, Value};
 use ackproxy::cluster::{command_slot, key_slot, CommandSlot};
 use ackproxy::command::keys::{key_positions, KeyPos, BUILTIN};
 use ackproxy::command::table::{KeySpec, Table};
 use ackproxy::command::Args;
-use crate::common::{Client, Redis, Rng, Value};
 
 /// Redis's command table, as the proxy reads it.
 fn table(c: &mut Client) -> (Table, redis::Value) {

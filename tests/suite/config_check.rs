@@ -343,12 +343,13 @@ fn the_file_of_a_running_proxy_passes_and_check_bind_names_the_taken_addresses()
         cmd.args(args).arg("--config").arg(&path);
         checked(cmd.output().unwrap())
     };
-    let mut proxy = crate::common::Proxy::start_when(port, &["--config", path.to_str().unwrap()], || {
-        crate::common::Client::try_connect(port).is_ok_and(|mut c| {
-            c.send(&["PING"]);
-            c.try_read_raw().is_ok_and(|r| r == b"+PONG\r\n")
-        })
-    });
+    let mut proxy =
+        crate::common::Proxy::start_when(port, &["--config", path.to_str().unwrap()], || {
+            crate::common::Client::try_connect(port).is_ok_and(|mut c| {
+                c.send(&["PING"]);
+                c.try_read_raw().is_ok_and(|r| r == b"+PONG\r\n")
+            })
+        });
 
     let c = run(&["--check-config"]);
     assert_eq!(c.code, Some(0), "{}", c.stderr);

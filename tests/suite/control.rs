@@ -7,10 +7,10 @@ use std::process::Command;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use ackproxy::error::ControlCause;
 use ackproxy::upstream::topology::Address;
 use ackproxy::upstream::{Credentials, Endpoint};
-use crate::common::*;
 
 /// One queue rule; leases long enough that none expires during a test.
 const CONFIG: &str = "[[queue]]\npattern = \"w*\"\nlease_ms = 600000\n";

@@ -2,7 +2,6 @@
 //! tested against real redis-server processes (see `common`). One binary
 //! links the crate once instead of once per file.
 
-mod common;
 mod bad_input;
 mod blocking;
 mod client_metadata;
@@ -10,6 +9,7 @@ mod client_table;
 mod cluster;
 mod cluster_harness;
 mod cluster_keys;
+mod common;
 mod config_check;
 mod control;
 mod dashboard;

@@ -6,7 +6,9 @@
 use std::net::TcpStream;
 use std::path::PathBuf;
 
-use crate::common::{field, free_port, metric, read_to_close, wait_until, Client, Proxy, Redis, Value};
+use crate::common::{
+    field, free_port, metric, read_to_close, wait_until, Client, Proxy, Redis, Value,
+};
 
 /// A proxy on its own redis-server, reading a configuration file the test
 /// rewrites, with its log kept for inspection.

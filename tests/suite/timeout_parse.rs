@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use ackproxy::timeout::{parse_timeout_secs, Timeout};
 use crate::common::{Redis, Value};
+use ackproxy::timeout::{parse_timeout_secs, Timeout};
 
 fn inputs() -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = [

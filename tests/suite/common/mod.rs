@@ -5,6 +5,7 @@
 
 mod cluster;
 mod http;
+mod pair;
 mod process;
 mod proxy;
 mod redis;
@@ -15,6 +16,7 @@ mod wait;
 
 pub use cluster::*;
 pub use http::*;
+pub use pair::*;
 pub use process::{free_port, redis_py_installed, rss_kb, stop_child, TempFile};
 pub use proxy::*;
 pub use redis::*;
