@@ -44,8 +44,7 @@ fn dedicated() -> String {
 fn self_identifying_resp3_clients_share_connections() {
     let a = Redis::start();
     let b = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let (proxy, m) = Proxy::start_with_metrics(b.port, CONFIG);
     let mut clients = Vec::new();
     for i in 0..10 {
         let mut d = a.client();
@@ -146,8 +145,7 @@ fn redis_py_workers_share_connections() {
         return;
     }
     let b = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let (proxy, m) = Proxy::start_with_metrics(b.port, CONFIG);
     let script = r#"
 import sys, urllib.request, redis
 port, metrics = int(sys.argv[1]), sys.argv[2]

@@ -39,12 +39,7 @@ fn subscribers(direct: &mut Client, key: &str) -> Value {
 }
 
 fn start(redis: &Redis) -> (Proxy, u16) {
-    let metrics = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{metrics}")],
-    );
+    let (proxy, metrics) = Proxy::start_with_metrics(redis.port, CONFIG);
     (proxy, metrics)
 }
 

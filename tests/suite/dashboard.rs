@@ -576,12 +576,7 @@ fn popped(v: Value) -> Vec<String> {
 #[test]
 fn every_panel_evaluates_over_exported_series_and_shows_the_traffic() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let before = Samples::parse(&scrape(m).expect("metrics endpoint"));
     let mut c = proxy.client();
 

@@ -67,11 +67,9 @@ fn a_clients_first_blocking_read_reaches_redis_before_the_next_write() {
         admin.cmd(&["ACL", "SETUSER", "proxy", "on", ">pw", "~*", "+@all"]),
         Value::Simple("OK".into())
     );
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
+    let (proxy, m) = Proxy::start_with_metrics(
         redis.port,
         "upstream_user = \"proxy\"\nupstream_password = \"pw\"\n",
-        &["--metrics", &format!("127.0.0.1:{m}")],
     );
     await_metric(m, &gauge("pooled"), 2.0);
     let direct = || redis.client();
@@ -249,12 +247,7 @@ fn a_ready_connection_redis_closed_is_never_handed_out() {
 #[test]
 fn no_ready_connections_when_the_pool_is_off() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        "dedicated_pool = 0\n",
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, "dedicated_pool = 0\n");
     let mut a = proxy.client();
     a.send(&["BLPOP", "k", "0"]);
     await_metric(m, &gauge("dedicated"), 1.0);

@@ -59,12 +59,7 @@ struct Setup {
 
 fn start() -> Setup {
     let redis = Redis::start();
-    let ops = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{ops}")],
-    );
+    let (proxy, ops) = Proxy::start_with_metrics(redis.port, CONFIG);
     Setup {
         proxy,
         _redis: redis,

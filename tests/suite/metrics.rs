@@ -75,12 +75,7 @@ fn info_field(v: &Value, field: &str) -> i64 {
 #[test]
 fn every_series_has_the_exact_value_of_known_operations() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     // The harness's PING connection is closed; its session ends on its own.
     await_metric(m, "ackproxy_connections_open", 0.0);
     let body = scrape(m).expect("metrics endpoint");
@@ -538,12 +533,7 @@ fn reload_metrics_follow_good_and_bad_reloads() {
 #[test]
 fn sigterm_closes_parked_pops_at_once_after_their_earlier_replies() {
     let redis = Redis::start();
-    let m = free_port();
-    let mut proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (mut proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     let mut pipeline = Client::encode(&[b"PING"]);
     pipeline.extend_from_slice(&Client::encode(&[b"BRPOP", b"wait:never", b"0"]));
@@ -604,12 +594,7 @@ fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
     const IDLE_BOUND: i64 = 15;
     let config = "[[queue]]\npattern = \"many:*\"\nack_id = \"payload\"\nlease_ms = 600000\n";
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        config,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     for i in 0..QUEUES {
@@ -680,12 +665,7 @@ fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
 #[test]
 fn no_series_is_named_as_a_counter_without_its_total() {
     let redis = Redis::start();
-    let m = free_port();
-    let _proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (_proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let body = scrape(m).expect("metrics endpoint");
     let families: Vec<(&str, &str)> = body
         .lines()
@@ -715,12 +695,7 @@ fn no_series_is_named_as_a_counter_without_its_total() {
 #[test]
 fn queue_gauges_carried_over_an_outage_say_when_they_were_sampled() {
     let mut redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b", "c"]), Value::Int(3));
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));
@@ -765,12 +740,7 @@ fn queue_gauges_carried_over_an_outage_say_when_they_were_sampled() {
 #[test]
 fn promtool_accepts_the_exposition() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b"]), Value::Int(2));
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));

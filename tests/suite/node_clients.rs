@@ -215,12 +215,7 @@ fn select(c: &mut Client, db: &str) {
 /// and no worker needed an upstream connection of its own.
 fn workers_share_connections(client: &str) {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let url = format!("redis://127.0.0.1:{}", proxy.port);
     let (n, per_worker) = (60, 30);
     let mut workers = [

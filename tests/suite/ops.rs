@@ -40,13 +40,8 @@ struct Setup {
 
 fn start(top: &str) -> Setup {
     let redis = Redis::start();
-    let ops = free_port();
     let toml = format!("{top}\n{RULES}");
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        &toml,
-        &["--metrics", &format!("127.0.0.1:{ops}")],
-    );
+    let (proxy, ops) = Proxy::start_with_metrics(redis.port, &toml);
     Setup { proxy, redis, ops }
 }
 

@@ -138,6 +138,18 @@ impl Proxy {
         Proxy::start(upstream_port, &args).owning(file)
     }
 
+    /// [`Proxy::start_with_config`] with the metrics and admin endpoint
+    /// on a free port of its own; returns that port too.
+    pub fn start_with_metrics(upstream_port: u16, toml: &str) -> (Proxy, u16) {
+        let m = free_port();
+        let proxy = Proxy::start_with_config(
+            upstream_port,
+            toml,
+            &["--metrics", &format!("127.0.0.1:{m}")],
+        );
+        (proxy, m)
+    }
+
     fn running(port: u16, child: Child) -> Proxy {
         Proxy {
             port,
