@@ -167,19 +167,8 @@ line = [l for l in body.splitlines() if l.startswith('ackproxy_upstream_connecti
 print(line)
 assert line == ['ackproxy_upstream_connections{kind="dedicated"} 0'], line
 "#;
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &proxy.port.to_string(),
-            &format!("127.0.0.1:{m}"),
-        ])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    python(
+        script,
+        &[&proxy.port.to_string(), &format!("127.0.0.1:{m}")],
     );
 }

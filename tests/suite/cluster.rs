@@ -1231,16 +1231,7 @@ used = [n.name for n in rc.get_nodes() if n.redis_connection and n.redis_connect
 print(sorted(used))
 assert len(used) == 2, used
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script, &ports[0].to_string()])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(script, &[&ports[0].to_string()]);
     // Nothing leased is left behind.
     let info = c.cmd(&["QUEUE", "INFO", "jobs"]);
     assert_eq!(field(&info, "leased"), Some(Value::Int(0)), "{info:?}");
@@ -1253,13 +1244,8 @@ fn the_example_configuration_checks() {
         .args(["--check-config", "--config", example])
         .output()
         .unwrap();
+    assert_success(&out, "ackproxy --check-config");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         stdout.contains("Redis Cluster, learnt from 127.0.0.1:7000,127.0.0.1:7001"),
         "{stdout}"

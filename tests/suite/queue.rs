@@ -1701,21 +1701,7 @@ left = [k for k in producer.keys("*") if not k.endswith(b":stats")]
 assert left == [], left
 assert redis.Redis(port=int(upstream)).keys("*") == []
 "#;
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &proxy.port.to_string(),
-            &redis.port.to_string(),
-        ])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(script, &[&proxy.port.to_string(), &redis.port.to_string()]);
 }
 
 /// A blocking pop served at once answers like an RPOP; one that finds

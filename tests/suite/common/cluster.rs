@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::process::{free_port, stop_child, wait_for_ping};
+use super::process::{assert_success, free_port, stop_child, wait_for_ping};
 use super::{info, wait_until_within, Client, Redis, Value};
 
 /// A free loopback port below 55000 for a cluster node, whose cluster bus
@@ -140,12 +140,7 @@ impl ClusterSet {
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli must be installed (apt-get install redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, "redis-cli --cluster create");
         set.wait_settled(primaries, replicas);
         set
     }
@@ -454,12 +449,7 @@ impl ClusterSet {
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli must be installed (apt-get install redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster reshard failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, "redis-cli --cluster reshard");
         wait_until_within(
             "every node seeing the reshard",
             Duration::from_secs(30),

@@ -17,7 +17,9 @@ mod wait;
 pub use cluster::*;
 pub use http::*;
 pub use pair::*;
-pub use process::{free_port, redis_py_installed, rss_kb, stop_child, TempFile};
+pub use process::{
+    assert_success, free_port, python, redis_py_installed, rss_kb, stop_child, TempFile,
+};
 pub use proxy::*;
 pub use redis::*;
 pub use resp::*;

@@ -3,7 +3,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use super::Client;
@@ -139,4 +139,26 @@ pub fn redis_py_installed() -> bool {
         println!("skipped: python3 with redis-py not found (pip install redis)");
     }
     has
+}
+
+/// Fails, with what the command printed, unless it exited successfully.
+pub fn assert_success(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `python3 -c script args...`, which must succeed.
+pub fn python(script: &str, args: &[&str]) -> Output {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3");
+    assert_success(&out, "python3");
+    out
 }
