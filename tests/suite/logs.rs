@@ -23,18 +23,14 @@ fn read(log: &Path) -> String {
 
 /// Waits until the log has a line containing `what`, and returns the log.
 fn await_line(log: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_until(Duration::from_secs(30), Duration::from_millis(20), || {
         let text = read(log);
         if text.contains(what) {
-            return text;
+            Ok(text)
+        } else {
+            Err(format!("no line with {what:?} in:\n{text}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "no line with {what:?} in:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 #[test]

@@ -570,18 +570,8 @@ fn fcalls(direct: &mut Client) -> i64 {
 /// Waits (long: thousands of queues are sampled a bounded number a round)
 /// until the series has the value `want`.
 fn await_slow_metric(port: u16, name: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let got = metric(port, name);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: expected {want}, still {got}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (limit, every) = (Duration::from_secs(120), Duration::from_millis(100));
+    await_metric_within(port, name, want, limit, every);
 }
 
 #[test]

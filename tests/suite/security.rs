@@ -81,18 +81,14 @@ fn connections_of(r: &Redis, user: &str) -> usize {
 /// Waits until Redis has `want` connections of `user` (connections the
 /// proxy closes go away in Redis a little later).
 fn settles(r: &Redis, user: &str, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
         let n = connections_of(r, user);
         if n == want {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{n} connections of {user}, not {want}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{n} connections of {user}, not {want}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 }
 
 fn admin(r: &Redis) -> Client {

@@ -3,7 +3,9 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::poll_until;
 
 /// One series of the proxy's Prometheus endpoint on `port`, -1 while it
 /// cannot be read. A labelled series is named with its labels as the
@@ -42,18 +44,25 @@ pub fn series(name: &str, labels: &[(&str, &str)]) -> String {
 /// Waits until the series has the value `want` (metrics change after the
 /// reply that caused them, and gauges when sampled), then asserts it.
 pub fn await_metric(port: u16, name: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    await_metric_within(
+        port,
+        name,
+        want,
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+    );
+}
+
+/// [`await_metric`] with a limit and a polling interval of its own.
+pub fn await_metric_within(port: u16, name: &str, want: f64, limit: Duration, every: Duration) {
+    poll_until(limit, every, || {
         let got = metric(port, name);
         if got == want {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{name}: expected {want}, still {got}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: expected {want}, still {got}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 }
 
 /// An HTTP response: status, headers (names lower-cased), body.

@@ -67,3 +67,20 @@ pub fn wait_replica_in_sync(port: u16, what: &str) {
         Some(progress.join(" "))
     });
 }
+
+/// Polls `read` every `every` until it gives `Ok`, and returns that;
+/// fails after `limit` with the last `Err` as the message.
+pub fn poll_until<T>(
+    limit: Duration,
+    every: Duration,
+    mut read: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        match read() {
+            Ok(v) => return v,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
+        }
+        std::thread::sleep(every);
+    }
+}
