@@ -341,17 +341,6 @@ fn pubsub(a: &Redis, proxy: &Proxy) {
     }
 }
 
-/// HELLO's reply carries the connection id, which differs between servers.
-fn mask_hello_id(reply: &[u8]) -> String {
-    let text = String::from_utf8_lossy(reply).into_owned();
-    let Some(at) = text.find("$2\r\nid\r\n:") else {
-        return text;
-    };
-    let start = at + "$2\r\nid\r\n:".len();
-    let end = start + text[start..].find("\r\n").unwrap();
-    format!("{}<id>{}", &text[..start], &text[end..])
-}
-
 fn connection_state(c: &mut Pair, a: &Redis, proxy: &Proxy) {
     // SELECT
     for cmd in [

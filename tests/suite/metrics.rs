@@ -54,13 +54,6 @@ impl Sent {
     }
 }
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
 fn info_field(v: &Value, field: &str) -> i64 {
     let Value::Array(items) = v else {
         panic!("QUEUE INFO: {v:?}")

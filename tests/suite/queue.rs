@@ -98,33 +98,8 @@ fn as_int(v: &Value) -> i64 {
     }
 }
 
-/// A flat field/value array (or a RESP3 map, decoded flat) as a map.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    match v {
-        Value::Array(items) => {
-            assert!(items.len() % 2 == 0, "odd field/value array: {v:?}");
-            items
-                .chunks(2)
-                .map(|kv| (as_str(&kv[0]), kv[1].clone()))
-                .collect()
-        }
-        other => panic!("expected a field/value array, got {other:?}"),
-    }
-}
-
-// Inspection runs on a fresh connection so that a fault in one of these
-// replies shows up in `connection_survives_queue_replies`, not as a
-// confusing failure in every lifecycle test.
-fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
-    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
-}
-
 fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
-    let i = info(p, q);
-    as_int(
-        i.get(field)
-            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
-    )
+    as_int(&queue_info_field(p, q, field))
 }
 
 fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
@@ -541,7 +516,7 @@ fn leases_fields() {
     assert!(exp > 590_000 && exp <= 600_000, "expires-in-ms {exp}");
     assert_eq!(as_str(&l["destination"]), "doing");
 
-    let i = info(&proxy, "qf");
+    let i = queue_info(&proxy, "qf");
     for f in [
         "ready",
         "leased",
@@ -844,7 +819,10 @@ fn dead_letter_after_max_deliveries() {
     assert_eq!(c.cmd(&["RPOP", "q1"]), Value::Nil);
     assert_eq!(info_int(&proxy, "q1", "dead"), 1);
     assert_eq!(info_int(&proxy, "q1", "leased"), 0);
-    assert_eq!(as_str(&info(&proxy, "q1")["dead-letter-key"]), "{q1}:dead");
+    assert_eq!(
+        as_str(&queue_info(&proxy, "q1")["dead-letter-key"]),
+        "{q1}:dead"
+    );
     // The dead letter, and its history beside it (see QUEUE DEAD).
     assert_eq!(
         keys(&mut direct, "*"),

@@ -42,13 +42,6 @@ ack_id = "json:id"
 interval_ms = 20
 "#;
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
 fn len_of(v: &Value) -> usize {
     match v {
         Value::Array(a) => a.len(),

@@ -119,13 +119,6 @@ impl Model {
     }
 }
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
 fn bulks(v: &Value) -> Vec<String> {
     match v {
         Value::Nil => vec![],

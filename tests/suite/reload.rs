@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 
 use crate::common::{
-    field, free_port, metric, read_to_close, wait_until, Client, Proxy, Redis, Value,
+    field, free_port, int, metric, read_to_close, wait_until, Client, Proxy, Redis, Value,
 };
 
 /// A proxy on its own redis-server, reading a configuration file the test
@@ -76,13 +76,6 @@ const NOT_RELOADED: &str = "configuration not reloaded from";
 
 fn rule(pattern: &str, lease_ms: u64) -> String {
     format!("[[queue]]\npattern = \"{pattern}\"\nlease_ms = {lease_ms}\n")
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("expected an integer, got {other:?}"),
-    }
 }
 
 fn lease_ms(c: &mut Client, queue: &str) -> i64 {

@@ -8,6 +8,7 @@ mod http;
 mod pair;
 mod process;
 mod proxy;
+mod queue;
 mod redis;
 mod resp;
 mod rng;
@@ -21,6 +22,7 @@ pub use process::{
     assert_success, free_port, python, redis_py_installed, rss_kb, stop_child, TempFile,
 };
 pub use proxy::*;
+pub use queue::*;
 pub use redis::*;
 pub use resp::*;
 pub use rng::*;

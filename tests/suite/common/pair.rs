@@ -93,3 +93,15 @@ impl Pair {
         (self.direct.raw(args), self.proxied.raw(args))
     }
 }
+
+/// A HELLO reply with the connection id, which differs between servers,
+/// masked.
+pub fn mask_hello_id(reply: &[u8]) -> String {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let Some(at) = text.find("$2\r\nid\r\n:") else {
+        return text;
+    };
+    let start = at + "$2\r\nid\r\n:".len();
+    let end = start + text[start..].find("\r\n").unwrap();
+    format!("{}<id>{}", &text[..start], &text[end..])
+}

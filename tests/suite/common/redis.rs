@@ -88,9 +88,3 @@ pub fn info(port: u16, section: &str) -> String {
         _ => String::new(),
     }
 }
-
-/// A queue's totals (`ackq:{TAG}:Q:stats`): the one auxiliary key that
-/// outlives the queue's messages, by design (it expires on its own).
-pub fn is_queue_stats(key: &str) -> bool {
-    key.starts_with("ackq:") && key.ends_with(":stats")
-}
