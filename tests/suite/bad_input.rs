@@ -220,8 +220,7 @@ fn ten_thousand_connections() {
 
 #[test]
 fn maxclients_is_enforced_like_redis() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, "[limits]\nmaxclients = 5\n", &[]);
+    let (_redis, proxy) = Proxy::with_redis("[limits]\nmaxclients = 5\n");
     // The start-up probe's connection counts until the proxy has seen it
     // close; connecting five more at once may race with that.
     std::thread::sleep(Duration::from_millis(200));

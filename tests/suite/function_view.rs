@@ -188,8 +188,7 @@ fn proxys_library_is_not_seen_dedicated_per_client() {
 /// (nothing can load or remove a library while the script runs).
 #[test]
 fn function_stats_during_a_busy_script_leaves_the_library_out() {
-    let b = Redis::start();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &[]);
+    let (b, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["RPOP", "q:1"]), Value::Nil);
     c.cmd(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
@@ -273,8 +272,7 @@ os.kill(pid, 9)
 /// Redis's byte for byte, in RESP2 and RESP3.
 #[test]
 fn the_proxys_commands_are_in_the_command_table() {
-    let b = Redis::start();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &[]);
+    let (b, proxy) = Proxy::with_redis(CONFIG);
     for resp3 in [false, true] {
         // Compared with the Redis behind the proxy: the order of a
         // container's subcommands is a hash table's, which differs between

@@ -287,8 +287,7 @@ fn workers_share_connections(client: &str) {
 /// give it) pops and acknowledges the jobs of database 1's `jobs`, and
 /// leaves database 0's alone.
 fn worker_on_database_1(client: &str) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut db0 = redis.client();
     let other = job("database-0");
     assert_eq!(db0.cmd(&["LPUSH", "jobs", &other]), Value::Int(1));

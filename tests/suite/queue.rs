@@ -492,8 +492,7 @@ fn pop_errors_identical() {
 
 #[test]
 fn leases_fields() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "qf", "m1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "qf", "doing"]), Value::bulk("m1"));
@@ -585,8 +584,7 @@ fn leases_fields() {
 /// same connection is answered.
 #[test]
 fn connection_survives_queue_replies() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut failures = Vec::new();
     for resp3 in [false, true] {
         let proto = if resp3 { "RESP3" } else { "RESP2" };
@@ -648,8 +646,7 @@ fn connection_survives_queue_replies() {
 
 #[test]
 fn synthetic_command_errors() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     let nomatch = |k: &str| format!("-ERR no queue rule matches key '{k}'\r\n");
     let mut failures = Vec::new();
@@ -723,8 +720,7 @@ fn synthetic_command_errors() {
 
 #[test]
 fn unacked_message_is_redelivered() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
@@ -752,8 +748,7 @@ fn unacked_message_is_redelivered() {
 
 #[test]
 fn acked_message_is_gone_without_aux_keys() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1", "m2", "m3"]);
     assert_eq!(
@@ -789,8 +784,7 @@ fn acked_message_is_gone_without_aux_keys() {
 
 #[test]
 fn dead_letter_after_max_deliveries() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q1", "poison"]);
     for n in 1..=3 {
@@ -832,8 +826,7 @@ fn dead_letter_after_max_deliveries() {
 
 #[test]
 fn extend_keeps_the_lease() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "job"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("job"));
@@ -860,8 +853,7 @@ fn extend_keeps_the_lease() {
 
 #[test]
 fn nack_returns_the_message_at_once() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a", "b"]); // list: b a; RPOP pops a first
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -880,8 +872,7 @@ fn nack_returns_the_message_at_once() {
 
 #[test]
 fn redeliver_next_and_last() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     for (q, want) in [("qn", ["a", "b", "c"]), ("ln", ["b", "c", "a"])] {
         c.cmd(&["LPUSH", q, "a"]);
@@ -897,8 +888,7 @@ fn redeliver_next_and_last() {
 
 #[test]
 fn json_ack_id() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     let m = r#"{"id":"7","body":"hello"}"#;
     c.cmd(&["LPUSH", "jobs", m]);
@@ -919,8 +909,7 @@ fn json_ack_id() {
 
 #[test]
 fn lrem_on_destination_acks_move_forms() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "task"]);
     assert_eq!(
@@ -961,8 +950,7 @@ fn lrem_on_destination_acks_move_forms() {
 
 #[test]
 fn expired_move_lease_cleans_destination() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "task"]);
     c.cmd(&["RPUSH", "doing", "other"]);
@@ -988,8 +976,7 @@ fn expired_move_lease_cleans_destination() {
 
 #[test]
 fn late_ack_prevents_redelivery() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -1013,8 +1000,7 @@ fn late_ack_prevents_redelivery() {
 
 #[test]
 fn late_ack_prevents_redelivery_blocking_pop() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -1029,8 +1015,7 @@ fn late_ack_prevents_redelivery_blocking_pop() {
 
 #[test]
 fn identical_payloads_are_two_leases() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "x", "x"]);
     assert_eq!(
@@ -1064,8 +1049,7 @@ fn identical_payloads_are_two_leases() {
 
 #[test]
 fn consumer_disconnect_redelivers() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     {
         let mut c = proxy.client();
         c.cmd(&["LPUSH", "q", "m"]);
@@ -1092,8 +1076,7 @@ fn wait_parked(metrics: u16, n: usize) {
 
 #[test]
 fn parked_brpop_woken_by_direct_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.send(&["BRPOP", "w", "0"]);
     thread::sleep(Duration::from_millis(300));
@@ -1118,8 +1101,7 @@ fn parked_brpop_woken_by_direct_push() {
 
 #[test]
 fn parked_forms_woken_by_direct_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut direct = redis.client();
     let forms: &[(&[&str], &[u8])] = &[
         (
@@ -1228,8 +1210,7 @@ fn parked_pops_woken_one_after_another_by_direct_pushes() {
 
 #[test]
 fn parked_timeouts_follow_redis() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     for (cmd, want) in [
         (vec!["BRPOP", "w", "0.25"], &b"*-1\r\n"[..]),
@@ -1288,8 +1269,7 @@ fn parked_timeouts_follow_redis() {
 
 #[test]
 fn parked_mixed_keys_woken_by_plain_key_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut direct = redis.client();
     // A parked pop on a queue key and a plain key: a push to the plain key
     // answers it, as Redis would, and leases nothing.
@@ -1382,8 +1362,7 @@ fn info_int_in(p: &Proxy, db: &str, q: &str, field: &str) -> i64 {
 
 #[test]
 fn a_db1_worker_pops_and_acks_its_own_queue() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy_in(&proxy, "1");
     assert_eq!(c.cmd(&["LPUSH", "qdb", "m"]), Value::Int(1));
     // Not nil from database 0's (empty) list: the message of database 1.
@@ -1443,8 +1422,7 @@ fn a_db1_worker_pops_and_acks_its_own_queue() {
 /// database 0.
 #[test]
 fn calls_sent_again_behind_a_library_load_stay_in_their_database() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "qdb3", "m1"]);
     let flush = || {
@@ -1466,8 +1444,7 @@ fn calls_sent_again_behind_a_library_load_stay_in_their_database() {
 
 #[test]
 fn two_databases_with_the_same_queue_name_do_not_mix() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut zero = proxy.client();
     let mut three = proxy_in(&proxy, "3");
     zero.cmd(&["LPUSH", "q", "z1", "z2"]);
@@ -1514,8 +1491,7 @@ fn two_databases_with_the_same_queue_name_do_not_mix() {
 
 #[test]
 fn an_unacked_message_in_database_3_is_redelivered_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
@@ -1538,8 +1514,7 @@ fn an_unacked_message_in_database_3_is_redelivered_there() {
 
 #[test]
 fn dead_letters_of_database_3_stay_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "q1", "poison"]);
     for _ in 0..3 {
@@ -1578,8 +1553,7 @@ fn dead_letters_of_database_3_stay_there() {
 
 #[test]
 fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.send(&["BRPOP", "w", "0"]);
     // Parked (a first try found nothing), then a push to database 0's w,
@@ -1623,8 +1597,7 @@ fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
 
 #[test]
 fn a_closed_connection_in_database_3_requeues_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     {
         let mut c = proxy_in(&proxy, "3");
         c.cmd(&["LPUSH", "rq", "a", "b"]);
@@ -1652,8 +1625,7 @@ fn a_redis_py_worker_on_database_1_pops_and_acks_its_own_queue() {
     if !redis_py_installed() {
         return;
     }
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let script = r#"
 import sys, redis
 proxy, upstream = sys.argv[1], sys.argv[2]

@@ -103,8 +103,7 @@ fn aux_keys(direct: &mut Client) -> Vec<Value> {
 
 #[test]
 fn any_number_of_identical_payloads_in_flight_are_all_leased() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     push_many(&mut c, "short:dup", (0..1100).map(|_| "dup".to_string()));
     let popped = c.cmd(&["LPOP", "short:dup", "1100"]);
@@ -153,8 +152,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     use ackproxy::queue::pop::POP_BATCH;
     use ackproxy::queue::rules::RULE_ARGS;
 
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = redis.client();
     let mut c = proxy.client();
     // Thousands of calls, each copied to MONITOR: slow on a loaded machine.
@@ -218,8 +216,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
 
 #[test]
 fn numeric_json_ids_are_taken_as_written() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let msgs = [
         (r#"{"id":1234567890123456789,"n":1}"#, "1234567890123456789"),
@@ -262,8 +259,7 @@ fn numeric_json_ids_are_taken_as_written() {
 
 #[test]
 fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     let names: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
@@ -293,8 +289,7 @@ fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
 
 #[test]
 fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     const N: usize = 100_000;
     push_many(&mut c, "short:long", (0..N).map(|i| format!("m{i}")));
@@ -331,8 +326,7 @@ fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
 /// disappear behind the proxy's back; the first worker's ACK comes late;
 /// then a producer pushes `next`, with the same id.
 fn late_ack_of_a_vanished_copy(q: &str, payload: &str, id: &str, next: &str, take: &[&str]) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     c.cmd(&["LPUSH", q, payload]);
@@ -370,8 +364,7 @@ fn a_late_ack_cancels_only_the_copy_it_was_made_for() {
 
 #[test]
 fn late_acks_of_buried_copies_are_skipped_however_many() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     // Copies go back behind everything ("last"), then 3,000 newer messages
@@ -424,8 +417,7 @@ fn late_acks_of_buried_copies_are_skipped_however_many() {
 
 #[test]
 fn nack_of_a_move_lease_returns_the_message_at_once() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "tasks:x", "t1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "tasks:x", "dst"]), Value::bulk("t1"));
@@ -443,8 +435,7 @@ fn nack_of_a_move_lease_returns_the_message_at_once() {
 
 #[test]
 fn extend_refuses_absurd_leases() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "tasks:e", "e1"]);
     c.cmd(&["RPOP", "tasks:e"]);
@@ -463,8 +454,7 @@ fn extend_refuses_absurd_leases() {
 
 #[test]
 fn delays_are_held_to_the_extend_bound() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let too_long = "ERR value is out of range, must be at most 2592000000";
     c.cmd(&["LPUSH", "tasks:n", "n1"]);
@@ -515,8 +505,7 @@ fn delays_are_held_to_the_extend_bound() {
 
 #[test]
 fn parked_queue_pops_answer_when_redis_is_down() {
-    let mut redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (mut redis, proxy) = Proxy::with_redis(CONFIG);
     let mut parked = proxy.client();
     parked.send(&["BRPOP", "tasks:down", "0"]);
     let mut mover = proxy.client();
@@ -556,8 +545,7 @@ fn rss_kb(pid: u32) -> u64 {
 
 #[test]
 fn long_queue_names_do_not_grow_the_proxy() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let big = "n".repeat(64 * 1024);
     for i in 0..500 {
@@ -588,8 +576,7 @@ fn fcall_calls(direct: &mut Client) -> i64 {
 
 #[test]
 fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     for i in 0..5000 {
         c.send(&["RPOP", &format!("tasks:k{i}")]);
@@ -621,8 +608,7 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
     use ackproxy::queue::rules::RULE_ARGS;
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let (redis, proxy) = Proxy::with_redis(&config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     let mut mon = redis.client();
@@ -680,8 +666,7 @@ fn dead_letter_histories_stay_within_their_bound() {
     use ackproxy::queue::keys::DEAD_HISTORY;
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let (redis, proxy) = Proxy::with_redis(&config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     let n = DEAD_HISTORY as usize + 50;
@@ -718,8 +703,7 @@ fn inside_multi_a_queue_operation_above_the_bound_of_one_call_is_refused() {
     use ackproxy::queue::commands::{IDS_PER_CALL, PUSH_PER_CALL, REDRIVE_PER_CALL};
     use ackproxy::queue::pop::{POP_BATCH, SOURCES_PER_CALL};
 
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = redis.client();
     let mut c = proxy.client();
     const N: usize = 400_000;

@@ -142,8 +142,7 @@ fn pop_all(c: &mut Client, q: &str) -> Vec<String> {
 }
 
 fn start() -> (Redis, Proxy) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     (redis, proxy)
 }
 
@@ -952,8 +951,7 @@ dead_letter = "gone:$queue"
 /// list left as it is. With `$queue` each queue has its own list.
 #[test]
 fn a_shared_dead_letter_list_is_neither_redriven_nor_purged_for_one_queue() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, SHARED_DEAD, &[]);
+    let (redis, proxy) = Proxy::with_redis(SHARED_DEAD);
     let mut c = proxy.client();
     let mut direct = redis.client();
     for q in ["mix:a", "mix:b", "pair1", "pair2", "own:a", "own:b"] {
@@ -1829,8 +1827,7 @@ fn wait_leased(p: &Proxy, q: &str, n: i64) {
 
 #[test]
 fn a_registry_write_acknowledges_and_an_lrem_at_job_start_does_not() {
-    let redis = Redis::start();
-    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let (_redis, p) = Proxy::with_redis(SIGNALS);
     let mut c = p.client();
     let q = "rq:queue:default";
     c.cmd(&["RPUSH", q, "j1", "j2", "j3"]);
@@ -1885,8 +1882,7 @@ fn a_registry_write_acknowledges_and_an_lrem_at_job_start_does_not() {
 
 #[test]
 fn ids_nested_in_json_are_acknowledged_by_a_result_and_by_a_tag() {
-    let redis = Redis::start();
-    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let (_redis, p) = Proxy::with_redis(SIGNALS);
     let mut c = p.client();
     let task = r#"{"body":"e30=","headers":{"lang":"py","id":"5c1f-task"},"properties":{"delivery_tag":"d-1"}}"#;
     c.cmd(&["LPUSH", "celery", task]);

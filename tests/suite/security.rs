@@ -744,8 +744,7 @@ fn eventually(c: &mut Client, cmd: &[&str], want: Value) {
 #[test]
 fn config_set_requirepass_through_the_proxy() {
     // Redis needs no login at first: clients use the shared connection.
-    let r = Redis::start();
-    let p = Proxy::start_with_config(r.port, QUEUE_CONFIG, &[]);
+    let (r, p) = Proxy::with_redis(QUEUE_CONFIG);
     let mut c = p.client();
     assert_eq!(c.raw(&["LPUSH", "jobs", "m1", "m2"]), b":2\r\n");
     assert_eq!(
@@ -826,8 +825,7 @@ fn dryruns(admin: &mut Client) -> i64 {
 
 #[test]
 fn no_checks_when_redis_needs_no_login() {
-    let r = Redis::start();
-    let p = Proxy::start_with_config(r.port, QUEUE_CONFIG, &[]);
+    let (r, p) = Proxy::with_redis(QUEUE_CONFIG);
     let mut c = p.client();
     c.cmd(&["LPUSH", "jobs", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("m1"));

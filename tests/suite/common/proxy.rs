@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::process::{free_port, wait_for_ping, wait_until_ready, TempFile};
-use super::Client;
+use super::{Client, Redis};
 
 /// The built ackproxy binary, killed on drop, with the files it was
 /// started with (removed after it).
@@ -136,6 +136,14 @@ impl Proxy {
         let mut args = vec!["--config", file.as_arg()];
         args.extend_from_slice(extra);
         Proxy::start(upstream_port, &args).owning(file)
+    }
+
+    /// A fresh redis-server, and ackproxy in front of it configured by
+    /// `toml`.
+    pub fn with_redis(toml: &str) -> (Redis, Proxy) {
+        let redis = Redis::start();
+        let proxy = Proxy::start_with_config(redis.port, toml, &[]);
+        (redis, proxy)
     }
 
     /// [`Proxy::start_with_config`] with the metrics and admin endpoint
