@@ -561,13 +561,7 @@ fn await_count(m: u16, name: &str, rule: &str, want: f64) {
 
 fn popped(v: Value) -> Vec<String> {
     match v {
-        Value::Array(items) => items
-            .into_iter()
-            .map(|i| match i {
-                Value::Bulk(b) => String::from_utf8(b).unwrap(),
-                other => panic!("popped {other:?}"),
-            })
-            .collect(),
+        Value::Array(items) => bulk_strings(&items, "popped"),
         Value::Bulk(b) => vec![String::from_utf8(b).unwrap()],
         other => panic!("popped {other:?}"),
     }

@@ -144,13 +144,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
             other => panic!("RPOP: {other:?}"),
         }
     }
-    let popped: Vec<String> = popped
-        .iter()
-        .map(|v| match v {
-            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let popped = bulk_strings(&popped, "popped");
     assert_eq!(popped.len(), 15);
     let mut ack = vec!["ACK", "jobs"];
     ack.extend(popped[..12].iter().map(String::as_str));

@@ -196,11 +196,8 @@ fn keys(c: &mut Client) -> BTreeSet<String> {
     let Value::Array(keys) = c.cmd(&["KEYS", "*"]) else {
         panic!("KEYS");
     };
-    keys.into_iter()
-        .map(|k| match k {
-            Value::Bulk(b) => String::from_utf8(b).unwrap(),
-            other => panic!("key {other:?}"),
-        })
+    bulk_strings(&keys, "key")
+        .into_iter()
         .filter(|k| !is_queue_stats(k))
         .collect()
 }

@@ -297,13 +297,7 @@ fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
     let Value::Array(got) = c.cmd(&["RPOP", "short:long", &N.to_string()]) else {
         panic!("RPOP with a count answers an array")
     };
-    let names: Vec<String> = got
-        .iter()
-        .map(|v| match v {
-            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let names = bulk_strings(&got, "popped");
     let mut seen = std::collections::HashSet::new();
     for n in &names {
         assert!(seen.insert(n), "{n} twice in one reply of {}", names.len());

@@ -7,7 +7,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 
 use crate::common::{
-    field, free_port, int, metric, read_to_close, wait_until, Client, Proxy, Redis, Value,
+    bulk_strings, field, free_port, int, metric, read_to_close, wait_until, Client, Proxy, Redis,
+    Value,
 };
 
 /// A proxy on its own redis-server, reading a configuration file the test
@@ -153,13 +154,7 @@ fn keys(c: &mut Client) -> Vec<String> {
     let Value::Array(keys) = c.cmd(&["KEYS", "*"]) else {
         panic!("KEYS");
     };
-    let mut names: Vec<String> = keys
-        .into_iter()
-        .map(|k| match k {
-            Value::Bulk(b) => String::from_utf8(b).unwrap(),
-            other => panic!("KEYS: {other:?}"),
-        })
-        .collect();
+    let mut names = bulk_strings(&keys, "KEYS");
     names.sort();
     names
 }

@@ -167,6 +167,18 @@ impl Client {
     }
 }
 
+/// The text of each of `items`, which must be bulk strings holding UTF-8;
+/// `what` names them when one is not.
+pub fn bulk_strings(items: &[Value], what: &str) -> Vec<String> {
+    items
+        .iter()
+        .map(|v| match v {
+            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("{what}: {other:?}"),
+        })
+        .collect()
+}
+
 /// Decode one RESP2/RESP3 value from the start of `b`; returns it and its length.
 pub fn decode(b: &[u8]) -> (Value, usize) {
     let end = b.windows(2).position(|w| w == b"\r\n").unwrap();
