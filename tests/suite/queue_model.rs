@@ -2228,12 +2228,7 @@ struct Reloading {
 
 impl Reloading {
     fn start(redis: &Redis, toml: &str) -> Reloading {
-        let id = free_port();
-        let dir = std::env::temp_dir();
-        let config = dir.join(format!("ackproxy-model-{id}.toml"));
-        let log = dir.join(format!("ackproxy-model-{id}.log"));
-        std::fs::write(&config, toml).unwrap();
-        let proxy = Proxy::start_logged(redis.port, &config, &log);
+        let (proxy, config, log) = Proxy::start_reloadable(redis.port, "ackproxy-model", toml);
         Reloading { proxy, config, log }
     }
 

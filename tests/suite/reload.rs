@@ -27,12 +27,7 @@ impl Setup {
 
     /// The same, on a redis-server started as the test wants.
     fn start_on(redis: Redis, toml: &str) -> Setup {
-        let id = free_port();
-        let dir = std::env::temp_dir();
-        let config = dir.join(format!("ackproxy-reload-{id}.toml"));
-        let log = dir.join(format!("ackproxy-reload-{id}.log"));
-        std::fs::write(&config, toml).unwrap();
-        let proxy = Proxy::start_logged(redis.port, &config, &log);
+        let (proxy, config, log) = Proxy::start_reloadable(redis.port, "ackproxy-reload", toml);
         Setup {
             redis,
             proxy,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::process::{assert_success, free_port, stop_child, wait_for_ping};
+use super::process::{assert_success, free_port, fresh_dir, stop_child, wait_for_ping};
 use super::{info, wait_until_within, Client, Redis, Value};
 
 /// A free loopback port below 55000 for a cluster node, whose cluster bus
@@ -116,9 +116,7 @@ pub struct ClusterSet {
 impl ClusterSet {
     pub fn start(primaries: usize, replicas: usize) -> ClusterSet {
         let first = cluster_port();
-        let dir = std::env::temp_dir().join(format!("ackproxy-test-cluster-{first}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-cluster-{first}")));
         let mut set = ClusterSet {
             nodes: Vec::new(),
             lost: Vec::new(),
@@ -146,9 +144,7 @@ impl ClusterSet {
     }
 
     fn start_node(&mut self, port: u16) {
-        let dir = self.dir.join(format!("node-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(self.dir.join(format!("node-{port}")));
         let conf = dir.join("nodes.conf").display().to_string();
         let extra = [
             "--cluster-enabled",

@@ -25,6 +25,13 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// `dir`, created empty: whatever an earlier run left there is removed.
+pub(super) fn fresh_dir(dir: PathBuf) -> PathBuf {
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A file in the temporary directory, removed when dropped: the
 /// configuration files and logs tests write would otherwise pile up in
 /// /tmp, a few hundred per run.

@@ -1,6 +1,6 @@
 //! The ackproxy binary as a child process.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,24 @@ impl Proxy {
             .expect("ackproxy binary");
         wait_for_ping(port, "ackproxy", &mut child);
         Proxy::running(port, child)
+    }
+
+    /// [`Proxy::start_logged`] with the configuration file
+    /// `<temp dir>/<prefix>-<id>.toml` written from `toml`, and the log
+    /// `<prefix>-<id>.log` beside it; returns the two paths too, which the
+    /// caller removes.
+    pub fn start_reloadable(
+        upstream_port: u16,
+        prefix: &str,
+        toml: &str,
+    ) -> (Proxy, PathBuf, PathBuf) {
+        let id = free_port();
+        let dir = std::env::temp_dir();
+        let config = dir.join(format!("{prefix}-{id}.toml"));
+        let log = dir.join(format!("{prefix}-{id}.log"));
+        std::fs::write(&config, toml).unwrap();
+        let proxy = Proxy::start_logged(upstream_port, &config, &log);
+        (proxy, config, log)
     }
 
     /// SIGHUP: the proxy reloads its configuration.

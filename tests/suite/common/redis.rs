@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use super::process::{free_port, wait_for_ping, wait_until_ready};
+use super::process::{free_port, fresh_dir, wait_for_ping, wait_until_ready};
 use super::{Client, Value};
 
 /// A redis-server child on a free port, killed on drop.
@@ -21,9 +21,7 @@ impl Redis {
     /// Extra `--name value` arguments are passed to redis-server as is.
     pub fn start_with(extra: &[&str]) -> Redis {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-redis-{port}")));
         Redis::start_on(port, dir, extra)
     }
 
@@ -37,9 +35,7 @@ impl Redis {
     /// A redis-server that does not answer a plain PING on `port` (one
     /// whose `extra` makes it speak TLS there): `ready` tells when it is up.
     pub fn start_when(port: u16, extra: &[&str], mut ready: impl FnMut() -> bool) -> Redis {
-        let dir = std::env::temp_dir().join(format!("ackproxy-test-redis-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-redis-{port}")));
         let mut redis = Redis::spawn(port, dir, extra);
         wait_until_ready(port, "redis-server", &mut redis.child, &mut ready);
         redis

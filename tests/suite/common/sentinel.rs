@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::process::{free_port, stop_child, wait_for_ping};
+use super::process::{free_port, fresh_dir, stop_child, wait_for_ping};
 use super::{field, wait_replica_in_sync, wait_until, Client, Redis, Value};
 
 /// The master name the sentinels of a [`SentinelSet`] monitor.
@@ -24,9 +24,7 @@ pub struct SentinelSet {
 impl SentinelSet {
     pub fn start() -> SentinelSet {
         let primary = free_port();
-        let dir = std::env::temp_dir().join(format!("ackproxy-test-sentinel-{primary}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-sentinel-{primary}")));
         let mut set = SentinelSet {
             nodes: Vec::new(),
             sentinels: Vec::new(),
@@ -68,9 +66,7 @@ impl SentinelSet {
     }
 
     fn start_node(&mut self, port: u16, replica_of: Option<u16>) {
-        let dir = self.dir.join(format!("node-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(self.dir.join(format!("node-{port}")));
         let of = replica_of.map(|p| p.to_string());
         let mut extra = vec![];
         if let Some(of) = &of {
