@@ -814,25 +814,7 @@ fn idle_clients_cost_little() {
 
     let (proxy, _) = start();
     let before = rss_kb(proxy.pid());
-    let mut plain = Vec::new();
-    for i in 0..3000 {
-        match std::net::TcpStream::connect(("127.0.0.1", proxy.port)) {
-            Ok(s) => plain.push(s),
-            Err(e) => {
-                println!("stopped at {i} connections: {e} (raise ulimit -n)");
-                break;
-            }
-        }
-    }
-    assert!(plain.len() >= 500, "only {} connections", plain.len());
-    for s in plain.iter_mut() {
-        s.write_all(b"PING\r\n").unwrap();
-    }
-    for s in plain.iter_mut() {
-        let mut buf = [0u8; 7];
-        s.read_exact(&mut buf).unwrap();
-        assert_eq!(&buf, b"+PONG\r\n");
-    }
+    let plain = open_pinged(proxy.port, 3000, 500, None);
     let plain_kb = per_client(&proxy, plain.len(), before);
     println!("{plain_kb:.1} kB per idle plain client");
     assert!(plain_kb < 7.5, "{plain_kb:.1} kB per idle plain client");

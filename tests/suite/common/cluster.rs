@@ -105,6 +105,7 @@ pub fn cluster_nodes(port: u16) -> Vec<ClusterNode> {
 /// the slots, each with `replicas` replicas, made with
 /// `redis-cli --cluster create` and quick to fail over (node timeout 2 s).
 /// Every process is torn down by its PID, SIGTERM then SIGKILL.
+#[derive(Default)]
 pub struct ClusterSet {
     /// The nodes not killed.
     nodes: Vec<Redis>,
@@ -116,12 +117,9 @@ pub struct ClusterSet {
 impl ClusterSet {
     pub fn start(primaries: usize, replicas: usize) -> ClusterSet {
         let first = cluster_port();
-        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-cluster-{first}")));
-        let mut set = ClusterSet {
-            nodes: Vec::new(),
-            lost: Vec::new(),
-            dir,
-        };
+        let dir = std::env::temp_dir().join(format!("ackproxy-test-cluster-{first}"));
+        let mut set = ClusterSet::default();
+        set.dir = fresh_dir(dir);
         let total = primaries * (1 + replicas);
         let mut port = first;
         for _ in 0..total {

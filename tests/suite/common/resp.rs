@@ -257,3 +257,36 @@ pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
         }
     }
 }
+
+/// Up to `n` idle connections to `port`, at least `at_least`: a low
+/// RLIMIT_NOFILE in this process stops the opening early (each connection
+/// costs a descriptor here and one in the proxy). Each then answers a PING,
+/// within `timeout` (`None`: however long it takes).
+pub fn open_pinged(
+    port: u16,
+    n: usize,
+    at_least: usize,
+    timeout: Option<Duration>,
+) -> Vec<TcpStream> {
+    let mut conns = Vec::with_capacity(n);
+    for i in 0..n {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => conns.push(s),
+            Err(e) => {
+                println!("stopped at {i} connections: {e} (raise ulimit -n; tests/run.sh does)");
+                break;
+            }
+        }
+    }
+    assert!(conns.len() >= at_least, "only {} connections", conns.len());
+    for s in conns.iter_mut() {
+        s.write_all(b"PING\r\n").unwrap();
+    }
+    for s in conns.iter_mut() {
+        s.set_read_timeout(timeout).unwrap();
+        let mut buf = [0u8; 7];
+        s.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"+PONG\r\n");
+    }
+    conns
+}

@@ -14,6 +14,7 @@ pub const SENTINEL_MASTER: &str = "ackmaster";
 /// and three sentinels (`redis-server <conf> --sentinel`: no separate
 /// redis-sentinel binary needed), quick to fail over (down after 1 s).
 /// Every process is torn down by its PID, SIGTERM then SIGKILL.
+#[derive(Default)]
 pub struct SentinelSet {
     /// Data nodes: the primary and the replica at first.
     nodes: Vec<Redis>,
@@ -24,12 +25,9 @@ pub struct SentinelSet {
 impl SentinelSet {
     pub fn start() -> SentinelSet {
         let primary = free_port();
-        let dir = fresh_dir(std::env::temp_dir().join(format!("ackproxy-test-sentinel-{primary}")));
-        let mut set = SentinelSet {
-            nodes: Vec::new(),
-            sentinels: Vec::new(),
-            dir,
-        };
+        let dir = std::env::temp_dir().join(format!("ackproxy-test-sentinel-{primary}"));
+        let mut set = SentinelSet::default();
+        set.dir = fresh_dir(dir);
         set.start_node(primary, None);
         let replica = free_port();
         set.start_node(replica, Some(primary));
