@@ -102,20 +102,6 @@ fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
     as_int(&queue_info_field(p, q, field))
 }
 
-fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
-    match p.client().cmd(&["QUEUE", "LEASES", q]) {
-        Value::Array(items) => items.iter().map(fields).collect(),
-        other => panic!("QUEUE LEASES {q}: expected an array, got {other:?}"),
-    }
-}
-
-fn lrange(c: &mut Client, key: &str) -> Vec<String> {
-    match c.cmd(&["LRANGE", key, "0", "-1"]) {
-        Value::Array(items) => items.iter().map(as_str).collect(),
-        other => panic!("LRANGE {key}: {other:?}"),
-    }
-}
-
 /// The keys matching `pattern`, but the queues' totals (see
 /// `is_queue_stats`).
 fn keys(c: &mut Client, pattern: &str) -> Vec<String> {
@@ -446,7 +432,7 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
             }
             if let Some(l) = leased {
                 if l > 0 {
-                    let ls = leases(&proxy, &key);
+                    let ls = queue_leases(&proxy, &key);
                     if ls.len() as i64 != l {
                         failures.push(format!(
                             "[{proto}] after {cmd}: QUEUE LEASES {key} has {} entries, INFO says {l}",
@@ -496,7 +482,7 @@ fn leases_fields() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "qf", "m1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "qf", "doing"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "qf");
+    let ls = queue_leases(&proxy, "qf");
     assert_eq!(ls.len(), 1, "{ls:?}");
     let l = &ls[0];
     for f in [
@@ -550,7 +536,7 @@ fn leases_fields() {
         Value::Array(items) => assert_eq!(items.len(), 2),
         other => panic!("QUEUE LEASES qf COUNT 2: {other:?}"),
     }
-    assert_eq!(leases(&proxy, "qf").len(), 4);
+    assert_eq!(queue_leases(&proxy, "qf").len(), 4);
 
     // RESP3: maps.
     let mut c3 = proxy.client();
@@ -724,7 +710,7 @@ fn unacked_message_is_redelivered() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 1);
     assert_eq!(info_int(&proxy, "q", "ready"), 0);
@@ -739,7 +725,7 @@ fn unacked_message_is_redelivered() {
     assert_eq!(info_int(&proxy, "q", "leased"), 0);
     assert!(info_int(&proxy, "q", "requeued") >= 1);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
@@ -802,7 +788,7 @@ fn dead_letter_after_max_deliveries() {
                 other => panic!("RPOP q1: {other:?}"),
             }
         }
-        let ls = leases(&proxy, "q1");
+        let ls = queue_leases(&proxy, "q1");
         assert_eq!(ls.len(), 1);
         assert_eq!(as_int(&ls[0]["deliveries"]), n);
     }
@@ -835,7 +821,7 @@ fn extend_keeps_the_lease() {
         c.cmd(&["QUEUE", "EXTEND", "q", "job", "1500"]),
         Value::Int(1)
     );
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     let exp = as_int(&ls[0]["expires-in-ms"]);
     assert!(
         exp > 1_000 && exp <= 1_500,
@@ -863,7 +849,7 @@ fn nack_returns_the_message_at_once() {
     assert_eq!(info_int(&proxy, "q", "ready"), 2);
     // redeliver = "next": it is popped before b.
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("b"));
     assert_eq!(c.cmd(&["ACK", "q", "a", "b"]), Value::Int(2));
@@ -893,7 +879,7 @@ fn json_ack_id() {
     let m = r#"{"id":"7","body":"hello"}"#;
     c.cmd(&["LPUSH", "jobs", m]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(m));
-    let ls = leases(&proxy, "jobs");
+    let ls = queue_leases(&proxy, "jobs");
     assert_eq!(as_str(&ls[0]["id"]), "7");
     assert_eq!(as_str(&ls[0]["payload"]), m);
     assert_eq!(
@@ -965,7 +951,7 @@ fn expired_move_lease_cleans_destination() {
     );
     assert_eq!(lrange(&mut direct, "q"), vec!["task"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "q", "doing"]), Value::bulk("task"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["LREM", "doing", "1", "task"]), Value::Int(1));
     thread::sleep(EXPIRE_WAIT);
@@ -1023,13 +1009,13 @@ fn identical_payloads_are_two_leases() {
         Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
     );
     assert_eq!(info_int(&proxy, "q", "leased"), 2);
-    assert_eq!(leases(&proxy, "q").len(), 2);
+    assert_eq!(queue_leases(&proxy, "q").len(), 2);
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(info_int(&proxy, "q", "ready"), 2, "both copies come back");
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 2);
     for l in &ls {
         assert_eq!(as_int(&l["deliveries"]), 2);

@@ -425,13 +425,6 @@ fn totals_outlive_the_messages_but_expire() {
 
 // ------------------------------------------------------ NACK and retries
 
-fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
-    match p.client().cmd(&["QUEUE", "LEASES", q]) {
-        Value::Array(items) => items.iter().map(fields).collect(),
-        other => panic!("QUEUE LEASES {q}: {other:?}"),
-    }
-}
-
 /// Redis's clock, in ms.
 fn redis_ms(direct: &mut Client) -> i64 {
     let Value::Array(t) = direct.cmd(&["TIME"]) else {
@@ -471,7 +464,7 @@ fn nack_delay_is_honoured() {
     assert_eq!((int(&i["delayed"]), int(&i["leased"])), (1, 0));
     assert_eq!(pop_eventually(&mut c, "d10"), "m");
     assert!(nacked.elapsed() >= Duration::from_millis(240));
-    let l = &leases(&proxy, "d10")[0];
+    let l = &queue_leases(&proxy, "d10")[0];
     assert_eq!(
         (int(&l["deliveries"]), int(&l["nacks"]), int(&l["expiries"])),
         (2, 1, 0),
@@ -508,8 +501,8 @@ fn exponential_backoff_grows_and_caps() {
         );
     }
     assert_eq!(pop_eventually(&mut c, "exp1"), "m");
-    assert_eq!(int(&leases(&proxy, "exp1")[0]["deliveries"]), 6);
-    assert_eq!(int(&leases(&proxy, "exp1")[0]["nacks"]), 5);
+    assert_eq!(int(&queue_leases(&proxy, "exp1")[0]["deliveries"]), 6);
+    assert_eq!(int(&queue_leases(&proxy, "exp1")[0]["nacks"]), 5);
     assert_eq!(c.cmd(&["ACK", "exp1", "m"]), Value::Int(1));
 }
 
@@ -545,7 +538,7 @@ fn expiries_and_nacks_are_counted_apart() {
     assert_eq!(pop_eventually(&mut c, "short2"), "m");
     assert_eq!(c.cmd(&["NACK", "short2", "m"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
-    let l = &leases(&proxy, "short2")[0];
+    let l = &queue_leases(&proxy, "short2")[0];
     assert_eq!(
         (int(&l["deliveries"]), int(&l["nacks"]), int(&l["expiries"])),
         (3, 1, 1),
@@ -582,7 +575,7 @@ fn an_expired_lease_waits_for_the_backoff_too() {
     let wait = due_in(&mut direct, "back1");
     assert!(wait <= 300, "due in {wait} ms");
     assert_eq!(pop_eventually(&mut c, "back1"), "m");
-    let l = &leases(&proxy, "back1")[0];
+    let l = &queue_leases(&proxy, "back1")[0];
     assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
 }
 
@@ -712,7 +705,7 @@ fn nack_delay_of_a_move_lease_clears_the_destination_and_waits() {
     assert_eq!(queue_info_int(&proxy, "d11", "delayed"), 1);
     assert_eq!(c.cmd(&["RPOP", "d11"]), Value::Nil);
     assert_eq!(pop_eventually(&mut c, "d11"), "job");
-    let l = &leases(&proxy, "d11")[0];
+    let l = &queue_leases(&proxy, "d11")[0];
     assert_eq!((int(&l["deliveries"]), int(&l["nacks"])), (2, 1));
 }
 
@@ -726,13 +719,6 @@ fn dead(p: &Proxy, q: &str, count: Option<&str>) -> Vec<HashMap<String, Value>> 
     match p.client().cmd(&args) {
         Value::Array(items) => items.iter().map(fields).collect(),
         other => panic!("QUEUE DEAD {q}: {other:?}"),
-    }
-}
-
-fn lrange(c: &mut Client, key: &str) -> Vec<String> {
-    match c.cmd(&["LRANGE", key, "0", "-1"]) {
-        Value::Array(items) => items.iter().map(as_str).collect(),
-        other => panic!("LRANGE {key}: {other:?}"),
     }
 }
 
@@ -809,7 +795,7 @@ fn redrive_brings_dead_letters_back_with_fresh_counts() {
         Value::Int(1)
     );
     assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("a"));
-    let l = &leases(&proxy, "one1")[0];
+    let l = &queue_leases(&proxy, "one1")[0];
     assert_eq!((int(&l["deliveries"]), int(&l["nacks"])), (1, 0));
     assert_eq!(c.cmd(&["ACK", "one1", "a"]), Value::Int(1));
     assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(1));
@@ -1419,7 +1405,7 @@ fn next_pop_acknowledges_the_previous_message_of_the_connection() {
     assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("c"));
     let i = queue_info(&proxy, "np1");
     assert_eq!((int(&i["leased"]), int(&i["acks"])), (2, 1), "{i:?}");
-    let held: Vec<String> = leases(&proxy, "np1")
+    let held: Vec<String> = queue_leases(&proxy, "np1")
         .iter()
         .map(|l| as_str(&l["payload"]))
         .collect();
@@ -1542,7 +1528,7 @@ fn a_killed_next_pop_worker_gets_its_message_redelivered() {
     drop(w);
     let mut w2 = proxy.client();
     assert_eq!(pop_eventually(&mut w2, "np3"), "job");
-    let l = &leases(&proxy, "np3")[0];
+    let l = &queue_leases(&proxy, "np3")[0];
     assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
     assert_eq!(queue_info_int(&proxy, "np3", "acks"), 0);
 }
@@ -1651,7 +1637,7 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
     assert_eq!((int(&i["leased"]), int(&i["ready"])), (1, 0), "{i:?}");
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
-    let l = &leases(&proxy, "rq1")[0];
+    let l = &queue_leases(&proxy, "rq1")[0];
     assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
 }
 
@@ -1694,7 +1680,7 @@ fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
     assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("rejected"));
     assert_eq!(c.cmd(&["NACK", "sh1", "rejected"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("lost"));
-    let l = leases(&proxy, "sh1");
+    let l = queue_leases(&proxy, "sh1");
     assert_eq!(l.len(), 1);
     assert_eq!(as_str(&l[0]["payload"]), "lost");
     eventually("the expiry", || {

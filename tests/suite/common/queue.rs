@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Proxy, Value};
+use super::{Client, Proxy, Value};
 
 /// A queue's totals (`ackq:{TAG}:Q:stats`): the one auxiliary key that
 /// outlives the queue's messages, by design (it expires on its own).
@@ -57,4 +57,20 @@ pub fn queue_info_field(p: &Proxy, q: &str, field: &str) -> Value {
 /// An integer field of `QUEUE INFO q`.
 pub fn queue_info_int(p: &Proxy, q: &str, field: &str) -> i64 {
     int(&queue_info_field(p, q, field))
+}
+
+/// `QUEUE LEASES q`, one map a lease.
+pub fn queue_leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
+    match p.client().cmd(&["QUEUE", "LEASES", q]) {
+        Value::Array(items) => items.iter().map(fields).collect(),
+        other => panic!("QUEUE LEASES {q}: expected an array, got {other:?}"),
+    }
+}
+
+/// The whole list at `key`.
+pub fn lrange(c: &mut Client, key: &str) -> Vec<String> {
+    match c.cmd(&["LRANGE", key, "0", "-1"]) {
+        Value::Array(items) => items.iter().map(as_str).collect(),
+        other => panic!("LRANGE {key}: {other:?}"),
+    }
 }
