@@ -413,7 +413,7 @@ fn tracking_redirects_to_the_proxy_client() {
         Value::Array(vec![
             Value::bulk("message"),
             Value::bulk("__redis__:invalidate"),
-            Value::Array(vec![Value::bulk("tracked")]),
+            Value::bulks(&["tracked"]),
         ])
     );
     // A client that has only asked its id has no connection of its own to
@@ -438,7 +438,7 @@ fn tracking_redirects_to_the_proxy_client() {
         Value::Array(vec![
             Value::bulk("message"),
             Value::bulk("__redis__:invalidate"),
-            Value::Array(vec![Value::bulk("tracked2")]),
+            Value::bulks(&["tracked2"]),
         ])
     );
 }
@@ -590,7 +590,7 @@ fn tracking_shows_the_redirect_id_the_client_gave() {
         other => panic!("TRACKINGINFO: {other:?}"),
     };
     let (flags, redirect) = tracking(&mut tracker);
-    assert_eq!(flags, Value::Array(vec![Value::bulk("on")]));
+    assert_eq!(flags, Value::bulks(&["on"]));
     assert_eq!(redirect, Value::Int(listener_id));
     // The redirect target goes; Redis notices when it next has to send it
     // something.
@@ -603,15 +603,12 @@ fn tracking_shows_the_redirect_id_the_client_gave() {
         tracker.cmd(&["GET", "tracked"]);
         let (flags, redirect) = tracking(&mut tracker);
         assert_eq!(redirect, Value::Int(listener_id));
-        if flags != Value::Array(vec![Value::bulk("on")]) || std::time::Instant::now() > deadline {
+        if flags != Value::bulks(&["on"]) || std::time::Instant::now() > deadline {
             break flags;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(
-        flags,
-        Value::Array(vec![Value::bulk("on"), Value::bulk("broken_redirect")])
-    );
+    assert_eq!(flags, Value::bulks(&["on", "broken_redirect"]));
     assert_eq!(
         tracker.cmd(&["CLIENT", "GETREDIR"]),
         Value::Int(listener_id)
@@ -685,10 +682,7 @@ fn a_client_waiting_on_a_queue_is_blocked() {
     // Still a working client, whose next pop is served.
     let mut feeder = r.client();
     feeder.cmd(&["RPUSH", "jobs", "m"]);
-    assert_eq!(
-        w.cmd(&["BRPOP", "jobs", "0"]),
-        Value::Array(vec![Value::bulk("jobs"), Value::bulk("m")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "jobs", "0"]), Value::bulks(&["jobs", "m"]));
 
     w.send(&["BRPOP", "jobs", "0"]);
     wait_until("the pop waits once more", || {

@@ -411,7 +411,7 @@ fn pinned_connections_see_no_redirect_while_their_slot_moves() {
         assert_eq!(guarded.cmd(&["EXEC"]), Value::Array(vec![ok.clone()]));
         assert_eq!(
             Client::connect(to).cmd(&["LRANGE", &q, "0", "-1"]),
-            Value::Array(vec![Value::bulk("c"), Value::bulk("b"), Value::bulk("a")])
+            Value::bulks(&["c", "b", "a"])
         );
         assert_eq!(
             Client::connect(to).cmd(&["GET", &k]),
@@ -1291,7 +1291,7 @@ fn parked_pops_on_every_node_wake_on_a_push() {
         assert_eq!(proxy.client().cmd(&["LPUSH", q, "m"]), Value::Int(1));
         let reply = waiter.read_value();
         let took = pushed.elapsed();
-        assert_eq!(reply, Value::Array(vec![Value::bulk(q), Value::bulk("m")]));
+        assert_eq!(reply, Value::bulks(&[q, "m"]));
         assert!(
             took < Duration::from_millis(700),
             "{q}: woken {took:?} after its push"

@@ -61,10 +61,7 @@ fn push_and_wake(direct: &mut Client, parked: &mut Client, key: &str, msg: &str)
     assert_eq!(direct.cmd(&["LPUSH", key, msg]), Value::Int(1));
     let reply = parked.read_value();
     let took = pushed.elapsed();
-    assert_eq!(
-        reply,
-        Value::Array(vec![Value::bulk(key), Value::bulk(msg)])
-    );
+    assert_eq!(reply, Value::bulks(&[key, msg]));
     took
 }
 
@@ -173,7 +170,7 @@ fn only_keys_with_parked_pops_are_subscribed() {
     });
     assert_eq!(
         direct.cmd(&["PUBSUB", "CHANNELS"]),
-        Value::Array(vec![Value::bulk("__keyspace@0__:wbusy")])
+        Value::bulks(&["__keyspace@0__:wbusy"])
     );
     let took = push_and_wake(&mut direct, &mut parked, "wbusy", "first");
     assert!(took < SAFETY_RECHECK / 2, "{took:?}");

@@ -238,10 +238,7 @@ fn a_ready_connection_redis_closed_is_never_handed_out() {
     await_metric(m, &gauge("dedicated"), 1.0);
     await_metric(m, &gauge("pooled"), 2.0);
     assert_eq!(direct.cmd(&["RPUSH", "k", "v"]), Value::Int(1));
-    assert_eq!(
-        a.read_value(),
-        Value::Array(vec![Value::bulk("k"), Value::bulk("v")])
-    );
+    assert_eq!(a.read_value(), Value::bulks(&["k", "v"]));
 }
 
 #[test]
@@ -253,10 +250,7 @@ fn no_ready_connections_when_the_pool_is_off() {
     await_metric(m, &gauge("dedicated"), 1.0);
     assert_eq!(metric(m, &gauge("pooled")), 0.0);
     assert_eq!(redis.client().cmd(&["RPUSH", "k", "v"]), Value::Int(1));
-    assert_eq!(
-        a.read_value(),
-        Value::Array(vec![Value::bulk("k"), Value::bulk("v")])
-    );
+    assert_eq!(a.read_value(), Value::bulks(&["k", "v"]));
 }
 
 /// Redis lost with a client's first request on its own connection still

@@ -182,10 +182,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
         sent.cmd(&mut c, "shared", &["LPUSH", "wait:1", "w"]),
         Value::Int(1)
     );
-    assert_eq!(
-        parked.read_value(),
-        Value::Array(vec![Value::bulk("wait:1"), Value::bulk("w")])
-    );
+    assert_eq!(parked.read_value(), Value::bulks(&["wait:1", "w"]));
     await_metric(m, "ackproxy_parked_clients", 0.0);
     assert_eq!(
         sent.cmd(&mut parked, "queue", &["BRPOP", "wait:2", "0.05"]),

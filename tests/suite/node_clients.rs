@@ -311,7 +311,7 @@ fn worker_on_database_1(client: &str) {
     assert_eq!(keys(&mut db1), done, "database 1: only the results");
     assert_eq!(
         db0.cmd(&["LRANGE", "jobs", "0", "-1"]),
-        Value::Array(vec![Value::bulk(&other)]),
+        Value::bulks(&[&other]),
         "database 0's job untouched"
     );
     assert_eq!(

@@ -526,11 +526,7 @@ fn leases_fields() {
     c.cmd(&["LPUSH", "qf", "m2", "m3", "m4"]);
     assert_eq!(
         c.cmd(&["RPOP", "qf", "3"]),
-        Value::Array(vec![
-            Value::bulk("m2"),
-            Value::bulk("m3"),
-            Value::bulk("m4")
-        ])
+        Value::bulks(&["m2", "m3", "m4"])
     );
     match c.cmd(&["QUEUE", "LEASES", "qf", "COUNT", "2"]) {
         Value::Array(items) => assert_eq!(items.len(), 2),
@@ -739,11 +735,7 @@ fn acked_message_is_gone_without_aux_keys() {
     c.cmd(&["LPUSH", "q", "m1", "m2", "m3"]);
     assert_eq!(
         c.cmd(&["RPOP", "q", "3"]),
-        Value::Array(vec![
-            Value::bulk("m1"),
-            Value::bulk("m2"),
-            Value::bulk("m3")
-        ])
+        Value::bulks(&["m1", "m2", "m3"])
     );
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
     assert_eq!(
@@ -1004,10 +996,7 @@ fn identical_payloads_are_two_leases() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "x", "x"]);
-    assert_eq!(
-        c.cmd(&["RPOP", "q", "2"]),
-        Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
-    );
+    assert_eq!(c.cmd(&["RPOP", "q", "2"]), Value::bulks(&["x", "x"]));
     assert_eq!(info_int(&proxy, "q", "leased"), 2);
     assert_eq!(queue_leases(&proxy, "q").len(), 2);
     thread::sleep(EXPIRE_WAIT);
@@ -1043,10 +1032,7 @@ fn consumer_disconnect_redelivers() {
     }
     thread::sleep(EXPIRE_WAIT);
     let mut c = proxy.client();
-    assert_eq!(
-        c.cmd(&["BRPOP", "q", "1"]),
-        Value::Array(vec![Value::bulk("q"), Value::bulk("m")])
-    );
+    assert_eq!(c.cmd(&["BRPOP", "q", "1"]), Value::bulks(&["q", "m"]));
     assert_eq!(c.cmd(&["ACK", "q", "m"]), Value::Int(1));
 }
 
@@ -1185,11 +1171,7 @@ fn parked_pops_woken_one_after_another_by_direct_pushes() {
         let reply = waiter
             .try_read_raw()
             .unwrap_or_else(|e| panic!("round {i}: no reply to the parked pop: {e}"));
-        assert_eq!(
-            decode(&reply).0,
-            Value::Array(vec![Value::bulk("wl"), Value::bulk(&msg)]),
-            "round {i}"
-        );
+        assert_eq!(decode(&reply).0, Value::bulks(&["wl", &msg]), "round {i}");
         assert_eq!(acker.cmd(&["ACK", "wl", &msg]), Value::Int(1));
     }
 }
@@ -1556,10 +1538,7 @@ fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
         redis_in(&redis, "3").cmd(&["LPUSH", "w", "hi"]),
         Value::Int(1)
     );
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("w"), Value::bulk("hi")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["w", "hi"]));
     assert_eq!(info_int_in(&proxy, "3", "w", "leased"), 1);
     assert_eq!(c.cmd(&["ACK", "w", "hi"]), Value::Int(1));
     assert_eq!(lrange(&mut zero, "w"), vec!["zero"]);
@@ -1571,14 +1550,8 @@ fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
     thread::sleep(Duration::from_millis(300));
     redis_in(&redis, "5").cmd(&["RPUSH", "w2", "for5"]);
     redis_in(&redis, "3").cmd(&["RPUSH", "w2", "for3"]);
-    assert_eq!(
-        five.read_value(),
-        Value::Array(vec![Value::bulk("w2"), Value::bulk("for5")])
-    );
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("w2"), Value::bulk("for3")])
-    );
+    assert_eq!(five.read_value(), Value::bulks(&["w2", "for5"]));
+    assert_eq!(c.read_value(), Value::bulks(&["w2", "for3"]));
 }
 
 #[test]
@@ -1659,7 +1632,7 @@ fn requests_behind_a_blocking_pop_wait_for_its_reply() {
     let before = queued();
     assert_eq!(
         c.cmd(&["BRPOP", "wb1", "5"]),
-        Value::Array(vec![Value::bulk("wb1"), Value::bulk("first")])
+        Value::bulks(&["wb1", "first"])
     );
     wait_until("one queue command counted", || queued() == before + 1.0);
     // Parks: PING and RPOP sent behind it (in writes of their own) wait.
@@ -1678,7 +1651,7 @@ fn requests_behind_a_blocking_pop_wait_for_its_reply() {
     c.set_read_timeout(Some(Duration::from_secs(5)));
     assert_eq!(
         decode(&c.try_read_raw().unwrap()).0,
-        Value::Array(vec![Value::bulk("wb1"), Value::bulk("second")])
+        Value::bulks(&["wb1", "second"])
     );
     assert_eq!(
         decode(&c.try_read_raw().unwrap()).0,

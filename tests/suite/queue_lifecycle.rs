@@ -210,10 +210,7 @@ fn a_parked_blocking_pop_is_woken_when_a_delayed_message_falls_due() {
         Value::Int(1)
     );
     parked.set_read_timeout(Some(PATIENCE));
-    assert_eq!(
-        parked.read_value(),
-        Value::Array(vec![Value::bulk("d2"), Value::bulk("wake")])
-    );
+    assert_eq!(parked.read_value(), Value::bulks(&["d2", "wake"]));
     let waited = pushed.elapsed();
     assert!(
         waited >= Duration::from_millis(190),
@@ -289,11 +286,7 @@ fn due_messages_enter_where_lpush_would_put_them_in_due_order() {
     });
     assert_eq!(
         c.cmd(&["LPOP", "left1", "10"]),
-        Value::Array(vec![
-            Value::bulk("r1"),
-            Value::bulk("z1"),
-            Value::bulk("z2")
-        ])
+        Value::bulks(&["r1", "z1", "z2"])
     );
 }
 
@@ -409,9 +402,9 @@ fn totals_outlive_the_messages_but_expire() {
     // writes the delivery alone; the ACK follows at the next look, at most
     // the reaper's longest wait (2 s) later. So the wait is for both.
     wait_until("the totals written and nothing else left", || {
-        direct.cmd(&["KEYS", "*"]) == Value::Array(vec![Value::bulk("ackq:{d9}:d9:stats")])
+        direct.cmd(&["KEYS", "*"]) == Value::bulks(&["ackq:{d9}:d9:stats"])
             && direct.cmd(&["HMGET", "ackq:{d9}:d9:stats", "deliveries", "acks"])
-                == Value::Array(vec![Value::bulk("1"), Value::bulk("1")])
+                == Value::bulks(&["1", "1"])
     });
     let ttl = int(&direct.cmd(&["PTTL", "ackq:{d9}:d9:stats"]));
     assert!(
@@ -1412,10 +1405,7 @@ fn next_pop_acknowledges_the_previous_message_of_the_connection() {
     assert!(held.contains(&"b".to_string()) && held.contains(&"c".to_string()));
     // A pop with COUNT: all of them are acknowledged by the next pop, also
     // one that finds nothing.
-    assert_eq!(
-        w.cmd(&["RPOP", "np1", "5"]),
-        Value::Array(vec![Value::bulk("d"), Value::bulk("e")])
-    );
+    assert_eq!(w.cmd(&["RPOP", "np1", "5"]), Value::bulks(&["d", "e"]));
     assert_eq!(queue_info_int(&proxy, "np1", "leased"), 3);
     assert_eq!(w.cmd(&["RPOP", "np1"]), Value::Nil);
     assert_eq!(other.cmd(&["RPOP", "np1"]), Value::Nil);
@@ -1433,20 +1423,14 @@ fn next_pop_through_a_parked_blocking_pop() {
     let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
     let mut w = proxy.client();
     w.cmd(&["LPUSH", "np2", "a"]);
-    assert_eq!(
-        w.cmd(&["BRPOP", "np2", "0"]),
-        Value::Array(vec![Value::bulk("np2"), Value::bulk("a")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "np2", "0"]), Value::bulks(&["np2", "a"]));
     // Waiting for the next job means a is done, before anything arrives.
     w.send(&["BRPOP", "np2", "0"]);
     wait_parked(metrics, 1);
     let i = queue_info(&proxy, "np2");
     assert_eq!((int(&i["leased"]), int(&i["acks"])), (0, 1), "{i:?}");
     proxy.client().cmd(&["LPUSH", "np2", "b"]);
-    assert_eq!(
-        w.read_value(),
-        Value::Array(vec![Value::bulk("np2"), Value::bulk("b")])
-    );
+    assert_eq!(w.read_value(), Value::bulks(&["np2", "b"]));
     assert_eq!(queue_info_int(&proxy, "np2", "leased"), 1);
 }
 
@@ -1471,10 +1455,7 @@ fn a_pipelined_or_transacted_pop_is_not_a_next_pop() {
     assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
     w.cmd(&["RPOP", "np8"]);
     w.cmd(&["RPOP", "np8"]);
-    assert_eq!(
-        w.cmd(&["EXEC"]),
-        Value::Array(vec![Value::bulk("c"), Value::bulk("d")])
-    );
+    assert_eq!(w.cmd(&["EXEC"]), Value::bulks(&["c", "d"]));
     // Its first pop finished what the worker had before (a and b), the
     // second left c alone.
     assert_eq!(

@@ -2565,7 +2565,7 @@ fn run_reloads(seed: u64) {
                 assert_eq!(d.cmd(&["LPUSH", q, &body]), Value::Int(1));
                 assert_eq!(
                     c2.read_value(),
-                    Value::Array(vec![Value::bulk(q), Value::bulk(&body)]),
+                    Value::bulks(&[q, &body]),
                     "the parked BRPOP {q}"
                 );
                 if rules.rule(q).is_some() {

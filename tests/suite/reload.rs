@@ -188,10 +188,7 @@ fn parked_across_removal(after: &str) {
     s.reload(&(metrics + after), RELOADED);
     let mut direct = s.redis.client();
     assert_eq!(direct.cmd(&["LPUSH", "gone", "m"]), Value::Int(1));
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("gone"), Value::bulk("m")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["gone", "m"]));
     assert_eq!(keys(&mut direct), Vec::<String>::new());
     // Nothing leased: an ACK finds nothing, and nothing comes back.
     assert_eq!(c.cmd(&["ACK", "gone", "m"]), Value::Int(0));
@@ -221,7 +218,7 @@ fn leases_across_removal(after: &str) {
     // The other one runs out and is handed back by the reaper.
     let mut direct = s.redis.client();
     wait_until("m2 back in the list", || {
-        direct.cmd(&["LRANGE", "gone", "0", "-1"]) == Value::Array(vec![Value::bulk("m2")])
+        direct.cmd(&["LRANGE", "gone", "0", "-1"]) == Value::bulks(&["m2"])
     });
     assert_eq!(lease_tokens(&mut direct, "gone"), Vec::<String>::new());
     // From the list it is now plain, popped without a lease.
@@ -327,7 +324,7 @@ fn the_first_rule_can_come_by_reload() {
     // Without rules the proxy leaves Redis's settings alone.
     assert_eq!(
         direct.cmd(&["CONFIG", "GET", "notify-keyspace-events"]),
-        Value::Array(vec![Value::bulk("notify-keyspace-events"), Value::bulk("")])
+        Value::bulks(&["notify-keyspace-events", ""])
     );
     // ... and its functions: the shared connection (open since the
     // commands above) loaded no library.
@@ -351,10 +348,7 @@ fn the_first_rule_can_come_by_reload() {
         metric(ops, "ackproxy_parked_clients") == 1.0
     });
     assert_eq!(s.client().cmd(&["LPUSH", "q", "m2"]), Value::Int(1));
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("q"), Value::bulk("m2")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["q", "m2"]));
     assert_eq!(c.cmd(&["ACK", "q", "m2"]), Value::Int(1));
     assert_eq!(metric(ops, "ackproxy_pops_total{rule=\"q\"}"), 2.0);
     // The web view's listing follows the rules in force.

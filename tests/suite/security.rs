@@ -925,16 +925,10 @@ fn a_pooled_clients_queue_operations_run_in_order() {
     assert_eq!(w.read_value(), Value::Int(2));
     assert_eq!(w.read_value(), Value::bulk("a"));
     assert_eq!(w.read_value(), Value::Int(2));
-    assert_eq!(
-        w.read_value(),
-        Value::Array(vec![Value::bulk("c"), Value::bulk("b")])
-    );
+    assert_eq!(w.read_value(), Value::bulks(&["c", "b"]));
     assert_eq!(w.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
     // Blocking and transactions on the client's own connection, as the user.
-    assert_eq!(
-        w.cmd(&["BRPOP", "jobs", "0"]),
-        Value::Array(vec![Value::bulk("jobs"), Value::bulk("b")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "jobs", "0"]), Value::bulks(&["jobs", "b"]));
     assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
     assert_eq!(
         w.cmd(&["LRANGE", "jobs", "0", "-1"]),
@@ -1066,7 +1060,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     }
     assert_eq!(
         other.cmd(&["LRANGE", "jobs", "0", "-1"]),
-        Value::Array(vec![Value::bulk("m")])
+        Value::bulks(&["m"])
     );
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
@@ -1104,10 +1098,7 @@ fn user_connections_are_bounded() {
     loop {
         let mut c = p.client();
         assert_eq!(c.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
-        assert_eq!(
-            c.cmd(&["LRANGE", "jobs", "0", "-1"]),
-            Value::Array(vec![Value::bulk("a")])
-        );
+        assert_eq!(c.cmd(&["LRANGE", "jobs", "0", "-1"]), Value::bulks(&["a"]));
         clients.push(c);
         if connections_of(&r, "restricted") == 0 {
             break;

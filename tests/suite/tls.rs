@@ -433,7 +433,7 @@ fn upstream_redis_speaking_only_tls() {
     // the shared one (the pop and its ACK).
     assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
     assert_eq!(c.cmd(&["GET", "k"]), Value::Simple("QUEUED".into()));
-    assert_eq!(c.cmd(&["EXEC"]), Value::Array(vec![Value::bulk("v")]));
+    assert_eq!(c.cmd(&["EXEC"]), Value::bulks(&["v"]));
     assert_eq!(c.cmd(&["LPUSH", "q1", "a"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "q1"]), Value::bulk("a"));
     assert_eq!(c.cmd(&["ACK", "q1", "a"]), Value::Int(1));
@@ -460,10 +460,7 @@ fn upstream_redis_speaking_only_tls() {
     let pushed_at = Instant::now();
     let pushed = redis_cli(&pki, redis.port, None, &["LPUSH", "q2", "woken"]);
     assert_eq!(cli_out(&pushed), "1");
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("q2"), Value::bulk("woken")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["q2", "woken"]));
     // By the event, not by the once-a-second recheck of parked pops.
     let took = pushed_at.elapsed();
     assert!(took < Duration::from_millis(500), "woken after {took:?}");

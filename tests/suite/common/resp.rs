@@ -22,6 +22,11 @@ impl Value {
     pub fn bulk(s: &str) -> Value {
         Value::Bulk(s.as_bytes().to_vec())
     }
+
+    /// An array of bulk strings.
+    pub fn bulks(items: &[&str]) -> Value {
+        Value::Array(items.iter().map(|s| Value::bulk(s)).collect())
+    }
 }
 
 pub struct Client {
