@@ -1,6 +1,13 @@
 //! Test harness: real redis-server processes on free loopback ports, the
 //! ackproxy binary in front of them, and a small blocking RESP client that
 //! returns replies as raw bytes (for byte-for-byte comparison) or as values.
+//!
+//! By concern: `process` (ports, temporary files, child processes),
+//! `redis`, `sentinel` and `cluster` (the servers), `proxy` (ackproxy),
+//! `resp` (the client and its values), `pair` (the proxy beside a Redis,
+//! reply for reply), `queue` (reading queue replies), `wait` (polling),
+//! `http` (HTTP and the metrics endpoint), `rng`. Everything is re-exported
+//! here, as `crate::common::X`.
 #![allow(dead_code)]
 
 mod cluster;
