@@ -7,20 +7,8 @@ prefix "bq", one node worker with queue.process(2, handler). Variants:
              no check ran in the 5 s before (bq:jobs:stallBlock).
 """
 
-import jobkit
 import nodekit
 
 NAME = ["checker", "nochecker"]
-SCRIPT = "bee.js"
 
-
-def ready(variant):
-    nodekit.ready("bee-queue")
-
-
-def enqueue(variant, url, n, seed, workdir):
-    nodekit.enqueue(SCRIPT, url, n, seed, workdir)
-
-
-def worker(variant, url, workdir, seed):
-    return nodekit.worker_argv(SCRIPT, url, variant), {}, jobkit.HERE
+ready, enqueue, worker = nodekit.adapter("bee.js", "bee-queue", variants=True)

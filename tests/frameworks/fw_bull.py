@@ -4,20 +4,8 @@ settings (30 s job locks renewed every 15 s, stalled-job check every 30 s,
 maxStalledCount 1). Stalled jobs come back only after their lock has
 expired and a check has run: give killtest.py --settle-s 75 or so."""
 
-import jobkit
 import nodekit
 
 NAME = ["default"]
-SCRIPT = "bull.js"
 
-
-def ready(variant):
-    nodekit.ready("bull")
-
-
-def enqueue(variant, url, n, seed, workdir):
-    nodekit.enqueue(SCRIPT, url, n, seed, workdir)
-
-
-def worker(variant, url, workdir, seed):
-    return nodekit.worker_argv(SCRIPT, url), {}, jobkit.HERE
+ready, enqueue, worker = nodekit.adapter("bull.js", "bull")

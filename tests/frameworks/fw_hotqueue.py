@@ -5,15 +5,5 @@ import jobkit
 
 NAME = ["default"]
 
-
-def ready(variant):
-    jobkit.venv_ready("hotqueue", "redis")
-
-
-def enqueue(variant, url, n, seed, workdir):
-    jobkit.run_enqueue([jobkit.VENV_PY, "-m", "hotqueue_jobs", "enqueue", url, str(n), str(seed), workdir],
-                       jobkit.python_env())
-
-
-def worker(variant, url, workdir, seed):
-    return [jobkit.VENV_PY, "-m", "hotqueue_jobs", "worker", url], jobkit.python_env(), jobkit.HERE
+ready, enqueue, worker = jobkit.python_adapter(
+    "hotqueue_jobs", ["hotqueue", "redis"], lambda url: [jobkit.VENV_PY, "-m", "hotqueue_jobs", "worker", url])

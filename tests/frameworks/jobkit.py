@@ -77,3 +77,21 @@ def run_enqueue(argv, env_add, timeout=300):
         raise RuntimeError("enqueue failed (exit %d): %s\n%s" % (r.returncode, " ".join(argv), out))
     if out.strip():
         sys.stderr.write(out if out.endswith("\n") else out + "\n")
+
+
+def python_adapter(jobs_module, imports, worker_argv):
+    """ready, enqueue and worker of an adapter whose jobs are enqueued by
+    `python -m jobs_module enqueue URL N SEED WORKDIR` in the venv (whose
+    python must import `imports`) and whose worker runs `worker_argv(url)`,
+    both with python_env()."""
+
+    def ready(variant):
+        venv_ready(*imports)
+
+    def enqueue(variant, url, n, seed, workdir):
+        run_enqueue([VENV_PY, "-m", jobs_module, "enqueue", url, str(n), str(seed), workdir], python_env())
+
+    def worker(variant, url, workdir, seed):
+        return worker_argv(url), python_env(), HERE
+
+    return ready, enqueue, worker

@@ -34,3 +34,20 @@ def enqueue(script, url, n, seed, workdir):
 
 def worker_argv(script, url, *args):
     return [node(), os.path.join(NODE_DIR, script), "worker", url] + list(args)
+
+
+def adapter(script, package, variants=False):
+    """ready, enqueue and worker of the adapter for node/`script`, which
+    needs `package`; with `variants`, its worker is told the variant."""
+
+    def adapter_ready(variant):
+        ready(package)
+
+    def adapter_enqueue(variant, url, n, seed, workdir):
+        enqueue(script, url, n, seed, workdir)
+
+    def adapter_worker(variant, url, workdir, seed):
+        args = [variant] if variants else []
+        return worker_argv(script, url, *args), {}, jobkit.HERE
+
+    return adapter_ready, adapter_enqueue, adapter_worker

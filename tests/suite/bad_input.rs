@@ -187,28 +187,7 @@ fn ten_thousand_connections() {
     // One more than the 10,000 held, for the client that checks afterwards.
     let proxy = Proxy::start_with_config(redis.port, "[limits]\nmaxclients = 10001\n", &[]);
     let n = 10_000;
-    let mut conns = Vec::with_capacity(n);
-    for i in 0..n {
-        match TcpStream::connect(("127.0.0.1", proxy.port)) {
-            Ok(s) => conns.push(s),
-            Err(e) => {
-                // Each connection costs two descriptors in this process and
-                // the proxy's; a low RLIMIT_NOFILE stops us, not the proxy.
-                println!("stopped at {i} connections: {e} (raise ulimit -n; tests/run.sh does)");
-                break;
-            }
-        }
-    }
-    assert!(conns.len() >= 1000, "only {} connections", conns.len());
-    for s in conns.iter_mut() {
-        s.write_all(b"PING\r\n").unwrap();
-    }
-    for s in conns.iter_mut() {
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut buf = [0u8; 7];
-        s.read_exact(&mut buf).unwrap();
-        assert_eq!(&buf, b"+PONG\r\n");
-    }
+    let conns = open_pinged(proxy.port, n, 1000, Some(Duration::from_secs(20)));
     println!(
         "proxy RSS with {} idle clients: {} kB",
         conns.len(),
@@ -220,8 +199,7 @@ fn ten_thousand_connections() {
 
 #[test]
 fn maxclients_is_enforced_like_redis() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, "[limits]\nmaxclients = 5\n", &[]);
+    let (_redis, proxy) = Proxy::with_redis("[limits]\nmaxclients = 5\n");
     // The start-up probe's connection counts until the proxy has seen it
     // close; connecting five more at once may race with that.
     std::thread::sleep(Duration::from_millis(200));

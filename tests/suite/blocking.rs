@@ -23,7 +23,7 @@ ack_id = "payload"
 const BIG: usize = 200_000;
 
 fn pair(key: &str, value: &str) -> Value {
-    Value::Array(vec![Value::bulk(key), Value::bulk(value)])
+    Value::bulks(&[key, value])
 }
 
 #[test]

@@ -12,23 +12,12 @@ ack_id = "payload"
 lease_ms = 600000
 "#;
 
-/// HELLO's reply carries the connection id, which differs between servers.
-fn mask_id(reply: &[u8]) -> String {
-    let text = String::from_utf8_lossy(reply).into_owned();
-    let Some(at) = text.find("$2\r\nid\r\n:") else {
-        return text;
-    };
-    let start = at + "$2\r\nid\r\n:".len();
-    let end = start + text[start..].find("\r\n").unwrap();
-    format!("{}<id>{}", &text[..start], &text[end..])
-}
-
 fn same(direct: &mut Client, proxied: &mut Client, args: &[&str]) -> Vec<u8> {
     let d = direct.raw(args);
     let p = proxied.raw(args);
     assert_eq!(
-        mask_id(&p),
-        mask_id(&d),
+        mask_hello_id(&p),
+        mask_hello_id(&d),
         "reply to {args:?} differs from Redis's"
     );
     p
@@ -44,8 +33,7 @@ fn dedicated() -> String {
 fn self_identifying_resp3_clients_share_connections() {
     let a = Redis::start();
     let b = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let (proxy, m) = Proxy::start_with_metrics(b.port, CONFIG);
     let mut clients = Vec::new();
     for i in 0..10 {
         let mut d = a.client();
@@ -89,7 +77,11 @@ fn self_identifying_resp3_clients_share_connections() {
     d.send_raw(&bytes);
     p.send_raw(&bytes);
     for what in ["HELLO", "GET", "GETNAME", "HGETALL"] {
-        assert_eq!(mask_id(&p.read_raw()), mask_id(&d.read_raw()), "{what}");
+        assert_eq!(
+            mask_hello_id(&p.read_raw()),
+            mask_hello_id(&d.read_raw()),
+            "{what}"
+        );
     }
     let body = scrape(m).expect("metrics");
     assert_eq!(series_value(&body, &dedicated()), Some(0.0), "{body}");
@@ -146,8 +138,7 @@ fn redis_py_workers_share_connections() {
         return;
     }
     let b = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &["--metrics", &format!("127.0.0.1:{m}")]);
+    let (proxy, m) = Proxy::start_with_metrics(b.port, CONFIG);
     let script = r#"
 import sys, urllib.request, redis
 port, metrics = int(sys.argv[1]), sys.argv[2]
@@ -169,19 +160,8 @@ line = [l for l in body.splitlines() if l.startswith('ackproxy_upstream_connecti
 print(line)
 assert line == ['ackproxy_upstream_connections{kind="dedicated"} 0'], line
 "#;
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &proxy.port.to_string(),
-            &format!("127.0.0.1:{m}"),
-        ])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    python(
+        script,
+        &[&proxy.port.to_string(), &format!("127.0.0.1:{m}")],
     );
 }

@@ -80,8 +80,7 @@ fn closed(c: &mut Client) -> bool {
 /// and the same fields in the same order as Redis's own list.
 #[test]
 fn client_list_shows_the_proxys_clients() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut a = proxy.client();
     let mut b = proxy.client();
     let mut c = proxy.client();
@@ -154,8 +153,7 @@ fn client_list_shows_the_proxys_clients() {
 /// (before, it was that connection's id in Redis).
 #[test]
 fn client_id_and_info_describe_the_client() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (_r, proxy) = Proxy::with_redis(CONFIG);
     let mut a = proxy.client();
     let mine = id(&mut a);
     let info = text(&a.cmd(&["CLIENT", "INFO"]));
@@ -199,8 +197,7 @@ fn client_id_and_info_describe_the_client() {
 /// clients (not its upstream connections); the rest of the reply is Redis's.
 #[test]
 fn info_counts_the_proxys_clients() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (_r, proxy) = Proxy::with_redis(CONFIG);
     let mut a = proxy.client();
     // The start-up check's connection may not be gone yet, nor the new
     // ones accepted: as with Redis, the count follows.
@@ -243,8 +240,7 @@ fn info_counts_the_proxys_clients() {
 /// Redis's replies and errors.
 #[test]
 fn client_kill_closes_the_named_clients() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = r.client();
     let mut me = proxy.client();
 
@@ -327,8 +323,7 @@ fn client_kill_closes_the_named_clients() {
 
 #[test]
 fn client_no_evict_is_the_clients_own() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = r.client();
     let mut a = proxy.client();
     for args in [
@@ -364,8 +359,7 @@ fn client_no_evict_is_the_clients_own() {
 /// that client's command in Redis.
 #[test]
 fn client_unblock_reaches_the_blocked_client() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = r.client();
     let mut a = proxy.client();
     let mut b = proxy.client();
@@ -401,8 +395,7 @@ fn client_unblock_reaches_the_blocked_client() {
 /// gets the invalidation messages.
 #[test]
 fn tracking_redirects_to_the_proxy_client() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (_r, proxy) = Proxy::with_redis(CONFIG);
     let mut listener = proxy.client();
     let listener_id = id(&mut listener).to_string();
     listener.cmd(&["SUBSCRIBE", "__redis__:invalidate"]);
@@ -420,7 +413,7 @@ fn tracking_redirects_to_the_proxy_client() {
         Value::Array(vec![
             Value::bulk("message"),
             Value::bulk("__redis__:invalidate"),
-            Value::Array(vec![Value::bulk("tracked")]),
+            Value::bulks(&["tracked"]),
         ])
     );
     // A client that has only asked its id has no connection of its own to
@@ -445,7 +438,7 @@ fn tracking_redirects_to_the_proxy_client() {
         Value::Array(vec![
             Value::bulk("message"),
             Value::bulk("__redis__:invalidate"),
-            Value::Array(vec![Value::bulk("tracked2")]),
+            Value::bulks(&["tracked2"]),
         ])
     );
 }
@@ -458,8 +451,7 @@ fn tracking_redirects_to_the_proxy_client() {
 /// right afterwards.
 #[test]
 fn tracking_redirects_to_a_resp3_client_without_a_connection() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut writer = r.client();
     for reply_off in [true, false] {
         let mut seen = Vec::new();
@@ -510,8 +502,7 @@ fn tracking_redirects_to_a_resp3_client_without_a_connection() {
 /// has left) gets Redis's refusal, as directly.
 #[test]
 fn tracking_redirect_to_no_client_is_refused() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = r.client();
     let mut tracker = proxy.client();
     let mut gone = proxy.client();
@@ -539,8 +530,7 @@ fn tracking_redirect_to_no_client_is_refused() {
 /// it as a push.
 #[test]
 fn tracking_redirects_to_the_client_itself() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     for resp3 in [false, true] {
         let (mut through, mut direct) = (proxy.client(), r.client());
         let mut writer = proxy.client();
@@ -575,8 +565,7 @@ fn tracking_redirects_to_the_client_itself() {
 /// also once that client is gone (`broken_redirect`).
 #[test]
 fn tracking_shows_the_redirect_id_the_client_gave() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (_r, proxy) = Proxy::with_redis(CONFIG);
     let mut listener = proxy.client();
     let listener_id = id(&mut listener);
     listener.cmd(&["SUBSCRIBE", "__redis__:invalidate"]);
@@ -601,7 +590,7 @@ fn tracking_shows_the_redirect_id_the_client_gave() {
         other => panic!("TRACKINGINFO: {other:?}"),
     };
     let (flags, redirect) = tracking(&mut tracker);
-    assert_eq!(flags, Value::Array(vec![Value::bulk("on")]));
+    assert_eq!(flags, Value::bulks(&["on"]));
     assert_eq!(redirect, Value::Int(listener_id));
     // The redirect target goes; Redis notices when it next has to send it
     // something.
@@ -614,15 +603,12 @@ fn tracking_shows_the_redirect_id_the_client_gave() {
         tracker.cmd(&["GET", "tracked"]);
         let (flags, redirect) = tracking(&mut tracker);
         assert_eq!(redirect, Value::Int(listener_id));
-        if flags != Value::Array(vec![Value::bulk("on")]) || std::time::Instant::now() > deadline {
+        if flags != Value::bulks(&["on"]) || std::time::Instant::now() > deadline {
             break flags;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(
-        flags,
-        Value::Array(vec![Value::bulk("on"), Value::bulk("broken_redirect")])
-    );
+    assert_eq!(flags, Value::bulks(&["on", "broken_redirect"]));
     assert_eq!(
         tracker.cmd(&["CLIENT", "GETREDIR"]),
         Value::Int(listener_id)
@@ -659,8 +645,7 @@ fn tracking_shows_the_redirect_id_the_client_gave() {
 /// ends a blocked command's (a timeout's reply, or the UNBLOCKED error).
 #[test]
 fn a_client_waiting_on_a_queue_is_blocked() {
-    let r = Redis::start();
-    let proxy = Proxy::start_with_config(r.port, CONFIG, &[]);
+    let (r, proxy) = Proxy::with_redis(CONFIG);
     let mut a = proxy.client();
     let mut w = proxy.client();
     let w_id = id(&mut w);
@@ -697,10 +682,7 @@ fn a_client_waiting_on_a_queue_is_blocked() {
     // Still a working client, whose next pop is served.
     let mut feeder = r.client();
     feeder.cmd(&["RPUSH", "jobs", "m"]);
-    assert_eq!(
-        w.cmd(&["BRPOP", "jobs", "0"]),
-        Value::Array(vec![Value::bulk("jobs"), Value::bulk("m")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "jobs", "0"]), Value::bulks(&["jobs", "m"]));
 
     w.send(&["BRPOP", "jobs", "0"]);
     wait_until("the pop waits once more", || {

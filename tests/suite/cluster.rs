@@ -34,40 +34,6 @@ fn start_proxy_with(cluster: &ClusterSet, toml: &str) -> Proxy {
     Proxy::start_args(&["--config", file.as_arg()]).owning(file)
 }
 
-/// One client straight to a single Redis, one through the proxy to the
-/// cluster.
-struct Pair {
-    direct: Client,
-    proxied: Client,
-}
-
-impl Pair {
-    fn same(&mut self, args: &[&str]) -> Vec<u8> {
-        let d = self.direct.raw(args);
-        let p = self.proxied.raw(args);
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "reply to {args:?} differs"
-        );
-        d
-    }
-
-    fn same_raw(&mut self, bytes: &[u8], n: usize) {
-        self.direct.send_raw(bytes);
-        self.proxied.send_raw(bytes);
-        for i in 0..n {
-            let d = self.direct.read_raw();
-            let p = self.proxied.read_raw();
-            assert_eq!(
-                String::from_utf8_lossy(&p),
-                String::from_utf8_lossy(&d),
-                "reply {i} to a pipeline differs"
-            );
-        }
-    }
-}
-
 /// Runs `words` with `{t}` standing for a hash tag.
 fn tagged(words: &[&str], tag: &str) -> Vec<String> {
     words.iter().map(|w| w.replace("{t}", tag)).collect()
@@ -78,10 +44,7 @@ fn one_slot_replies_match_one_redis() {
     let cluster = ClusterSet::start(3, 0);
     let single = Redis::start();
     let proxy = start_proxy(&cluster, &[]);
-    let mut c = Pair {
-        direct: single.client(),
-        proxied: proxy.client(),
-    };
+    let mut c = Pair::new(&single, &proxy);
     // Every node's slots, one tag on each.
     for tag in ["{a}", "{b}", "{c}"] {
         let corpus: &[&[&str]] = &[
@@ -171,10 +134,7 @@ fn split_and_fanned_out_commands_answer_as_one_redis() {
     let cluster = ClusterSet::start(3, 0);
     let single = Redis::start();
     let proxy = start_proxy(&cluster, &[]);
-    let mut c = Pair {
-        direct: single.client(),
-        proxied: proxy.client(),
-    };
+    let mut c = Pair::new(&single, &proxy);
     let keys: Vec<String> = (0..40).map(|i| format!("key:{i}")).collect();
     let mut mset = vec!["MSET".to_string()];
     for k in &keys {
@@ -451,7 +411,7 @@ fn pinned_connections_see_no_redirect_while_their_slot_moves() {
         assert_eq!(guarded.cmd(&["EXEC"]), Value::Array(vec![ok.clone()]));
         assert_eq!(
             Client::connect(to).cmd(&["LRANGE", &q, "0", "-1"]),
-            Value::Array(vec![Value::bulk("c"), Value::bulk("b"), Value::bulk("a")])
+            Value::bulks(&["c", "b", "a"])
         );
         assert_eq!(
             Client::connect(to).cmd(&["GET", &k]),
@@ -1271,16 +1231,7 @@ used = [n.name for n in rc.get_nodes() if n.redis_connection and n.redis_connect
 print(sorted(used))
 assert len(used) == 2, used
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script, &ports[0].to_string()])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(script, &[&ports[0].to_string()]);
     // Nothing leased is left behind.
     let info = c.cmd(&["QUEUE", "INFO", "jobs"]);
     assert_eq!(field(&info, "leased"), Some(Value::Int(0)), "{info:?}");
@@ -1293,13 +1244,8 @@ fn the_example_configuration_checks() {
         .args(["--check-config", "--config", example])
         .output()
         .unwrap();
+    assert_success(&out, "ackproxy --check-config");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         stdout.contains("Redis Cluster, learnt from 127.0.0.1:7000,127.0.0.1:7001"),
         "{stdout}"
@@ -1345,7 +1291,7 @@ fn parked_pops_on_every_node_wake_on_a_push() {
         assert_eq!(proxy.client().cmd(&["LPUSH", q, "m"]), Value::Int(1));
         let reply = waiter.read_value();
         let took = pushed.elapsed();
-        assert_eq!(reply, Value::Array(vec![Value::bulk(q), Value::bulk("m")]));
+        assert_eq!(reply, Value::bulks(&[q, "m"]));
         assert!(
             took < Duration::from_millis(700),
             "{q}: woken {took:?} after its push"

@@ -2,7 +2,7 @@
 //! `key_positions` finds are those `COMMAND GETKEYS` names, and slots are
 //! those `CLUSTER KEYSLOT` answers.
 
-use crate::common::{Client, Redis, Rng, Value};
+use crate::common::{bulk_strings, Client, Redis, Rng, Value};
 use ackproxy::cluster::{command_slot, key_slot, CommandSlot};
 use ackproxy::command::keys::{key_positions, KeyPos, BUILTIN};
 use ackproxy::command::table::{KeySpec, Table};
@@ -41,13 +41,7 @@ fn getkeys(c: &mut Client, words: &[&str]) -> Said {
     match c.cmd(&cmd) {
         Value::Array(keys) if keys.is_empty() => Said::Keyless,
         Value::Array(keys) => {
-            let mut names: Vec<String> = keys
-                .into_iter()
-                .map(|k| match k {
-                    Value::Bulk(b) => String::from_utf8(b).unwrap(),
-                    other => panic!("GETKEYS {words:?}: {other:?}"),
-                })
-                .collect();
+            let mut names = bulk_strings(&keys, &format!("GETKEYS {words:?}"));
             names.sort();
             Said::Keys(names)
         }

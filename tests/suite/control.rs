@@ -39,12 +39,7 @@ fn subscribers(direct: &mut Client, key: &str) -> Value {
 }
 
 fn start(redis: &Redis) -> (Proxy, u16) {
-    let metrics = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{metrics}")],
-    );
+    let (proxy, metrics) = Proxy::start_with_metrics(redis.port, CONFIG);
     (proxy, metrics)
 }
 
@@ -66,10 +61,7 @@ fn push_and_wake(direct: &mut Client, parked: &mut Client, key: &str, msg: &str)
     assert_eq!(direct.cmd(&["LPUSH", key, msg]), Value::Int(1));
     let reply = parked.read_value();
     let took = pushed.elapsed();
-    assert_eq!(
-        reply,
-        Value::Array(vec![Value::bulk(key), Value::bulk(msg)])
-    );
+    assert_eq!(reply, Value::bulks(&[key, msg]));
     took
 }
 
@@ -178,7 +170,7 @@ fn only_keys_with_parked_pops_are_subscribed() {
     });
     assert_eq!(
         direct.cmd(&["PUBSUB", "CHANNELS"]),
-        Value::Array(vec![Value::bulk("__keyspace@0__:wbusy")])
+        Value::bulks(&["__keyspace@0__:wbusy"])
     );
     let took = push_and_wake(&mut direct, &mut parked, "wbusy", "first");
     assert!(took < SAFETY_RECHECK / 2, "{took:?}");

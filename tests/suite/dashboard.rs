@@ -561,13 +561,7 @@ fn await_count(m: u16, name: &str, rule: &str, want: f64) {
 
 fn popped(v: Value) -> Vec<String> {
     match v {
-        Value::Array(items) => items
-            .into_iter()
-            .map(|i| match i {
-                Value::Bulk(b) => String::from_utf8(b).unwrap(),
-                other => panic!("popped {other:?}"),
-            })
-            .collect(),
+        Value::Array(items) => bulk_strings(&items, "popped"),
         Value::Bulk(b) => vec![String::from_utf8(b).unwrap()],
         other => panic!("popped {other:?}"),
     }
@@ -576,12 +570,7 @@ fn popped(v: Value) -> Vec<String> {
 #[test]
 fn every_panel_evaluates_over_exported_series_and_shows_the_traffic() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let before = Samples::parse(&scrape(m).expect("metrics endpoint"));
     let mut c = proxy.client();
 

@@ -19,6 +19,28 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// A Redis user `name`, password `pw`, allowed everything.
+fn add_user(c: &mut Client, name: &str) {
+    let reply = c.cmd(&["ACL", "SETUSER", name, "on", ">pw", "~*", "+@all"]);
+    assert_eq!(reply, Value::Simple("OK".into()));
+}
+
+/// [`missed`] for `ROUNDS` readers, each a fresh client from `open`, and
+/// `b`: none may miss its entry.
+fn none_missed(b: &mut Client, mut open: impl FnMut() -> Client) {
+    let mut misses = 0;
+    for i in 0..ROUNDS {
+        let mut a = open();
+        if missed(&mut a, b, &format!("s{i}")).0 {
+            misses += 1;
+        }
+    }
+    assert_eq!(
+        misses, 0,
+        "{misses} of {ROUNDS} blocking reads missed the entry added after them"
+    );
+}
+
 /// `a`, on shared connections so far, reads entries added after its
 /// request, blocking; `b` adds one right after. Whether `a` missed it: its request reached Redis after the entry
 /// (directly, never). The reply to `a` is returned.
@@ -43,8 +65,15 @@ fn missed(a: &mut Client, b: &mut Client, key: &str) -> (bool, Vec<u8>) {
     (!contains(&reply, &first), reply)
 }
 
-/// Redis's `CLIENT LIST` line of the connection blocked in `XREAD`.
+/// Redis's `CLIENT LIST` line of the connection blocked in `XREAD`, once
+/// there is one.
 fn blocked_in_xread(direct: &mut Client) -> String {
+    wait_until("the read to block", || {
+        let Value::Bulk(list) = direct.cmd(&["CLIENT", "LIST"]) else {
+            return false;
+        };
+        String::from_utf8_lossy(&list).contains(" cmd=xread ")
+    });
     let Value::Bulk(list) = direct.cmd(&["CLIENT", "LIST"]) else {
         panic!("CLIENT LIST");
     };
@@ -63,15 +92,10 @@ fn a_clients_first_blocking_read_reaches_redis_before_the_next_write() {
     // a login round trip too.
     let redis = Redis::start();
     let mut admin = redis.client();
-    assert_eq!(
-        admin.cmd(&["ACL", "SETUSER", "proxy", "on", ">pw", "~*", "+@all"]),
-        Value::Simple("OK".into())
-    );
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
+    add_user(&mut admin, "proxy");
+    let (proxy, m) = Proxy::start_with_metrics(
         redis.port,
         "upstream_user = \"proxy\"\nupstream_password = \"pw\"\n",
-        &["--metrics", &format!("127.0.0.1:{m}")],
     );
     await_metric(m, &gauge("pooled"), 2.0);
     let direct = || redis.client();
@@ -84,17 +108,7 @@ fn a_clients_first_blocking_read_reaches_redis_before_the_next_write() {
     }
 
     let mut b = proxy.client();
-    let mut misses = 0;
-    for i in 0..ROUNDS {
-        let mut a = proxy.client();
-        if missed(&mut a, &mut b, &format!("s{i}")).0 {
-            misses += 1;
-        }
-    }
-    assert_eq!(
-        misses, 0,
-        "{misses} of {ROUNDS} blocking reads missed the entry added after them"
-    );
+    none_missed(&mut b, || proxy.client());
     // Clients gone, their connections closed; the pool kept full.
     await_metric(m, &gauge("dedicated"), 0.0);
     await_metric(m, &gauge("pooled"), 2.0);
@@ -104,10 +118,7 @@ fn a_clients_first_blocking_read_reaches_redis_before_the_next_write() {
 fn a_logged_in_clients_connection_is_ready_as_its_user() {
     let redis = Redis::start();
     let mut direct = redis.client();
-    assert_eq!(
-        direct.cmd(&["ACL", "SETUSER", "worker", "on", ">pw", "~*", "+@all"]),
-        Value::Simple("OK".into())
-    );
+    add_user(&mut direct, "worker");
     let m = free_port();
     let proxy = Proxy::start(redis.port, &["--metrics", &format!("127.0.0.1:{m}")]);
     let login =
@@ -123,30 +134,17 @@ fn a_logged_in_clients_connection_is_ready_as_its_user() {
     let mut a = proxy.client();
     login(&mut a);
     a.send(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
-    wait_until("the read to block", || {
-        let Value::Bulk(list) = direct.cmd(&["CLIENT", "LIST"]) else {
-            return false;
-        };
-        String::from_utf8_lossy(&list).contains(" cmd=xread ")
-    });
     let line = blocked_in_xread(&mut direct);
     assert!(line.contains(" user=worker "), "{line}");
     drop(a);
 
     let mut b = proxy.client();
     login(&mut b);
-    let mut misses = 0;
-    for i in 0..ROUNDS {
+    none_missed(&mut b, || {
         let mut a = proxy.client();
         login(&mut a);
-        if missed(&mut a, &mut b, &format!("s{i}")).0 {
-            misses += 1;
-        }
-    }
-    assert_eq!(
-        misses, 0,
-        "{misses} of {ROUNDS} blocking reads missed the entry added after them"
-    );
+        a
+    });
     await_metric(m, &gauge("pooled"), 4.0);
 }
 
@@ -175,12 +173,6 @@ fn a_resp3_named_clients_first_request_gets_its_protocol_and_name() {
         );
         if i == 0 {
             a.send(&["XREAD", "BLOCK", "0", "STREAMS", "s0", "$"]);
-            wait_until("the read to block", || {
-                let Value::Bulk(list) = direct.cmd(&["CLIENT", "LIST"]) else {
-                    return false;
-                };
-                String::from_utf8_lossy(&list).contains(" cmd=xread ")
-            });
             let line = blocked_in_xread(&mut direct);
             assert!(line.contains(&format!(" name={name} ")), "{line}");
             assert!(line.ends_with(" resp=3"), "{line}");
@@ -240,30 +232,19 @@ fn a_ready_connection_redis_closed_is_never_handed_out() {
     await_metric(m, &gauge("dedicated"), 1.0);
     await_metric(m, &gauge("pooled"), 2.0);
     assert_eq!(direct.cmd(&["RPUSH", "k", "v"]), Value::Int(1));
-    assert_eq!(
-        a.read_value(),
-        Value::Array(vec![Value::bulk("k"), Value::bulk("v")])
-    );
+    assert_eq!(a.read_value(), Value::bulks(&["k", "v"]));
 }
 
 #[test]
 fn no_ready_connections_when_the_pool_is_off() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        "dedicated_pool = 0\n",
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, "dedicated_pool = 0\n");
     let mut a = proxy.client();
     a.send(&["BLPOP", "k", "0"]);
     await_metric(m, &gauge("dedicated"), 1.0);
     assert_eq!(metric(m, &gauge("pooled")), 0.0);
     assert_eq!(redis.client().cmd(&["RPUSH", "k", "v"]), Value::Int(1));
-    assert_eq!(
-        a.read_value(),
-        Value::Array(vec![Value::bulk("k"), Value::bulk("v")])
-    );
+    assert_eq!(a.read_value(), Value::bulks(&["k", "v"]));
 }
 
 /// Redis lost with a client's first request on its own connection still

@@ -7,71 +7,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// One client straight to Redis A and one through the proxy to Redis B.
-struct Pair {
-    direct: Client,
-    proxied: Client,
-}
-
-impl Pair {
-    fn new(a: &Redis, proxy: &Proxy) -> Pair {
-        Pair {
-            direct: a.client(),
-            proxied: proxy.client(),
-        }
-    }
-
-    fn same(&mut self, args: &[&str]) -> Vec<u8> {
-        let d = self.direct.raw(args);
-        let p = self.proxied.raw(args);
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "reply to {args:?} differs"
-        );
-        d
-    }
-
-    fn same_bin(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.direct.send_bin(args);
-        self.proxied.send_bin(args);
-        let d = self.direct.read_raw();
-        let p = self.proxied.read_raw();
-        assert!(
-            p == d,
-            "reply to a {}-byte command differs",
-            args.iter().map(|a| a.len()).sum::<usize>()
-        );
-        d
-    }
-
-    /// Sends raw bytes to both and compares `n` replies.
-    fn same_raw(&mut self, bytes: &[u8], n: usize) {
-        self.direct.send_raw(bytes);
-        self.proxied.send_raw(bytes);
-        for i in 0..n {
-            let d = self.direct.read_raw();
-            let p = self.proxied.read_raw();
-            assert_eq!(
-                String::from_utf8_lossy(&p),
-                String::from_utf8_lossy(&d),
-                "reply {i} to {:?} differs",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            );
-        }
-    }
-
-    fn read_same(&mut self, what: &str) {
-        let d = self.direct.read_raw();
-        let p = self.proxied.read_raw();
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "{what}"
-        );
-    }
-}
-
 fn corpus(extra: &[&str]) {
     let a = Redis::start();
     let b = Redis::start();
@@ -373,15 +308,11 @@ fn pubsub(a: &Redis, proxy: &Proxy) {
     for resp3 in [false, true] {
         let mut sub_d = a.client();
         let mut sub_p = proxy.client();
-        let mut c = Pair {
-            direct: a.client(),
-            proxied: proxy.client(),
-        };
+        let mut c = Pair::new(a, proxy);
         std::mem::swap(&mut c.direct, &mut sub_d);
         std::mem::swap(&mut c.proxied, &mut sub_p);
         if resp3 {
-            let d = c.direct.raw(&["HELLO", "3"]);
-            let p = c.proxied.raw(&["HELLO", "3"]);
+            let (d, p) = c.each(&["HELLO", "3"]);
             assert_eq!(mask_hello_id(&p), mask_hello_id(&d), "HELLO 3");
         }
         c.same(&["SUBSCRIBE", "ch1", "ch2"]);
@@ -410,17 +341,6 @@ fn pubsub(a: &Redis, proxy: &Proxy) {
     }
 }
 
-/// HELLO's reply carries the connection id, which differs between servers.
-fn mask_hello_id(reply: &[u8]) -> String {
-    let text = String::from_utf8_lossy(reply).into_owned();
-    let Some(at) = text.find("$2\r\nid\r\n:") else {
-        return text;
-    };
-    let start = at + "$2\r\nid\r\n:".len();
-    let end = start + text[start..].find("\r\n").unwrap();
-    format!("{}<id>{}", &text[..start], &text[end..])
-}
-
 fn connection_state(c: &mut Pair, a: &Redis, proxy: &Proxy) {
     // SELECT
     for cmd in [
@@ -439,8 +359,7 @@ fn connection_state(c: &mut Pair, a: &Redis, proxy: &Proxy) {
     c.same(&["CLIENT", "GETNAME"]);
     c.same(&["CLIENT", "SETNAME", "bad name"]);
     // HELLO 3 and back.
-    let d = c.direct.raw(&["HELLO", "3"]);
-    let p = c.proxied.raw(&["HELLO", "3"]);
+    let (d, p) = c.each(&["HELLO", "3"]);
     assert_eq!(mask_hello_id(&p), mask_hello_id(&d));
     for cmd in [
         &["HGETALL", "h"][..],
@@ -452,18 +371,14 @@ fn connection_state(c: &mut Pair, a: &Redis, proxy: &Proxy) {
     ] {
         c.same(cmd);
     }
-    let d = c.direct.raw(&["HELLO", "2"]);
-    let p = c.proxied.raw(&["HELLO", "2"]);
+    let (d, p) = c.each(&["HELLO", "2"]);
     assert_eq!(mask_hello_id(&p), mask_hello_id(&d));
     // AUTH as an ACL user, on fresh connections.
     let mut admin_d = a.client();
     let mut admin_p = proxy.client();
     let setuser = ["ACL", "SETUSER", "alice", "on", ">pw", "~*", "&*", "+@all"];
     assert_eq!(admin_d.raw(&setuser), admin_p.raw(&setuser));
-    let mut u = Pair {
-        direct: a.client(),
-        proxied: proxy.client(),
-    };
+    let mut u = Pair::new(a, proxy);
     u.same(&["AUTH", "alice", "wrong"]);
     u.same(&["AUTH", "alice", "pw"]);
     u.same(&["ACL", "WHOAMI"]);
@@ -503,10 +418,7 @@ fn large(c: &mut Pair) {
 }
 
 fn inline_and_quit(a: &Redis, proxy: &Proxy) {
-    let mut c = Pair {
-        direct: a.client(),
-        proxied: proxy.client(),
-    };
+    let mut c = Pair::new(a, proxy);
     c.same_raw(b"PING\r\n", 1);
     c.same_raw(b"SET inl \"b c\"\r\nGET inl\r\n\r\n   \r\nECHO 'x y'\n", 3);
     c.same_raw(b"*0\r\n*-1\r\nPING\r\n", 1);

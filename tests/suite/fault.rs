@@ -78,14 +78,8 @@ fn consume(port: u16, state: &Path, ack: bool) -> std::io::Result<()> {
     c.set_read_timeout(Some(Duration::from_secs(10)));
     std::fs::write(state, port.to_string())?;
     loop {
-        let v = try_cmd(&mut c, &["BRPOP", "q", "1"])?;
-        let payload = match v {
-            Value::Nil => continue,
-            Value::Array(items) if items.len() == 2 => match &items[1] {
-                Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-                other => return Err(io_err(format!("BRPOP value {other:?}"))),
-            },
-            other => return Err(io_err(format!("BRPOP: {other:?}"))),
+        let Some(payload) = brpopped(try_cmd(&mut c, &["BRPOP", "q", "1"])?)? else {
+            continue;
         };
         match try_cmd(&mut c, &["HINCRBY", "deliveries", &payload, "1"])? {
             Value::Int(_) => {}
@@ -102,6 +96,19 @@ fn consume(port: u16, state: &Path, ack: bool) -> std::io::Result<()> {
             Value::Int(_) => {}
             other => return Err(io_err(format!("ACK: {other:?}"))),
         }
+    }
+}
+
+/// The payload a BRPOP reply carries, `None` when it timed out: unlike
+/// [`popped`], a bare value is no BRPOP reply. Never panics.
+fn brpopped(v: Value) -> std::io::Result<Option<String>> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Array(items) if items.len() == 2 => match &items[1] {
+            Value::Bulk(b) => Ok(Some(String::from_utf8_lossy(b).into_owned())),
+            other => Err(io_err(format!("BRPOP value {other:?}"))),
+        },
+        other => Err(io_err(format!("BRPOP: {other:?}"))),
     }
 }
 
@@ -429,10 +436,13 @@ fn wait_done(direct: &mut Client, n: usize, within: Duration) -> usize {
     }
 }
 
-/// Waits until only the expected keys remain.
-fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<String> {
-    let deadline = Instant::now() + within;
-    loop {
+/// Waits (15 s at most) until only `done` and `deliveries` remain while
+/// the `who` still run; what is left then is printed, for the checks made
+/// once they stopped to explain. Returns it.
+fn wait_clean(direct: &mut Client, who: &str) -> Vec<String> {
+    let allowed = ["done", "deliveries"];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let extra = loop {
         let k = all_keys(direct);
         let extra: Vec<String> = k
             .iter()
@@ -440,10 +450,17 @@ fn wait_clean(direct: &mut Client, allowed: &[&str], within: Duration) -> Vec<St
             .cloned()
             .collect();
         if extra.is_empty() || Instant::now() > deadline {
-            return extra;
+            break extra;
         }
         thread::sleep(Duration::from_millis(100));
+    };
+    if !extra.is_empty() {
+        println!(
+            "left while {who} still run: {extra:?}; q = {:?}",
+            direct.cmd(&["LRANGE", "q", "0", "20"])
+        );
     }
+    extra
 }
 
 #[test]
@@ -535,17 +552,7 @@ fn kill_consumers_and_a_proxy(config_text: &str, mode: &'static str) {
     let done = wait_done(&mut direct, distinct, budget);
     // Copies redelivered after a kill may still be in the list or leased
     // although their id is done: the consumers drain them (lease 1 s).
-    let extra = wait_clean(
-        &mut direct,
-        &["done", "deliveries"],
-        Duration::from_secs(15),
-    );
-    if !extra.is_empty() {
-        println!(
-            "left while consumers still run: {extra:?}; q = {:?}",
-            direct.cmd(&["LRANGE", "q", "0", "20"])
-        );
-    }
+    wait_clean(&mut direct, "consumers");
     drop(consumers);
     let elapsed = started.elapsed();
     let extra = all_keys(&mut direct)
@@ -691,17 +698,7 @@ fn redis_killed_and_restarted_with_aof() {
         }
         thread::sleep(Duration::from_millis(100));
     };
-    let extra = wait_clean(
-        &mut direct,
-        &["done", "deliveries"],
-        Duration::from_secs(15),
-    );
-    if !extra.is_empty() {
-        println!(
-            "left while workers still run: {extra:?}; q = {:?}",
-            direct.cmd(&["LRANGE", "q", "0", "20"])
-        );
-    }
+    let extra = wait_clean(&mut direct, "workers");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let errors: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     let (sum, fields) = deliveries(&mut direct);
@@ -746,14 +743,8 @@ fn consume_until(
     c.set_read_timeout(Some(Duration::from_secs(10)));
     std::fs::write(state, port.to_string())?;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let v = try_cmd(&mut c, &["BRPOP", "q", "0.5"])?;
-        let id = match v {
-            Value::Nil => continue,
-            Value::Array(items) if items.len() == 2 => match &items[1] {
-                Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-                other => return Err(io_err(format!("BRPOP value {other:?}"))),
-            },
-            other => return Err(io_err(format!("BRPOP: {other:?}"))),
+        let Some(id) = brpopped(try_cmd(&mut c, &["BRPOP", "q", "0.5"])?)? else {
+            continue;
         };
         for args in [
             vec!["HINCRBY", "deliveries", id.as_str(), "1"],

@@ -22,39 +22,28 @@ const LIB1: &str =
     "#!lua name=lib1\nredis.register_function('f1', function(keys, args) return 1 end)";
 const LIB2: &str = "#!lua name=lib2\nredis.register_function('f2', function(keys, args) return 2 end)\nredis.register_function{function_name='f3', callback=function(keys, args) return 3 end, flags={'no-writes'}}";
 
-struct Pair {
-    direct: Client,
-    proxied: Client,
-    /// Straight to the Redis behind the proxy: what is really there.
+/// The pair, and a client straight to the Redis behind the proxy: what is
+/// really there.
+struct Viewed {
+    pair: Pair,
     behind: Client,
 }
 
-impl Pair {
-    fn same(&mut self, args: &[&str]) -> Vec<u8> {
-        let d = self.direct.raw(args);
-        let p = self.proxied.raw(args);
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "reply to {args:?} differs"
-        );
-        d
-    }
+impl std::ops::Deref for Viewed {
+    type Target = Pair;
 
-    fn same_bin(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        self.direct.send_bin(args);
-        self.proxied.send_bin(args);
-        let d = self.direct.read_raw();
-        let p = self.proxied.read_raw();
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "reply to {:?} differs",
-            String::from_utf8_lossy(args[0])
-        );
-        d
+    fn deref(&self) -> &Pair {
+        &self.pair
     }
+}
 
+impl std::ops::DerefMut for Viewed {
+    fn deref_mut(&mut self) -> &mut Pair {
+        &mut self.pair
+    }
+}
+
+impl Viewed {
     /// A queue pop through the proxy (nothing to pop: nil, as directly),
     /// which loads the proxy's library; checked in the Redis behind it, so
     /// that every comparison after it is made with the library there.
@@ -96,15 +85,13 @@ fn scenario(extra: &[&str], resp3: bool) {
     let a = Redis::start();
     let b = Redis::start();
     let proxy = Proxy::start_with_config(b.port, CONFIG, extra);
-    let mut c = Pair {
-        direct: a.client(),
-        proxied: proxy.client(),
+    let mut c = Viewed {
+        pair: Pair::new(&a, &proxy),
         behind: b.client(),
     };
     if resp3 {
         // Its reply names the connection, which differs.
-        c.direct.raw(&["HELLO", "3"]);
-        c.proxied.raw(&["HELLO", "3"]);
+        c.each(&["HELLO", "3"]);
     }
 
     c.pop_loads_library();
@@ -165,28 +152,18 @@ fn scenario(extra: &[&str], resp3: bool) {
         Client::encode(&a)
     })
     .collect();
-    c.direct.send_raw(&pipeline);
-    c.proxied.send_raw(&pipeline);
-    for i in 0..5 {
-        let d = c.direct.read_raw();
-        let p = c.proxied.read_raw();
-        assert_eq!(
-            String::from_utf8_lossy(&p),
-            String::from_utf8_lossy(&d),
-            "pipelined reply {i} differs"
-        );
-    }
+    c.same_raw(&pipeline, 5);
 
     // The script cache holds what the client put there and nothing else,
     // whatever queue operations run.
     c.same(&["SCRIPT", "FLUSH"]);
     c.pop_loads_library();
-    for c in [&mut c.direct, &mut c.proxied] {
+    for c in [&mut c.pair.direct, &mut c.pair.proxied] {
         assert_eq!(info_field(c, "memory", "number_of_cached_scripts"), "0");
     }
     c.same(&["SCRIPT", "LOAD", "return 1"]);
     c.pop_loads_library();
-    for c in [&mut c.direct, &mut c.proxied] {
+    for c in [&mut c.pair.direct, &mut c.pair.proxied] {
         assert_eq!(info_field(c, "memory", "number_of_cached_scripts"), "1");
     }
 }
@@ -211,8 +188,7 @@ fn proxys_library_is_not_seen_dedicated_per_client() {
 /// (nothing can load or remove a library while the script runs).
 #[test]
 fn function_stats_during_a_busy_script_leaves_the_library_out() {
-    let b = Redis::start();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &[]);
+    let (b, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["RPOP", "q:1"]), Value::Nil);
     c.cmd(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
@@ -296,20 +272,14 @@ os.kill(pid, 9)
 /// Redis's byte for byte, in RESP2 and RESP3.
 #[test]
 fn the_proxys_commands_are_in_the_command_table() {
-    let b = Redis::start();
-    let proxy = Proxy::start_with_config(b.port, CONFIG, &[]);
+    let (b, proxy) = Proxy::with_redis(CONFIG);
     for resp3 in [false, true] {
         // Compared with the Redis behind the proxy: the order of a
         // container's subcommands is a hash table's, which differs between
         // two Redis processes.
-        let mut c = Pair {
-            direct: b.client(),
-            proxied: proxy.client(),
-            behind: b.client(),
-        };
+        let mut c = Pair::new(&b, &proxy);
         if resp3 {
-            c.direct.raw(&["HELLO", "3"]);
-            c.proxied.raw(&["HELLO", "3"]);
+            c.each(&["HELLO", "3"]);
         }
         // Names Redis knows (or does not), alone: untouched.
         c.same(&["COMMAND", "INFO", "get", "lpush", "nosuch"]);

@@ -17,32 +17,35 @@ fn config(toml: &str) -> TempFile {
     TempFile::new("ackproxy-log", "toml", toml)
 }
 
+/// A proxy in front of `redis` configured by `toml`, logging into a file
+/// of its own: the log, and the proxy (which keeps its configuration file).
+fn logged(redis: &Redis, toml: &str) -> (TempFile, Proxy) {
+    let log = log_path();
+    let cfg = config(toml);
+    let proxy = Proxy::start_logged(redis.port, &cfg, &log);
+    (log, proxy.owning(cfg))
+}
+
 fn read(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
 /// Waits until the log has a line containing `what`, and returns the log.
 fn await_line(log: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll_until(Duration::from_secs(30), Duration::from_millis(20), || {
         let text = read(log);
         if text.contains(what) {
-            return text;
+            Ok(text)
+        } else {
+            Err(format!("no line with {what:?} in:\n{text}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "no line with {what:?} in:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 #[test]
 fn passthrough_logs_nothing_and_a_file_gets_no_colour() {
     let redis = Redis::start();
-    let log = log_path();
-    let cfg = config("");
-    let proxy = Proxy::start_logged(redis.port, &cfg, &log);
+    let (log, proxy) = logged(&redis, "");
     let before = read(&log);
     let mut c = proxy.client();
     for i in 0..200 {
@@ -71,9 +74,7 @@ fn passthrough_logs_nothing_and_a_file_gets_no_colour() {
 #[test]
 fn upstream_down_and_back_up_are_logged_once_each() {
     let mut redis = Redis::start();
-    let log = log_path();
-    let cfg = config("");
-    let proxy = Proxy::start_logged(redis.port, &cfg, &log);
+    let (log, proxy) = logged(&redis, "");
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["SET", "k", "v"]), Value::Simple("OK".into()));
     let (port, dir) = (redis.port, redis.dir.clone());
@@ -103,9 +104,7 @@ fn a_line_about_a_client_names_its_address() {
         direct.cmd(&["SET", "big", &big]),
         Value::Simple("OK".into())
     );
-    let log = log_path();
-    let limit = config("[limits]\nclient_output_buffer_limit = 1048576\n");
-    let proxy = Proxy::start_logged(redis.port, &limit, &log);
+    let (log, proxy) = logged(&redis, "[limits]\nclient_output_buffer_limit = 1048576\n");
     // A client that asks for 16 MB and reads nothing passes the limit:
     // more than the kernel's buffers of the socket take (a send buffer
     // grows to 4 MB by default; 4 MB of replies could all fit there).
@@ -132,9 +131,7 @@ fn a_line_about_a_client_names_its_address() {
 #[test]
 fn redis_lost_under_the_keyspace_subscription_is_one_outage_in_the_log() {
     let mut redis = Redis::start();
-    let log = log_path();
-    let rules = config("[[queue]]\npattern = \"jobs\"\n");
-    let _proxy = Proxy::start_logged(redis.port, &rules, &log);
+    let (log, _proxy) = logged(&redis, "[[queue]]\npattern = \"jobs\"\n");
     await_line(&log, "enabled keyspace notifications");
     let (port, dir) = (redis.port, redis.dir.clone());
     redis.kill();

@@ -59,31 +59,11 @@ struct Setup {
 
 fn start() -> Setup {
     let redis = Redis::start();
-    let ops = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{ops}")],
-    );
+    let (proxy, ops) = Proxy::start_with_metrics(redis.port, CONFIG);
     Setup {
         proxy,
         _redis: redis,
         ops,
-    }
-}
-
-fn as_str(v: &Value) -> String {
-    match v {
-        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Simple(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn as_int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("not an integer: {other:?}"),
     }
 }
 
@@ -101,14 +81,6 @@ fn info_on(c: &mut Client, q: &str) -> HashMap<String, Value> {
         .chunks(2)
         .map(|kv| (as_str(&kv[0]), kv[1].clone()))
         .collect()
-}
-
-fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
-    let i = info(p, q);
-    as_int(
-        i.get(field)
-            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
-    )
 }
 
 fn poison_ids(p: &Proxy, q: &str) -> Vec<String> {
@@ -159,14 +131,14 @@ fn a_held_lease_outlives_its_lease_while_the_connection_is_open() {
     let i = info(&s.proxy, "held1");
     let got: Vec<i64> = ["leased", "ready", "expiries", "disconnects"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![1, 0, 0, 0], "{i:?}");
     assert_eq!(as_str(&i["hold"]), "connection");
     // Still the worker's: its ACK releases the lease, not a late copy.
     assert_eq!(worker.cmd(&["ACK", "held1", "long-job"]), Value::Int(1));
-    assert_eq!(info_int(&s.proxy, "held1", "late-acks"), 0);
-    assert_eq!(info_int(&s.proxy, "held1", "leased"), 0);
+    assert_eq!(queue_info_int(&s.proxy, "held1", "late-acks"), 0);
+    assert_eq!(queue_info_int(&s.proxy, "held1", "leased"), 0);
 }
 
 #[test]
@@ -184,7 +156,7 @@ fn a_held_lease_comes_back_once_its_connection_closes() {
     let i = info(&s.proxy, "held2");
     let got: Vec<i64> = ["disconnects", "expiries", "redeliveries"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![1, 0, 1], "{i:?}");
 }
@@ -216,7 +188,7 @@ fn held_leases_are_renewed_in_every_database_their_connection_holds_them() {
         let i = info_on(c, "held4");
         let got: Vec<i64> = ["leased", "expiries", "disconnects"]
             .iter()
-            .map(|f| as_int(&i[*f]))
+            .map(|f| int(&i[*f]))
             .collect();
         assert_eq!(got, vec![1, 0, 0], "{i:?}");
     }
@@ -228,7 +200,7 @@ fn held_leases_are_renewed_in_every_database_their_connection_holds_them() {
         let i = info_on(c, "held4");
         let got: Vec<i64> = ["disconnects", "expiries", "redeliveries"]
             .iter()
-            .map(|f| as_int(&i[*f]))
+            .map(|f| int(&i[*f]))
             .collect();
         assert_eq!(got, vec![1, 0, 1], "{i:?}");
     }
@@ -251,7 +223,7 @@ fn a_held_lease_ends_at_max_hold_ms_however_long_the_connection_lives() {
     let i = info(&s.proxy, "bounded1");
     let got: Vec<i64> = ["expiries", "disconnects", "max-hold-ms"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![1, 0, 2000], "{i:?}");
     // The worker's connection was open throughout.
@@ -283,7 +255,7 @@ fn a_connection_holding_more_than_one_renewal_call_takes_keeps_them_all() {
     let i = info(&s.proxy, "held3");
     let got: Vec<i64> = ["leased", "ready", "expiries"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![1200, 0, 0], "{i:?}");
 }
@@ -301,7 +273,7 @@ fn a_longer_queue_extend_outlasts_max_hold_ms() {
         Value::Int(1)
     );
     stays_leased(&mut other, "bounded2", Duration::from_millis(2600));
-    assert_eq!(info_int(&s.proxy, "bounded2", "expiries"), 0);
+    assert_eq!(queue_info_int(&s.proxy, "bounded2", "expiries"), 0);
 }
 
 // ------------------------------------------------------------ poison
@@ -310,10 +282,10 @@ fn a_longer_queue_extend_outlasts_max_hold_ms() {
 fn crash_on(s: &Setup, q: &str, payload: &str) {
     let mut worker = s.proxy.client();
     assert_eq!(pop_eventually(&mut worker, q), payload);
-    let before = info_int(&s.proxy, q, "disconnects");
+    let before = queue_info_int(&s.proxy, q, "disconnects");
     drop(worker);
     wait_until("the lease to end by the disconnect", || {
-        info_int(&s.proxy, q, "disconnects") == before + 1
+        queue_info_int(&s.proxy, q, "disconnects") == before + 1
     });
 }
 
@@ -327,16 +299,12 @@ fn a_message_that_kills_every_worker_is_flagged_as_poison() {
     // Two deaths: not yet.
     crash_on(&s, "crash1", "bad");
     crash_on(&s, "crash1", "bad");
-    assert_eq!(info_int(&s.proxy, "crash1", "poison"), 0);
+    assert_eq!(queue_info_int(&s.proxy, "crash1", "poison"), 0);
     assert!(poison_ids(&s.proxy, "crash1").is_empty());
     // The third, as poison_after says.
     crash_on(&s, "crash1", "bad");
     let i = info(&s.proxy, "crash1");
-    assert_eq!(
-        (as_int(&i["poison"]), as_int(&i["poisoned"])),
-        (1, 1),
-        "{i:?}"
-    );
+    assert_eq!((int(&i["poison"]), int(&i["poisoned"])), (1, 1), "{i:?}");
     assert_eq!(poison_ids(&s.proxy, "crash1"), vec!["bad"]);
     assert_eq!(
         metric(s.ops, "ackproxy_poison_messages_total{rule=\"crash*\"}"),
@@ -352,14 +320,14 @@ fn a_message_that_kills_every_worker_is_flagged_as_poison() {
     // Flagged, not removed: still delivered, until acknowledged.
     let mut last = s.proxy.client();
     assert_eq!(pop_eventually(&mut last, "crash1"), "bad");
-    assert_eq!(info_int(&s.proxy, "crash1", "poison"), 1, "leased still");
+    assert_eq!(
+        queue_info_int(&s.proxy, "crash1", "poison"),
+        1,
+        "leased still"
+    );
     assert_eq!(last.cmd(&["ACK", "crash1", "bad"]), Value::Int(1));
     let i = info(&s.proxy, "crash1");
-    assert_eq!(
-        (as_int(&i["poison"]), as_int(&i["poisoned"])),
-        (0, 1),
-        "{i:?}"
-    );
+    assert_eq!((int(&i["poison"]), int(&i["poisoned"])), (0, 1), "{i:?}");
     assert!(poison_ids(&s.proxy, "crash1").is_empty());
 }
 
@@ -386,12 +354,12 @@ fn deliveries_ended_by_ack_or_nack_flag_nothing() {
     for q in ["crash2", "crash3"] {
         let i = info(&s.proxy, q);
         assert_eq!(
-            (as_int(&i["poison"]), as_int(&i["poisoned"])),
+            (int(&i["poison"]), int(&i["poisoned"])),
             (0, 0),
             "{q}: {i:?}"
         );
     }
-    assert_eq!(info_int(&s.proxy, "crash2", "nacks"), 3);
+    assert_eq!(queue_info_int(&s.proxy, "crash2", "nacks"), 3);
     assert_eq!(
         metric(s.ops, "ackproxy_poison_messages_total{rule=\"crash*\"}"),
         0.0

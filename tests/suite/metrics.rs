@@ -54,13 +54,6 @@ impl Sent {
     }
 }
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
 fn info_field(v: &Value, field: &str) -> i64 {
     let Value::Array(items) = v else {
         panic!("QUEUE INFO: {v:?}")
@@ -75,12 +68,7 @@ fn info_field(v: &Value, field: &str) -> i64 {
 #[test]
 fn every_series_has_the_exact_value_of_known_operations() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     // The harness's PING connection is closed; its session ends on its own.
     await_metric(m, "ackproxy_connections_open", 0.0);
     let body = scrape(m).expect("metrics endpoint");
@@ -156,13 +144,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
             other => panic!("RPOP: {other:?}"),
         }
     }
-    let popped: Vec<String> = popped
-        .iter()
-        .map(|v| match v {
-            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let popped = bulk_strings(&popped, "popped");
     assert_eq!(popped.len(), 15);
     let mut ack = vec!["ACK", "jobs"];
     ack.extend(popped[..12].iter().map(String::as_str));
@@ -200,10 +182,7 @@ fn every_series_has_the_exact_value_of_known_operations() {
         sent.cmd(&mut c, "shared", &["LPUSH", "wait:1", "w"]),
         Value::Int(1)
     );
-    assert_eq!(
-        parked.read_value(),
-        Value::Array(vec![Value::bulk("wait:1"), Value::bulk("w")])
-    );
+    assert_eq!(parked.read_value(), Value::bulks(&["wait:1", "w"]));
     await_metric(m, "ackproxy_parked_clients", 0.0);
     assert_eq!(
         sent.cmd(&mut parked, "queue", &["BRPOP", "wait:2", "0.05"]),
@@ -538,12 +517,7 @@ fn reload_metrics_follow_good_and_bad_reloads() {
 #[test]
 fn sigterm_closes_parked_pops_at_once_after_their_earlier_replies() {
     let redis = Redis::start();
-    let m = free_port();
-    let mut proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (mut proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     let mut pipeline = Client::encode(&[b"PING"]);
     pipeline.extend_from_slice(&Client::encode(&[b"BRPOP", b"wait:never", b"0"]));
@@ -580,18 +554,8 @@ fn fcalls(direct: &mut Client) -> i64 {
 /// Waits (long: thousands of queues are sampled a bounded number a round)
 /// until the series has the value `want`.
 fn await_slow_metric(port: u16, name: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let got = metric(port, name);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: expected {want}, still {got}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (limit, every) = (Duration::from_secs(120), Duration::from_millis(100));
+    await_metric_within(port, name, want, limit, every);
 }
 
 #[test]
@@ -604,12 +568,7 @@ fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
     const IDLE_BOUND: i64 = 15;
     let config = "[[queue]]\npattern = \"many:*\"\nack_id = \"payload\"\nlease_ms = 600000\n";
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        config,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     for i in 0..QUEUES {
@@ -680,12 +639,7 @@ fn an_idle_proxy_samples_the_gauges_of_thousands_of_queues_at_a_bounded_cost() {
 #[test]
 fn no_series_is_named_as_a_counter_without_its_total() {
     let redis = Redis::start();
-    let m = free_port();
-    let _proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (_proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let body = scrape(m).expect("metrics endpoint");
     let families: Vec<(&str, &str)> = body
         .lines()
@@ -715,12 +669,7 @@ fn no_series_is_named_as_a_counter_without_its_total() {
 #[test]
 fn queue_gauges_carried_over_an_outage_say_when_they_were_sampled() {
     let mut redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b", "c"]), Value::Int(3));
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));
@@ -765,12 +714,7 @@ fn queue_gauges_carried_over_an_outage_say_when_they_were_sampled() {
 #[test]
 fn promtool_accepts_the_exposition() {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["LPUSH", "jobs", "a", "b"]), Value::Int(2));
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("a"));

@@ -196,11 +196,8 @@ fn keys(c: &mut Client) -> BTreeSet<String> {
     let Value::Array(keys) = c.cmd(&["KEYS", "*"]) else {
         panic!("KEYS");
     };
-    keys.into_iter()
-        .map(|k| match k {
-            Value::Bulk(b) => String::from_utf8(b).unwrap(),
-            other => panic!("key {other:?}"),
-        })
+    bulk_strings(&keys, "key")
+        .into_iter()
         .filter(|k| !is_queue_stats(k))
         .collect()
 }
@@ -215,12 +212,7 @@ fn select(c: &mut Client, db: &str) {
 /// and no worker needed an upstream connection of its own.
 fn workers_share_connections(client: &str) {
     let redis = Redis::start();
-    let m = free_port();
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        CONFIG,
-        &["--metrics", &format!("127.0.0.1:{m}")],
-    );
+    let (proxy, m) = Proxy::start_with_metrics(redis.port, CONFIG);
     let url = format!("redis://127.0.0.1:{}", proxy.port);
     let (n, per_worker) = (60, 30);
     let mut workers = [
@@ -292,8 +284,7 @@ fn workers_share_connections(client: &str) {
 /// give it) pops and acknowledges the jobs of database 1's `jobs`, and
 /// leaves database 0's alone.
 fn worker_on_database_1(client: &str) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut db0 = redis.client();
     let other = job("database-0");
     assert_eq!(db0.cmd(&["LPUSH", "jobs", &other]), Value::Int(1));
@@ -320,7 +311,7 @@ fn worker_on_database_1(client: &str) {
     assert_eq!(keys(&mut db1), done, "database 1: only the results");
     assert_eq!(
         db0.cmd(&["LRANGE", "jobs", "0", "-1"]),
-        Value::Array(vec![Value::bulk(&other)]),
+        Value::bulks(&[&other]),
         "database 0's job untouched"
     );
     assert_eq!(

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, http, Client, HttpReply, Proxy, Redis, Value};
+use crate::common::{free_port, http, int, Client, HttpReply, Proxy, Redis, Value};
 use serde_json::{json, Value as Json};
 
 const TOKEN: &str = "s3cret-ops-token";
@@ -40,13 +40,8 @@ struct Setup {
 
 fn start(top: &str) -> Setup {
     let redis = Redis::start();
-    let ops = free_port();
     let toml = format!("{top}\n{RULES}");
-    let proxy = Proxy::start_with_config(
-        redis.port,
-        &toml,
-        &["--metrics", &format!("127.0.0.1:{ops}")],
-    );
+    let (proxy, ops) = Proxy::start_with_metrics(redis.port, &toml);
     Setup { proxy, redis, ops }
 }
 
@@ -87,13 +82,6 @@ fn map_of(v: &Value) -> BTreeMap<String, Value> {
 
 fn queue_info(c: &mut Client, key: &str) -> BTreeMap<String, Value> {
     map_of(&c.cmd(&["QUEUE", "INFO", key]))
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
 }
 
 /// The API's view of a queue equals `QUEUE INFO` read just before and

@@ -98,47 +98,8 @@ fn as_int(v: &Value) -> i64 {
     }
 }
 
-/// A flat field/value array (or a RESP3 map, decoded flat) as a map.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    match v {
-        Value::Array(items) => {
-            assert!(items.len() % 2 == 0, "odd field/value array: {v:?}");
-            items
-                .chunks(2)
-                .map(|kv| (as_str(&kv[0]), kv[1].clone()))
-                .collect()
-        }
-        other => panic!("expected a field/value array, got {other:?}"),
-    }
-}
-
-// Inspection runs on a fresh connection so that a fault in one of these
-// replies shows up in `connection_survives_queue_replies`, not as a
-// confusing failure in every lifecycle test.
-fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
-    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
-}
-
 fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
-    let i = info(p, q);
-    as_int(
-        i.get(field)
-            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
-    )
-}
-
-fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
-    match p.client().cmd(&["QUEUE", "LEASES", q]) {
-        Value::Array(items) => items.iter().map(fields).collect(),
-        other => panic!("QUEUE LEASES {q}: expected an array, got {other:?}"),
-    }
-}
-
-fn lrange(c: &mut Client, key: &str) -> Vec<String> {
-    match c.cmd(&["LRANGE", key, "0", "-1"]) {
-        Value::Array(items) => items.iter().map(as_str).collect(),
-        other => panic!("LRANGE {key}: {other:?}"),
-    }
+    as_int(&queue_info_field(p, q, field))
 }
 
 /// The keys matching `pattern`, but the queues' totals (see
@@ -471,7 +432,7 @@ fn run_identity(cases: &[Case], resp3: bool, label: &str) -> Vec<String> {
             }
             if let Some(l) = leased {
                 if l > 0 {
-                    let ls = leases(&proxy, &key);
+                    let ls = queue_leases(&proxy, &key);
                     if ls.len() as i64 != l {
                         failures.push(format!(
                             "[{proto}] after {cmd}: QUEUE LEASES {key} has {} entries, INFO says {l}",
@@ -517,12 +478,11 @@ fn pop_errors_identical() {
 
 #[test]
 fn leases_fields() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "qf", "m1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "qf", "doing"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "qf");
+    let ls = queue_leases(&proxy, "qf");
     assert_eq!(ls.len(), 1, "{ls:?}");
     let l = &ls[0];
     for f in [
@@ -541,7 +501,7 @@ fn leases_fields() {
     assert!(exp > 590_000 && exp <= 600_000, "expires-in-ms {exp}");
     assert_eq!(as_str(&l["destination"]), "doing");
 
-    let i = info(&proxy, "qf");
+    let i = queue_info(&proxy, "qf");
     for f in [
         "ready",
         "leased",
@@ -566,17 +526,13 @@ fn leases_fields() {
     c.cmd(&["LPUSH", "qf", "m2", "m3", "m4"]);
     assert_eq!(
         c.cmd(&["RPOP", "qf", "3"]),
-        Value::Array(vec![
-            Value::bulk("m2"),
-            Value::bulk("m3"),
-            Value::bulk("m4")
-        ])
+        Value::bulks(&["m2", "m3", "m4"])
     );
     match c.cmd(&["QUEUE", "LEASES", "qf", "COUNT", "2"]) {
         Value::Array(items) => assert_eq!(items.len(), 2),
         other => panic!("QUEUE LEASES qf COUNT 2: {other:?}"),
     }
-    assert_eq!(leases(&proxy, "qf").len(), 4);
+    assert_eq!(queue_leases(&proxy, "qf").len(), 4);
 
     // RESP3: maps.
     let mut c3 = proxy.client();
@@ -610,8 +566,7 @@ fn leases_fields() {
 /// same connection is answered.
 #[test]
 fn connection_survives_queue_replies() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut failures = Vec::new();
     for resp3 in [false, true] {
         let proto = if resp3 { "RESP3" } else { "RESP2" };
@@ -673,8 +628,7 @@ fn connection_survives_queue_replies() {
 
 #[test]
 fn synthetic_command_errors() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     let nomatch = |k: &str| format!("-ERR no queue rule matches key '{k}'\r\n");
     let mut failures = Vec::new();
@@ -748,12 +702,11 @@ fn synthetic_command_errors() {
 
 #[test]
 fn unacked_message_is_redelivered() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 1);
     assert_eq!(info_int(&proxy, "q", "ready"), 0);
@@ -768,7 +721,7 @@ fn unacked_message_is_redelivered() {
     assert_eq!(info_int(&proxy, "q", "leased"), 0);
     assert!(info_int(&proxy, "q", "requeued") >= 1);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 1);
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
@@ -777,17 +730,12 @@ fn unacked_message_is_redelivered() {
 
 #[test]
 fn acked_message_is_gone_without_aux_keys() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "m1", "m2", "m3"]);
     assert_eq!(
         c.cmd(&["RPOP", "q", "3"]),
-        Value::Array(vec![
-            Value::bulk("m1"),
-            Value::bulk("m2"),
-            Value::bulk("m3")
-        ])
+        Value::bulks(&["m1", "m2", "m3"])
     );
     assert_eq!(c.cmd(&["ACK", "q", "m1"]), Value::Int(1));
     assert_eq!(
@@ -814,8 +762,7 @@ fn acked_message_is_gone_without_aux_keys() {
 
 #[test]
 fn dead_letter_after_max_deliveries() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q1", "poison"]);
     for n in 1..=3 {
@@ -833,7 +780,7 @@ fn dead_letter_after_max_deliveries() {
                 other => panic!("RPOP q1: {other:?}"),
             }
         }
-        let ls = leases(&proxy, "q1");
+        let ls = queue_leases(&proxy, "q1");
         assert_eq!(ls.len(), 1);
         assert_eq!(as_int(&ls[0]["deliveries"]), n);
     }
@@ -844,7 +791,10 @@ fn dead_letter_after_max_deliveries() {
     assert_eq!(c.cmd(&["RPOP", "q1"]), Value::Nil);
     assert_eq!(info_int(&proxy, "q1", "dead"), 1);
     assert_eq!(info_int(&proxy, "q1", "leased"), 0);
-    assert_eq!(as_str(&info(&proxy, "q1")["dead-letter-key"]), "{q1}:dead");
+    assert_eq!(
+        as_str(&queue_info(&proxy, "q1")["dead-letter-key"]),
+        "{q1}:dead"
+    );
     // The dead letter, and its history beside it (see QUEUE DEAD).
     assert_eq!(
         keys(&mut direct, "*"),
@@ -854,8 +804,7 @@ fn dead_letter_after_max_deliveries() {
 
 #[test]
 fn extend_keeps_the_lease() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "job"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("job"));
@@ -864,7 +813,7 @@ fn extend_keeps_the_lease() {
         c.cmd(&["QUEUE", "EXTEND", "q", "job", "1500"]),
         Value::Int(1)
     );
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     let exp = as_int(&ls[0]["expires-in-ms"]);
     assert!(
         exp > 1_000 && exp <= 1_500,
@@ -882,8 +831,7 @@ fn extend_keeps_the_lease() {
 
 #[test]
 fn nack_returns_the_message_at_once() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a", "b"]); // list: b a; RPOP pops a first
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -893,7 +841,7 @@ fn nack_returns_the_message_at_once() {
     assert_eq!(info_int(&proxy, "q", "ready"), 2);
     // redeliver = "next": it is popped before b.
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("b"));
     assert_eq!(c.cmd(&["ACK", "q", "a", "b"]), Value::Int(2));
@@ -902,8 +850,7 @@ fn nack_returns_the_message_at_once() {
 
 #[test]
 fn redeliver_next_and_last() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     for (q, want) in [("qn", ["a", "b", "c"]), ("ln", ["b", "c", "a"])] {
         c.cmd(&["LPUSH", q, "a"]);
@@ -919,13 +866,12 @@ fn redeliver_next_and_last() {
 
 #[test]
 fn json_ack_id() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     let m = r#"{"id":"7","body":"hello"}"#;
     c.cmd(&["LPUSH", "jobs", m]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(m));
-    let ls = leases(&proxy, "jobs");
+    let ls = queue_leases(&proxy, "jobs");
     assert_eq!(as_str(&ls[0]["id"]), "7");
     assert_eq!(as_str(&ls[0]["payload"]), m);
     assert_eq!(
@@ -941,8 +887,7 @@ fn json_ack_id() {
 
 #[test]
 fn lrem_on_destination_acks_move_forms() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "task"]);
     assert_eq!(
@@ -983,8 +928,7 @@ fn lrem_on_destination_acks_move_forms() {
 
 #[test]
 fn expired_move_lease_cleans_destination() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "task"]);
     c.cmd(&["RPUSH", "doing", "other"]);
@@ -999,7 +943,7 @@ fn expired_move_lease_cleans_destination() {
     );
     assert_eq!(lrange(&mut direct, "q"), vec!["task"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "q", "doing"]), Value::bulk("task"));
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(as_int(&ls[0]["deliveries"]), 2);
     assert_eq!(c.cmd(&["LREM", "doing", "1", "task"]), Value::Int(1));
     thread::sleep(EXPIRE_WAIT);
@@ -1010,8 +954,7 @@ fn expired_move_lease_cleans_destination() {
 
 #[test]
 fn late_ack_prevents_redelivery() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -1035,8 +978,7 @@ fn late_ack_prevents_redelivery() {
 
 #[test]
 fn late_ack_prevents_redelivery_blocking_pop() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "a"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("a"));
@@ -1051,22 +993,18 @@ fn late_ack_prevents_redelivery_blocking_pop() {
 
 #[test]
 fn identical_payloads_are_two_leases() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "q", "x", "x"]);
-    assert_eq!(
-        c.cmd(&["RPOP", "q", "2"]),
-        Value::Array(vec![Value::bulk("x"), Value::bulk("x")])
-    );
+    assert_eq!(c.cmd(&["RPOP", "q", "2"]), Value::bulks(&["x", "x"]));
     assert_eq!(info_int(&proxy, "q", "leased"), 2);
-    assert_eq!(leases(&proxy, "q").len(), 2);
+    assert_eq!(queue_leases(&proxy, "q").len(), 2);
     thread::sleep(EXPIRE_WAIT);
     assert_eq!(info_int(&proxy, "q", "ready"), 2, "both copies come back");
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("x"));
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
-    let ls = leases(&proxy, "q");
+    let ls = queue_leases(&proxy, "q");
     assert_eq!(ls.len(), 2);
     for l in &ls {
         assert_eq!(as_int(&l["deliveries"]), 2);
@@ -1086,8 +1024,7 @@ fn identical_payloads_are_two_leases() {
 
 #[test]
 fn consumer_disconnect_redelivers() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     {
         let mut c = proxy.client();
         c.cmd(&["LPUSH", "q", "m"]);
@@ -1095,10 +1032,7 @@ fn consumer_disconnect_redelivers() {
     }
     thread::sleep(EXPIRE_WAIT);
     let mut c = proxy.client();
-    assert_eq!(
-        c.cmd(&["BRPOP", "q", "1"]),
-        Value::Array(vec![Value::bulk("q"), Value::bulk("m")])
-    );
+    assert_eq!(c.cmd(&["BRPOP", "q", "1"]), Value::bulks(&["q", "m"]));
     assert_eq!(c.cmd(&["ACK", "q", "m"]), Value::Int(1));
 }
 
@@ -1114,8 +1048,7 @@ fn wait_parked(metrics: u16, n: usize) {
 
 #[test]
 fn parked_brpop_woken_by_direct_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     c.send(&["BRPOP", "w", "0"]);
     thread::sleep(Duration::from_millis(300));
@@ -1140,8 +1073,7 @@ fn parked_brpop_woken_by_direct_push() {
 
 #[test]
 fn parked_forms_woken_by_direct_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut direct = redis.client();
     let forms: &[(&[&str], &[u8])] = &[
         (
@@ -1239,19 +1171,14 @@ fn parked_pops_woken_one_after_another_by_direct_pushes() {
         let reply = waiter
             .try_read_raw()
             .unwrap_or_else(|e| panic!("round {i}: no reply to the parked pop: {e}"));
-        assert_eq!(
-            decode(&reply).0,
-            Value::Array(vec![Value::bulk("wl"), Value::bulk(&msg)]),
-            "round {i}"
-        );
+        assert_eq!(decode(&reply).0, Value::bulks(&["wl", &msg]), "round {i}");
         assert_eq!(acker.cmd(&["ACK", "wl", &msg]), Value::Int(1));
     }
 }
 
 #[test]
 fn parked_timeouts_follow_redis() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut c = proxy.client();
     for (cmd, want) in [
         (vec!["BRPOP", "w", "0.25"], &b"*-1\r\n"[..]),
@@ -1310,8 +1237,7 @@ fn parked_timeouts_follow_redis() {
 
 #[test]
 fn parked_mixed_keys_woken_by_plain_key_push() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
     let mut direct = redis.client();
     // A parked pop on a queue key and a plain key: a push to the plain key
     // answers it, as Redis would, and leases nothing.
@@ -1404,8 +1330,7 @@ fn info_int_in(p: &Proxy, db: &str, q: &str, field: &str) -> i64 {
 
 #[test]
 fn a_db1_worker_pops_and_acks_its_own_queue() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy_in(&proxy, "1");
     assert_eq!(c.cmd(&["LPUSH", "qdb", "m"]), Value::Int(1));
     // Not nil from database 0's (empty) list: the message of database 1.
@@ -1465,8 +1390,7 @@ fn a_db1_worker_pops_and_acks_its_own_queue() {
 /// database 0.
 #[test]
 fn calls_sent_again_behind_a_library_load_stay_in_their_database() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "qdb3", "m1"]);
     let flush = || {
@@ -1488,8 +1412,7 @@ fn calls_sent_again_behind_a_library_load_stay_in_their_database() {
 
 #[test]
 fn two_databases_with_the_same_queue_name_do_not_mix() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let mut zero = proxy.client();
     let mut three = proxy_in(&proxy, "3");
     zero.cmd(&["LPUSH", "q", "z1", "z2"]);
@@ -1536,8 +1459,7 @@ fn two_databases_with_the_same_queue_name_do_not_mix() {
 
 #[test]
 fn an_unacked_message_in_database_3_is_redelivered_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "q", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
@@ -1560,8 +1482,7 @@ fn an_unacked_message_in_database_3_is_redelivered_there() {
 
 #[test]
 fn dead_letters_of_database_3_stay_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.cmd(&["LPUSH", "q1", "poison"]);
     for _ in 0..3 {
@@ -1600,8 +1521,7 @@ fn dead_letters_of_database_3_stay_there() {
 
 #[test]
 fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     let mut c = proxy_in(&proxy, "3");
     c.send(&["BRPOP", "w", "0"]);
     // Parked (a first try found nothing), then a push to database 0's w,
@@ -1618,10 +1538,7 @@ fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
         redis_in(&redis, "3").cmd(&["LPUSH", "w", "hi"]),
         Value::Int(1)
     );
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("w"), Value::bulk("hi")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["w", "hi"]));
     assert_eq!(info_int_in(&proxy, "3", "w", "leased"), 1);
     assert_eq!(c.cmd(&["ACK", "w", "hi"]), Value::Int(1));
     assert_eq!(lrange(&mut zero, "w"), vec!["zero"]);
@@ -1633,20 +1550,13 @@ fn a_blocking_pop_in_database_3_is_woken_by_a_push_there() {
     thread::sleep(Duration::from_millis(300));
     redis_in(&redis, "5").cmd(&["RPUSH", "w2", "for5"]);
     redis_in(&redis, "3").cmd(&["RPUSH", "w2", "for3"]);
-    assert_eq!(
-        five.read_value(),
-        Value::Array(vec![Value::bulk("w2"), Value::bulk("for5")])
-    );
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("w2"), Value::bulk("for3")])
-    );
+    assert_eq!(five.read_value(), Value::bulks(&["w2", "for5"]));
+    assert_eq!(c.read_value(), Value::bulks(&["w2", "for3"]));
 }
 
 #[test]
 fn a_closed_connection_in_database_3_requeues_there() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, DB_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(DB_CONFIG);
     {
         let mut c = proxy_in(&proxy, "3");
         c.cmd(&["LPUSH", "rq", "a", "b"]);
@@ -1674,8 +1584,7 @@ fn a_redis_py_worker_on_database_1_pops_and_acks_its_own_queue() {
     if !redis_py_installed() {
         return;
     }
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, STABLE_CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(STABLE_CONFIG);
     let script = r#"
 import sys, redis
 proxy, upstream = sys.argv[1], sys.argv[2]
@@ -1701,21 +1610,7 @@ left = [k for k in producer.keys("*") if not k.endswith(b":stats")]
 assert left == [], left
 assert redis.Redis(port=int(upstream)).keys("*") == []
 "#;
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &proxy.port.to_string(),
-            &redis.port.to_string(),
-        ])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(script, &[&proxy.port.to_string(), &redis.port.to_string()]);
 }
 
 /// A blocking pop served at once answers like an RPOP; one that finds
@@ -1737,7 +1632,7 @@ fn requests_behind_a_blocking_pop_wait_for_its_reply() {
     let before = queued();
     assert_eq!(
         c.cmd(&["BRPOP", "wb1", "5"]),
-        Value::Array(vec![Value::bulk("wb1"), Value::bulk("first")])
+        Value::bulks(&["wb1", "first"])
     );
     wait_until("one queue command counted", || queued() == before + 1.0);
     // Parks: PING and RPOP sent behind it (in writes of their own) wait.
@@ -1756,7 +1651,7 @@ fn requests_behind_a_blocking_pop_wait_for_its_reply() {
     c.set_read_timeout(Some(Duration::from_secs(5)));
     assert_eq!(
         decode(&c.try_read_raw().unwrap()).0,
-        Value::Array(vec![Value::bulk("wb1"), Value::bulk("second")])
+        Value::bulks(&["wb1", "second"])
     );
     assert_eq!(
         decode(&c.try_read_raw().unwrap()).0,

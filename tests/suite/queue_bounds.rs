@@ -42,13 +42,6 @@ ack_id = "json:id"
 interval_ms = 20
 "#;
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
 fn len_of(v: &Value) -> usize {
     match v {
         Value::Array(a) => a.len(),
@@ -110,8 +103,7 @@ fn aux_keys(direct: &mut Client) -> Vec<Value> {
 
 #[test]
 fn any_number_of_identical_payloads_in_flight_are_all_leased() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     push_many(&mut c, "short:dup", (0..1100).map(|_| "dup".to_string()));
     let popped = c.cmd(&["LPOP", "short:dup", "1100"]);
@@ -156,8 +148,7 @@ fn monitored_calls(mon: &mut Client, stop: &str) -> Vec<(String, Vec<String>)> {
 fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
     use ackproxy::queue::limits::{library, CALL_KEYS, IDS_PER_CALL, POP_BATCH, RULE_ARGS};
 
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = redis.client();
     let mut c = proxy.client();
     // Thousands of calls, each copied to MONITOR: slow on a loaded machine.
@@ -221,8 +212,7 @@ fn big_counts_and_many_ids_are_split_into_bounded_script_calls() {
 
 #[test]
 fn numeric_json_ids_are_taken_as_written() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let msgs = [
         (r#"{"id":1234567890123456789,"n":1}"#, "1234567890123456789"),
@@ -265,8 +255,7 @@ fn numeric_json_ids_are_taken_as_written() {
 
 #[test]
 fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     let names: Vec<String> = (0..150).map(|i| format!("m{i}")).collect();
@@ -296,8 +285,7 @@ fn late_acks_never_hide_a_real_message_and_leave_nothing_behind() {
 
 #[test]
 fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     const N: usize = 100_000;
     push_many(&mut c, "short:long", (0..N).map(|i| format!("m{i}")));
@@ -305,13 +293,7 @@ fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
     let Value::Array(got) = c.cmd(&["RPOP", "short:long", &N.to_string()]) else {
         panic!("RPOP with a count answers an array")
     };
-    let names: Vec<String> = got
-        .iter()
-        .map(|v| match v {
-            Value::Bulk(b) => String::from_utf8(b.clone()).unwrap(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let names = bulk_strings(&got, "popped");
     let mut seen = std::collections::HashSet::new();
     for n in &names {
         assert!(seen.insert(n), "{n} twice in one reply of {}", names.len());
@@ -334,8 +316,7 @@ fn a_pop_longer_than_its_lease_never_returns_its_own_redeliveries() {
 /// disappear behind the proxy's back; the first worker's ACK comes late;
 /// then a producer pushes `next`, with the same id.
 fn late_ack_of_a_vanished_copy(q: &str, payload: &str, id: &str, next: &str, take: &[&str]) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     c.cmd(&["LPUSH", q, payload]);
@@ -373,8 +354,7 @@ fn a_late_ack_cancels_only_the_copy_it_was_made_for() {
 
 #[test]
 fn late_acks_of_buried_copies_are_skipped_however_many() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     // Copies go back behind everything ("last"), then 3,000 newer messages
@@ -427,8 +407,7 @@ fn late_acks_of_buried_copies_are_skipped_however_many() {
 
 #[test]
 fn nack_of_a_move_lease_returns_the_message_at_once() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "tasks:x", "t1"]);
     assert_eq!(c.cmd(&["RPOPLPUSH", "tasks:x", "dst"]), Value::bulk("t1"));
@@ -446,8 +425,7 @@ fn nack_of_a_move_lease_returns_the_message_at_once() {
 
 #[test]
 fn extend_refuses_absurd_leases() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "tasks:e", "e1"]);
     c.cmd(&["RPOP", "tasks:e"]);
@@ -466,8 +444,7 @@ fn extend_refuses_absurd_leases() {
 
 #[test]
 fn delays_are_held_to_the_extend_bound() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let too_long = "ERR value is out of range, must be at most 2592000000";
     c.cmd(&["LPUSH", "tasks:n", "n1"]);
@@ -518,8 +495,7 @@ fn delays_are_held_to_the_extend_bound() {
 
 #[test]
 fn parked_queue_pops_answer_when_redis_is_down() {
-    let mut redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (mut redis, proxy) = Proxy::with_redis(CONFIG);
     let mut parked = proxy.client();
     parked.send(&["BRPOP", "tasks:down", "0"]);
     let mut mover = proxy.client();
@@ -559,8 +535,7 @@ fn rss_kb(pid: u32) -> u64 {
 
 #[test]
 fn long_queue_names_do_not_grow_the_proxy() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (_redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let big = "n".repeat(64 * 1024);
     for i in 0..500 {
@@ -591,8 +566,7 @@ fn fcall_calls(direct: &mut Client) -> i64 {
 
 #[test]
 fn an_idle_proxy_sends_nothing_however_many_queues_were_used() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     for i in 0..5000 {
         c.send(&["RPOP", &format!("tasks:k{i}")]);
@@ -623,8 +597,7 @@ fn pushes_nacks_and_redrives_of_many_are_split_into_bounded_script_calls() {
     };
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let (redis, proxy) = Proxy::with_redis(&config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     let mut mon = redis.client();
@@ -682,8 +655,7 @@ fn dead_letter_histories_stay_within_their_bound() {
     use ackproxy::queue::limits::DEAD_HISTORY;
 
     let config = format!("{CONFIG}\n[[queue]]\npattern = \"once:*\"\nmax_deliveries = 1\n");
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, &config, &[]);
+    let (redis, proxy) = Proxy::with_redis(&config);
     let mut direct = redis.client();
     let mut c = proxy.client();
     let n = DEAD_HISTORY as usize + 50;
@@ -721,8 +693,7 @@ fn inside_multi_a_queue_operation_above_the_bound_of_one_call_is_refused() {
         IDS_PER_CALL, POP_BATCH, PUSH_PER_CALL, REDRIVE_PER_CALL, SOURCES_PER_CALL,
     };
 
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut direct = redis.client();
     let mut c = proxy.client();
     const N: usize = 400_000;

@@ -112,45 +112,6 @@ interval_ms = 20
 /// How long a condition may take on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn as_str(v: &Value) -> String {
-    match v {
-        Value::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::Simple(s) => s.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn as_int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-/// A field/value reply (RESP2 flat array or RESP3 map) as a map.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    let Value::Array(items) = v else {
-        panic!("expected a field/value reply, got {v:?}")
-    };
-    assert!(items.len() % 2 == 0, "odd field/value array: {v:?}");
-    items
-        .chunks(2)
-        .map(|kv| (as_str(&kv[0]), kv[1].clone()))
-        .collect()
-}
-
-fn info(p: &Proxy, q: &str) -> HashMap<String, Value> {
-    fields(&p.client().cmd(&["QUEUE", "INFO", q]))
-}
-
-fn info_int(p: &Proxy, q: &str, field: &str) -> i64 {
-    let i = info(p, q);
-    as_int(
-        i.get(field)
-            .unwrap_or_else(|| panic!("QUEUE INFO {q} has no {field:?}: {i:?}")),
-    )
-}
-
 /// Polls `f` until it gives a value, failing after [`PATIENCE`].
 fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + PATIENCE;
@@ -181,8 +142,7 @@ fn pop_all(c: &mut Client, q: &str) -> Vec<String> {
 }
 
 fn start() -> (Redis, Proxy) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     (redis, proxy)
 }
 
@@ -219,8 +179,8 @@ fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
         Value::Int(1)
     );
     assert_eq!(c.cmd(&["RPOP", "d1"]), Value::Nil, "popped before its time");
-    assert_eq!(info_int(&proxy, "d1", "delayed"), 1);
-    assert_eq!(info_int(&proxy, "d1", "ready"), 0);
+    assert_eq!(queue_info_int(&proxy, "d1", "delayed"), 1);
+    assert_eq!(queue_info_int(&proxy, "d1", "ready"), 0);
     assert_eq!(pop_eventually(&mut c, "d1"), "later");
     let waited = pushed.elapsed();
     // Due 1 s after Redis received the push, which was after `pushed`
@@ -229,10 +189,10 @@ fn a_delayed_message_is_not_poppable_before_its_time_and_is_after() {
         waited >= Duration::from_millis(990),
         "delivered after {waited:?}"
     );
-    let i = info(&proxy, "d1");
-    assert_eq!(as_int(&i["delayed"]), 0);
-    assert_eq!(as_int(&i["leased"]), 1);
-    assert_eq!(as_int(&i["promoted"]), 1);
+    let i = queue_info(&proxy, "d1");
+    assert_eq!(int(&i["delayed"]), 0);
+    assert_eq!(int(&i["leased"]), 1);
+    assert_eq!(int(&i["promoted"]), 1);
     assert_eq!(c.cmd(&["ACK", "d1", "later"]), Value::Int(1));
 }
 
@@ -250,16 +210,13 @@ fn a_parked_blocking_pop_is_woken_when_a_delayed_message_falls_due() {
         Value::Int(1)
     );
     parked.set_read_timeout(Some(PATIENCE));
-    assert_eq!(
-        parked.read_value(),
-        Value::Array(vec![Value::bulk("d2"), Value::bulk("wake")])
-    );
+    assert_eq!(parked.read_value(), Value::bulks(&["d2", "wake"]));
     let waited = pushed.elapsed();
     assert!(
         waited >= Duration::from_millis(190),
         "woken after {waited:?}"
     );
-    assert_eq!(info_int(&proxy, "d2", "leased"), 1);
+    assert_eq!(queue_info_int(&proxy, "d2", "leased"), 1);
 }
 
 #[test]
@@ -280,7 +237,7 @@ fn at_takes_a_unix_time_and_a_past_one_pushes_now() {
         c.cmd(&["QUEUE", "PUSH", "d3", "a", "b", "AT", &past]),
         Value::Int(2)
     );
-    assert_eq!(info_int(&proxy, "d3", "ready"), 2);
+    assert_eq!(queue_info_int(&proxy, "d3", "ready"), 2);
     assert_eq!(pop_all(&mut c, "d3"), vec!["a", "b"]);
     let due = now_ms(&mut direct) + 250;
     assert_eq!(
@@ -306,7 +263,7 @@ fn due_messages_enter_where_lpush_would_put_them_in_due_order() {
         Value::Int(1)
     );
     eventually("the reaper to move them", || {
-        (info_int(&proxy, "d4", "delayed") == 0).then_some(())
+        (queue_info_int(&proxy, "d4", "delayed") == 0).then_some(())
     });
     c.cmd(&["LPUSH", "d4", "ready2"]);
     // The list as a legacy consumer sees it: nothing marks the promoted ones.
@@ -325,15 +282,11 @@ fn due_messages_enter_where_lpush_would_put_them_in_due_order() {
     c.cmd(&["RPUSH", "left1", "r1"]);
     c.cmd(&["QUEUE", "PUSH", "left1", "z1", "z2", "DELAY", "100"]);
     eventually("left1 promoted", || {
-        (info_int(&proxy, "left1", "delayed") == 0).then_some(())
+        (queue_info_int(&proxy, "left1", "delayed") == 0).then_some(())
     });
     assert_eq!(
         c.cmd(&["LPOP", "left1", "10"]),
-        Value::Array(vec![
-            Value::bulk("r1"),
-            Value::bulk("z1"),
-            Value::bulk("z2")
-        ])
+        Value::bulks(&["r1", "z1", "z2"])
     );
 }
 
@@ -364,9 +317,9 @@ fn many_delayed_messages_come_out_whole_and_in_order() {
     dups.extend(std::iter::repeat_n("dup", 5));
     dups.extend(["DELAY", "2000"]);
     assert_eq!(c.cmd(&dups), Value::Int(5));
-    assert_eq!(info_int(&proxy, "d6", "delayed"), 455);
+    assert_eq!(queue_info_int(&proxy, "d6", "delayed"), 455);
     eventually("all of them due", || {
-        (info_int(&proxy, "d6", "ready") == 455).then_some(())
+        (queue_info_int(&proxy, "d6", "ready") == 455).then_some(())
     });
     let got = pop_all(&mut c, "d6");
     let mut want = payloads.clone();
@@ -426,12 +379,12 @@ fn a_long_delay_does_not_meet_the_lease() {
     let pushed = Instant::now();
     c.cmd(&["QUEUE", "PUSH", "short1", "slow", "DELAY", "1500"]);
     assert_eq!(c.cmd(&["RPOP", "short1"]), Value::Nil);
-    assert_eq!(info_int(&proxy, "short1", "leased"), 0);
+    assert_eq!(queue_info_int(&proxy, "short1", "leased"), 0);
     assert_eq!(pop_eventually(&mut c, "short1"), "slow");
     assert!(pushed.elapsed() >= Duration::from_millis(1490));
-    let i = info(&proxy, "short1");
-    assert_eq!(as_int(&i["deliveries"]), 1);
-    assert_eq!(as_int(&i["expiries"]), 0);
+    let i = queue_info(&proxy, "short1");
+    assert_eq!(int(&i["deliveries"]), 1);
+    assert_eq!(int(&i["expiries"]), 0);
     assert_eq!(c.cmd(&["ACK", "short1", "slow"]), Value::Int(1));
 }
 
@@ -449,28 +402,21 @@ fn totals_outlive_the_messages_but_expire() {
     // writes the delivery alone; the ACK follows at the next look, at most
     // the reaper's longest wait (2 s) later. So the wait is for both.
     wait_until("the totals written and nothing else left", || {
-        direct.cmd(&["KEYS", "*"]) == Value::Array(vec![Value::bulk("ackq:{d9}:d9:stats")])
+        direct.cmd(&["KEYS", "*"]) == Value::bulks(&["ackq:{d9}:d9:stats"])
             && direct.cmd(&["HMGET", "ackq:{d9}:d9:stats", "deliveries", "acks"])
-                == Value::Array(vec![Value::bulk("1"), Value::bulk("1")])
+                == Value::bulks(&["1", "1"])
     });
-    let ttl = as_int(&direct.cmd(&["PTTL", "ackq:{d9}:d9:stats"]));
+    let ttl = int(&direct.cmd(&["PTTL", "ackq:{d9}:d9:stats"]));
     assert!(
         ttl > 29 * 24 * 3600 * 1000 && ttl <= 30 * 24 * 3600 * 1000,
         "PTTL {ttl}"
     );
-    let i = info(&proxy, "d9");
-    assert_eq!(as_int(&i["deliveries"]), 1);
-    assert_eq!(as_int(&i["acks"]), 1);
+    let i = queue_info(&proxy, "d9");
+    assert_eq!(int(&i["deliveries"]), 1);
+    assert_eq!(int(&i["acks"]), 1);
 }
 
 // ------------------------------------------------------ NACK and retries
-
-fn leases(p: &Proxy, q: &str) -> Vec<HashMap<String, Value>> {
-    match p.client().cmd(&["QUEUE", "LEASES", q]) {
-        Value::Array(items) => items.iter().map(fields).collect(),
-        other => panic!("QUEUE LEASES {q}: {other:?}"),
-    }
-}
 
 /// Redis's clock, in ms.
 fn redis_ms(direct: &mut Client) -> i64 {
@@ -507,17 +453,13 @@ fn nack_delay_is_honoured() {
     let wait = due_in(&mut redis.client(), "d10");
     assert!((150..=250).contains(&wait), "due in {wait} ms");
     assert_eq!(c.cmd(&["RPOP", "d10"]), Value::Nil, "back before its delay");
-    let i = info(&proxy, "d10");
-    assert_eq!((as_int(&i["delayed"]), as_int(&i["leased"])), (1, 0));
+    let i = queue_info(&proxy, "d10");
+    assert_eq!((int(&i["delayed"]), int(&i["leased"])), (1, 0));
     assert_eq!(pop_eventually(&mut c, "d10"), "m");
     assert!(nacked.elapsed() >= Duration::from_millis(240));
-    let l = &leases(&proxy, "d10")[0];
+    let l = &queue_leases(&proxy, "d10")[0];
     assert_eq!(
-        (
-            as_int(&l["deliveries"]),
-            as_int(&l["nacks"]),
-            as_int(&l["expiries"])
-        ),
+        (int(&l["deliveries"]), int(&l["nacks"]), int(&l["expiries"])),
         (2, 1, 0),
         "{l:?}"
     );
@@ -532,7 +474,7 @@ fn nack_delay_is_honoured() {
         c.cmd(&["NACK", "exp0", "e", "DELAY", "-3"]),
         Value::Error("ERR value is not an integer or out of range".into())
     );
-    assert_eq!(info_int(&proxy, "exp0", "leased"), 1);
+    assert_eq!(queue_info_int(&proxy, "exp0", "leased"), 1);
 }
 
 #[test]
@@ -552,8 +494,8 @@ fn exponential_backoff_grows_and_caps() {
         );
     }
     assert_eq!(pop_eventually(&mut c, "exp1"), "m");
-    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["deliveries"]), 6);
-    assert_eq!(as_int(&leases(&proxy, "exp1")[0]["nacks"]), 5);
+    assert_eq!(int(&queue_leases(&proxy, "exp1")[0]["deliveries"]), 6);
+    assert_eq!(int(&queue_leases(&proxy, "exp1")[0]["nacks"]), 5);
     assert_eq!(c.cmd(&["ACK", "exp1", "m"]), Value::Int(1));
 }
 
@@ -589,21 +531,17 @@ fn expiries_and_nacks_are_counted_apart() {
     assert_eq!(pop_eventually(&mut c, "short2"), "m");
     assert_eq!(c.cmd(&["NACK", "short2", "m"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "short2"]), Value::bulk("m"));
-    let l = &leases(&proxy, "short2")[0];
+    let l = &queue_leases(&proxy, "short2")[0];
     assert_eq!(
-        (
-            as_int(&l["deliveries"]),
-            as_int(&l["nacks"]),
-            as_int(&l["expiries"])
-        ),
+        (int(&l["deliveries"]), int(&l["nacks"]), int(&l["expiries"])),
         (3, 1, 1),
         "{l:?}"
     );
     assert_eq!(c.cmd(&["ACK", "short2", "m"]), Value::Int(1));
-    let i = info(&proxy, "short2");
+    let i = queue_info(&proxy, "short2");
     let got: Vec<i64> = ["deliveries", "nacks", "expiries", "redeliveries", "acks"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![3, 1, 1, 2, 1], "{i:?}");
     let series = |name: &str| metric(metrics, &format!("{name}{{rule=\"short*\"}}"));
@@ -623,19 +561,15 @@ fn an_expired_lease_waits_for_the_backoff_too() {
     assert_eq!(c.cmd(&["RPOP", "back1"]), Value::bulk("m"));
     // Lease 100 ms, then 300 ms of backoff before it is back in the list.
     eventually("the expiry", || {
-        (info_int(&proxy, "back1", "expiries") == 1).then_some(())
+        (queue_info_int(&proxy, "back1", "expiries") == 1).then_some(())
     });
-    let i = info(&proxy, "back1");
-    assert_eq!(
-        (as_int(&i["delayed"]), as_int(&i["ready"])),
-        (1, 0),
-        "{i:?}"
-    );
+    let i = queue_info(&proxy, "back1");
+    assert_eq!((int(&i["delayed"]), int(&i["ready"])), (1, 0), "{i:?}");
     let wait = due_in(&mut direct, "back1");
     assert!(wait <= 300, "due in {wait} ms");
     assert_eq!(pop_eventually(&mut c, "back1"), "m");
-    let l = &leases(&proxy, "back1")[0];
-    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+    let l = &queue_leases(&proxy, "back1")[0];
+    assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
 }
 
 #[test]
@@ -645,11 +579,11 @@ fn a_late_ack_cancels_a_redelivery_waiting_for_its_backoff() {
     c.cmd(&["LPUSH", "exp2", "m"]);
     assert_eq!(c.cmd(&["RPOP", "exp2"]), Value::bulk("m"));
     assert_eq!(c.cmd(&["NACK", "exp2", "m", "DELAY", "200"]), Value::Int(1));
-    assert_eq!(info_int(&proxy, "exp2", "delayed"), 1);
+    assert_eq!(queue_info_int(&proxy, "exp2", "delayed"), 1);
     // The worker finished after all: the waiting copy is withdrawn.
     assert_eq!(c.cmd(&["ACK", "exp2", "m"]), Value::Int(1));
-    let i = info(&proxy, "exp2");
-    assert_eq!((as_int(&i["delayed"]), as_int(&i["late-acks"])), (0, 1));
+    let i = queue_info(&proxy, "exp2");
+    assert_eq!((int(&i["delayed"]), int(&i["late-acks"])), (0, 1));
     // Past the delay, nothing comes back; nothing is left but the totals.
     c.cmd(&["QUEUE", "PUSH", "exp2", "marker", "DELAY", "300"]);
     assert_eq!(pop_eventually(&mut c, "exp2"), "marker");
@@ -673,7 +607,7 @@ fn mark_late(c: &mut Client, direct: &mut Client, q: &str, body: &str) {
         assert_eq!(c.cmd(&["QUEUE", "EXTEND", q, id, "1"]), Value::Int(1));
     }
     wait_until("both leases to run out", || {
-        as_int(&direct.cmd(&["LLEN", q])) == 2
+        int(&direct.cmd(&["LLEN", q])) == 2
     });
     assert_eq!(c.cmd(&["ACK", q, "f", "x"]), Value::Int(2));
     assert_eq!(lrange(direct, q), vec![body.to_string()]);
@@ -688,7 +622,7 @@ fn len_of(v: &Value) -> usize {
 }
 
 fn info_int_of(c: &mut Client, q: &str, field: &str) -> i64 {
-    as_int(&fields(&c.cmd(&["QUEUE", "INFO", q]))[field])
+    int(&fields(&c.cmd(&["QUEUE", "INFO", q]))[field])
 }
 
 /// Redis's keys but the queues' totals.
@@ -718,9 +652,9 @@ fn a_skip_mark_stays_with_its_copy_when_the_id_is_reused() {
         Value::Int(1)
     );
     wait_until("the new message's lease to run out", || {
-        as_int(&direct.cmd(&["LLEN", "marks1"])) == 2
+        int(&direct.cmd(&["LLEN", "marks1"])) == 2
     });
-    assert_eq!(info_int(&proxy, "marks1", "ready"), 1);
+    assert_eq!(queue_info_int(&proxy, "marks1", "ready"), 1);
     assert_eq!(pop_all(&mut c, "marks1"), vec![new.to_string()]);
     assert_eq!(c.cmd(&["ACK", "marks1", "x"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "marks1"]), Value::Nil);
@@ -738,7 +672,7 @@ fn a_skip_mark_goes_with_its_deleted_list() {
     let body = r#"{"id":"x","v":1}"#;
     mark_late(&mut c, &mut direct, "marks2", body);
     direct.cmd(&["DEL", "marks2"]);
-    assert_eq!(info_int(&proxy, "marks2", "ready"), 0);
+    assert_eq!(queue_info_int(&proxy, "marks2", "ready"), 0);
     assert_eq!(c.cmd(&["RPOP", "marks2"]), Value::Nil);
     c.cmd(&["LPUSH", "marks2", body]);
     assert_eq!(c.cmd(&["RPOP", "marks2"]), Value::bulk(body));
@@ -761,11 +695,11 @@ fn nack_delay_of_a_move_lease_clears_the_destination_and_waits() {
     );
     let mut direct = redis.client();
     assert_eq!(direct.cmd(&["LLEN", "d11:doing"]), Value::Int(0));
-    assert_eq!(info_int(&proxy, "d11", "delayed"), 1);
+    assert_eq!(queue_info_int(&proxy, "d11", "delayed"), 1);
     assert_eq!(c.cmd(&["RPOP", "d11"]), Value::Nil);
     assert_eq!(pop_eventually(&mut c, "d11"), "job");
-    let l = &leases(&proxy, "d11")[0];
-    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (2, 1));
+    let l = &queue_leases(&proxy, "d11")[0];
+    assert_eq!((int(&l["deliveries"]), int(&l["nacks"])), (2, 1));
 }
 
 // ---------------------------------------------------------- dead letters
@@ -778,13 +712,6 @@ fn dead(p: &Proxy, q: &str, count: Option<&str>) -> Vec<HashMap<String, Value>> 
     match p.client().cmd(&args) {
         Value::Array(items) => items.iter().map(fields).collect(),
         other => panic!("QUEUE DEAD {q}: {other:?}"),
-    }
-}
-
-fn lrange(c: &mut Client, key: &str) -> Vec<String> {
-    match c.cmd(&["LRANGE", key, "0", "-1"]) {
-        Value::Array(items) => items.iter().map(as_str).collect(),
-        other => panic!("LRANGE {key}: {other:?}"),
     }
 }
 
@@ -824,14 +751,14 @@ fn a_dead_letter_keeps_its_history() {
     assert_eq!(as_str(&h["id"]), "j1");
     let counts: Vec<i64> = ["deliveries", "nacks", "expiries"]
         .iter()
-        .map(|f| as_int(&h[*f]))
+        .map(|f| int(&h[*f]))
         .collect();
     assert_eq!(counts, vec![3, 2, 1], "{h:?}");
     assert_eq!(as_str(&h["last-reason"]), "nacked");
     let (first, last_d, died) = (
-        as_int(&h["first-delivery-ms"]),
-        as_int(&h["last-delivery-ms"]),
-        as_int(&h["dead-lettered-ms"]),
+        int(&h["first-delivery-ms"]),
+        int(&h["last-delivery-ms"]),
+        int(&h["dead-lettered-ms"]),
     );
     assert!(t0 <= first && first <= last_d, "{h:?}");
     assert!(
@@ -839,8 +766,8 @@ fn a_dead_letter_keeps_its_history() {
         "{h:?} ({before}..{last})"
     );
     assert!(last_d <= died && died <= t1, "{h:?}");
-    let i = info(&proxy, "hist1");
-    assert_eq!((as_int(&i["dead"]), as_int(&i["dead-lettered"])), (1, 1));
+    let i = queue_info(&proxy, "hist1");
+    assert_eq!((int(&i["dead"]), int(&i["dead-lettered"])), (1, 1));
     // A payload someone else put there has no history.
     direct.cmd(&["RPUSH", "{hist1}:dead", "stranger"]);
     let d = dead(&proxy, "hist1", None);
@@ -855,21 +782,21 @@ fn redrive_brings_dead_letters_back_with_fresh_counts() {
     let mut c = proxy.client();
     c.cmd(&["LPUSH", "one1", "a", "b"]);
     assert_eq!(kill_all(&mut c, "one1"), 2);
-    assert_eq!(info_int(&proxy, "one1", "dead"), 2);
+    assert_eq!(queue_info_int(&proxy, "one1", "dead"), 2);
     assert_eq!(
         c.cmd(&["QUEUE", "REDRIVE", "one1", "COUNT", "1"]),
         Value::Int(1)
     );
     assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("a"));
-    let l = &leases(&proxy, "one1")[0];
-    assert_eq!((as_int(&l["deliveries"]), as_int(&l["nacks"])), (1, 0));
+    let l = &queue_leases(&proxy, "one1")[0];
+    assert_eq!((int(&l["deliveries"]), int(&l["nacks"])), (1, 0));
     assert_eq!(c.cmd(&["ACK", "one1", "a"]), Value::Int(1));
     assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(1));
     assert_eq!(c.cmd(&["QUEUE", "REDRIVE", "one1"]), Value::Int(0));
     assert_eq!(c.cmd(&["RPOP", "one1"]), Value::bulk("b"));
     assert_eq!(c.cmd(&["ACK", "one1", "b"]), Value::Int(1));
-    let i = info(&proxy, "one1");
-    assert_eq!((as_int(&i["dead"]), as_int(&i["redriven"])), (0, 2));
+    let i = queue_info(&proxy, "one1");
+    assert_eq!((int(&i["dead"]), int(&i["redriven"])), (0, 2));
     let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
         panic!("KEYS")
     };
@@ -904,7 +831,7 @@ fn redrive_ends_while_messages_keep_dying() {
         args.extend(payloads.iter().map(String::as_str));
         direct.cmd(&args);
     }
-    assert_eq!(info_int(&proxy, "one5", "dead"), DEAD);
+    assert_eq!(queue_info_int(&proxy, "one5", "dead"), DEAD);
     // Consumers reject every message (max_deliveries 1): each redriven one
     // dies again, behind the letters the REDRIVE is moving.
     let stop = Arc::new(AtomicBool::new(false));
@@ -922,7 +849,7 @@ fn redrive_ends_while_messages_keep_dying() {
                     }
                     let mut args = vec!["NACK", "one5"];
                     args.extend(popped.iter().map(String::as_str));
-                    let n = as_int(&c.cmd(&args));
+                    let n = int(&c.cmd(&args));
                     killed.fetch_add(n, Ordering::Relaxed);
                 }
             })
@@ -937,7 +864,7 @@ fn redrive_ends_while_messages_keep_dying() {
     for t in consumers {
         t.join().unwrap();
     }
-    let moved = as_int(&moved.expect("QUEUE REDRIVE answers within 10 s"));
+    let moved = int(&moved.expect("QUEUE REDRIVE answers within 10 s"));
     // What was dead when it started, and not one more.
     assert_eq!(moved, DEAD, "{killed_meanwhile} died again meanwhile");
     assert!(
@@ -1003,8 +930,7 @@ dead_letter = "gone:$queue"
 /// list left as it is. With `$queue` each queue has its own list.
 #[test]
 fn a_shared_dead_letter_list_is_neither_redriven_nor_purged_for_one_queue() {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, SHARED_DEAD, &[]);
+    let (redis, proxy) = Proxy::with_redis(SHARED_DEAD);
     let mut c = proxy.client();
     let mut direct = redis.client();
     for q in ["mix:a", "mix:b", "pair1", "pair2", "own:a", "own:b"] {
@@ -1093,18 +1019,18 @@ fn the_dead_letter_cap_drops_the_oldest_and_counts_them() {
     }
     let mut direct = redis.client();
     assert_eq!(lrange(&mut direct, "{cap1}:dead"), vec!["c", "d"]);
-    let i = info(&proxy, "cap1");
+    let i = queue_info(&proxy, "cap1");
     assert_eq!(
         (
-            as_int(&i["dead"]),
-            as_int(&i["dead-lettered"]),
-            as_int(&i["dead-dropped"])
+            int(&i["dead"]),
+            int(&i["dead-lettered"]),
+            int(&i["dead-dropped"])
         ),
         (2, 4, 2)
     );
     let d = dead(&proxy, "cap1", None);
     assert_eq!(d.len(), 2);
-    assert!(d.iter().all(|h| as_int(&h["deliveries"]) == 1), "{d:?}");
+    assert!(d.iter().all(|h| int(&h["deliveries"]) == 1), "{d:?}");
     // Histories of the dropped ones went with them.
     assert_eq!(
         direct.cmd(&["HLEN", "ackq:{cap1}:cap1:history"]),
@@ -1288,7 +1214,7 @@ fn leases_and_dead_letters_page_past_the_first_thousand() {
         assert_eq!(field_of(&page, "payload"), want[1100..1150], "{args:?}");
         // Each with its own history.
         assert_eq!(field_of(&page, "id"), want[1100..1150]);
-        assert!(page.iter().all(|l| as_int(&l["deliveries"]) == 1));
+        assert!(page.iter().all(|l| int(&l["deliveries"]) == 1));
     }
     assert_eq!(
         field_of(&listed(&mut c, "DEAD", "onepage", &[]), "payload"),
@@ -1400,7 +1326,7 @@ fn info_reports_counts_and_totals_in_both_protocols() {
     assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("b"));
     assert_eq!(c.cmd(&["NACK", "one5", "b"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "one5"]), Value::bulk("c"));
-    let i = info(&proxy, "one5");
+    let i = queue_info(&proxy, "one5");
     let want: &[(&str, i64)] = &[
         ("ready", 1),
         ("leased", 1),
@@ -1418,9 +1344,9 @@ fn info_reports_counts_and_totals_in_both_protocols() {
         ("dead-dropped", 0),
     ];
     for (f, n) in want {
-        assert_eq!(as_int(&i[*f]), *n, "{f}: {i:?}");
+        assert_eq!(int(&i[*f]), *n, "{f}: {i:?}");
     }
-    assert!(as_int(&i["oldest-lease-age-ms"]) >= 0);
+    assert!(int(&i["oldest-lease-age-ms"]) >= 0);
     // RESP2: a flat array, as XINFO; RESP3: a map with the same fields.
     let raw2 = c.raw(&["QUEUE", "INFO", "one5"]);
     assert_eq!(raw2[0], b'*');
@@ -1464,30 +1390,27 @@ fn next_pop_acknowledges_the_previous_message_of_the_connection() {
     let mut other = proxy.client();
     w.cmd(&["LPUSH", "np1", "a", "b", "c", "d", "e"]);
     assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("a"));
-    assert_eq!(info_int(&proxy, "np1", "leased"), 1);
+    assert_eq!(queue_info_int(&proxy, "np1", "leased"), 1);
     // Another connection's pop acknowledges nothing of this one's.
     assert_eq!(other.cmd(&["RPOP", "np1"]), Value::bulk("b"));
-    assert_eq!(info_int(&proxy, "np1", "leased"), 2);
+    assert_eq!(queue_info_int(&proxy, "np1", "leased"), 2);
     // The worker pops again: it has finished a.
     assert_eq!(w.cmd(&["RPOP", "np1"]), Value::bulk("c"));
-    let i = info(&proxy, "np1");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (2, 1), "{i:?}");
-    let held: Vec<String> = leases(&proxy, "np1")
+    let i = queue_info(&proxy, "np1");
+    assert_eq!((int(&i["leased"]), int(&i["acks"])), (2, 1), "{i:?}");
+    let held: Vec<String> = queue_leases(&proxy, "np1")
         .iter()
         .map(|l| as_str(&l["payload"]))
         .collect();
     assert!(held.contains(&"b".to_string()) && held.contains(&"c".to_string()));
     // A pop with COUNT: all of them are acknowledged by the next pop, also
     // one that finds nothing.
-    assert_eq!(
-        w.cmd(&["RPOP", "np1", "5"]),
-        Value::Array(vec![Value::bulk("d"), Value::bulk("e")])
-    );
-    assert_eq!(info_int(&proxy, "np1", "leased"), 3);
+    assert_eq!(w.cmd(&["RPOP", "np1", "5"]), Value::bulks(&["d", "e"]));
+    assert_eq!(queue_info_int(&proxy, "np1", "leased"), 3);
     assert_eq!(w.cmd(&["RPOP", "np1"]), Value::Nil);
     assert_eq!(other.cmd(&["RPOP", "np1"]), Value::Nil);
-    let i = info(&proxy, "np1");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 5), "{i:?}");
+    let i = queue_info(&proxy, "np1");
+    assert_eq!((int(&i["leased"]), int(&i["acks"])), (0, 5), "{i:?}");
     // Explicit ACKs still work; nothing is left.
     let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
         panic!("KEYS")
@@ -1500,21 +1423,15 @@ fn next_pop_through_a_parked_blocking_pop() {
     let (_redis, proxy, metrics) = start_with_metrics(CONFIG);
     let mut w = proxy.client();
     w.cmd(&["LPUSH", "np2", "a"]);
-    assert_eq!(
-        w.cmd(&["BRPOP", "np2", "0"]),
-        Value::Array(vec![Value::bulk("np2"), Value::bulk("a")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "np2", "0"]), Value::bulks(&["np2", "a"]));
     // Waiting for the next job means a is done, before anything arrives.
     w.send(&["BRPOP", "np2", "0"]);
     wait_parked(metrics, 1);
-    let i = info(&proxy, "np2");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 1), "{i:?}");
+    let i = queue_info(&proxy, "np2");
+    assert_eq!((int(&i["leased"]), int(&i["acks"])), (0, 1), "{i:?}");
     proxy.client().cmd(&["LPUSH", "np2", "b"]);
-    assert_eq!(
-        w.read_value(),
-        Value::Array(vec![Value::bulk("np2"), Value::bulk("b")])
-    );
-    assert_eq!(info_int(&proxy, "np2", "leased"), 1);
+    assert_eq!(w.read_value(), Value::bulks(&["np2", "b"]));
+    assert_eq!(queue_info_int(&proxy, "np2", "leased"), 1);
 }
 
 #[test]
@@ -1530,7 +1447,7 @@ fn a_pipelined_or_transacted_pop_is_not_a_next_pop() {
     assert_eq!(w.read_value(), Value::bulk("a"));
     assert_eq!(w.read_value(), Value::bulk("b"));
     assert_eq!(
-        info_int(&proxy, "np8", "acks"),
+        queue_info_int(&proxy, "np8", "acks"),
         0,
         "a pipelined pop acked a"
     );
@@ -1538,16 +1455,17 @@ fn a_pipelined_or_transacted_pop_is_not_a_next_pop() {
     assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
     w.cmd(&["RPOP", "np8"]);
     w.cmd(&["RPOP", "np8"]);
-    assert_eq!(
-        w.cmd(&["EXEC"]),
-        Value::Array(vec![Value::bulk("c"), Value::bulk("d")])
-    );
+    assert_eq!(w.cmd(&["EXEC"]), Value::bulks(&["c", "d"]));
     // Its first pop finished what the worker had before (a and b), the
     // second left c alone.
-    assert_eq!(info_int(&proxy, "np8", "acks"), 2, "a pop in MULTI acked c");
+    assert_eq!(
+        queue_info_int(&proxy, "np8", "acks"),
+        2,
+        "a pop in MULTI acked c"
+    );
     // A pop sent after the replies: the worker is done with c and d.
     assert_eq!(w.cmd(&["RPOP", "np8"]), Value::bulk("e"));
-    assert_eq!(info_int(&proxy, "np8", "acks"), 4);
+    assert_eq!(queue_info_int(&proxy, "np8", "acks"), 4);
 }
 
 #[test]
@@ -1565,9 +1483,9 @@ fn next_pop_acknowledges_when_it_parks_behind_other_waiting_workers() {
     busy.send(&["BRPOP", "np7", "0"]);
     wait_parked(metrics, 2);
     eventually("b acknowledged", || {
-        (info_int(&proxy, "np7", "acks") == 1).then_some(())
+        (queue_info_int(&proxy, "np7", "acks") == 1).then_some(())
     });
-    assert_eq!(info_int(&proxy, "np7", "leased"), 0);
+    assert_eq!(queue_info_int(&proxy, "np7", "leased"), 0);
 }
 
 #[test]
@@ -1577,8 +1495,8 @@ fn a_next_pop_blocking_pop_that_times_out_has_acknowledged() {
     w.cmd(&["LPUSH", "np6", "a"]);
     assert_eq!(w.cmd(&["RPOP", "np6"]), Value::bulk("a"));
     assert_eq!(w.cmd(&["BRPOP", "np6", "0.1"]), Value::Nil);
-    let i = info(&proxy, "np6");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (0, 1), "{i:?}");
+    let i = queue_info(&proxy, "np6");
+    assert_eq!((int(&i["leased"]), int(&i["acks"])), (0, 1), "{i:?}");
 }
 
 #[test]
@@ -1591,9 +1509,9 @@ fn a_killed_next_pop_worker_gets_its_message_redelivered() {
     drop(w);
     let mut w2 = proxy.client();
     assert_eq!(pop_eventually(&mut w2, "np3"), "job");
-    let l = &leases(&proxy, "np3")[0];
-    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
-    assert_eq!(info_int(&proxy, "np3", "acks"), 0);
+    let l = &queue_leases(&proxy, "np3")[0];
+    assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
+    assert_eq!(queue_info_int(&proxy, "np3", "acks"), 0);
 }
 
 #[test]
@@ -1604,16 +1522,16 @@ fn a_late_next_pop_calls_back_the_redelivery_as_a_late_ack_would() {
     assert_eq!(w.cmd(&["RPOP", "np5"]), Value::bulk("slow"));
     // The worker is slower than its lease (1.5 s): the message is back.
     eventually("the expiry", || {
-        let i = info(&proxy, "np5");
-        (as_int(&i["expiries"]) == 1 && as_int(&i["ready"]) == 1).then_some(())
+        let i = queue_info(&proxy, "np5");
+        (int(&i["expiries"]) == 1 && int(&i["ready"]) == 1).then_some(())
     });
     // It finishes and pops again, before anyone took the copy: that pop
     // acknowledges late, and the copy is gone.
     assert_eq!(w.cmd(&["RPOP", "np5"]), Value::Nil);
-    let i = info(&proxy, "np5");
+    let i = queue_info(&proxy, "np5");
     let got: Vec<i64> = ["ready", "leased", "late-acks", "acks"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![0, 0, 1, 0], "{i:?}");
     let Value::Array(left) = redis.client().cmd(&["KEYS", "*"]) else {
@@ -1626,8 +1544,8 @@ fn a_late_next_pop_calls_back_the_redelivery_as_a_late_ack_would() {
     let mut other = proxy.client();
     assert_eq!(pop_eventually(&mut other, "np5"), "slow2");
     assert_eq!(w.cmd(&["RPOP", "np5"]), Value::Nil);
-    assert_eq!(info_int(&proxy, "np5", "leased"), 1);
-    assert_eq!(info_int(&proxy, "np5", "late-acks"), 1);
+    assert_eq!(queue_info_int(&proxy, "np5", "leased"), 1);
+    assert_eq!(queue_info_int(&proxy, "np5", "late-acks"), 1);
 }
 
 /// What next-pop does to a client that shares one connection among jobs
@@ -1644,13 +1562,13 @@ fn next_pop_with_a_pooled_connection_acknowledges_too_early() {
     // Worker 2 borrows the same connection for its pop.
     assert_eq!(pooled.cmd(&["RPOP", "np4"]), Value::bulk("job2"));
     // job1 counts as done, although worker 1 is still on it.
-    let i = info(&proxy, "np4");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["acks"])), (1, 1));
+    let i = queue_info(&proxy, "np4");
+    assert_eq!((int(&i["leased"]), int(&i["acks"])), (1, 1));
     // Worker 1 crashes, worker 2 too: only job2 comes back (lease 1.5 s).
     let mut rescue = proxy.client();
     assert_eq!(pop_eventually(&mut rescue, "np4"), "job2");
     assert_eq!(rescue.cmd(&["RPOP", "np4"]), Value::Nil, "job1 is lost");
-    assert_eq!(info_int(&proxy, "np4", "ready"), 0);
+    assert_eq!(queue_info_int(&proxy, "np4", "ready"), 0);
 }
 
 #[test]
@@ -1678,17 +1596,17 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
     });
     // Lease 10 minutes, yet a is back now; so is m, without its copy.
     eventually("a back in rq1", || {
-        (info_int(&proxy, "rq1", "ready") == 1).then_some(())
+        (queue_info_int(&proxy, "rq1", "ready") == 1).then_some(())
     });
     eventually("m back in rq2", || {
-        (info_int(&proxy, "rq2", "ready") == 1).then_some(())
+        (queue_info_int(&proxy, "rq2", "ready") == 1).then_some(())
     });
     let mut direct = redis.client();
     assert_eq!(direct.cmd(&["LLEN", "rq2:doing"]), Value::Int(0));
-    let i = info(&proxy, "rq1");
+    let i = queue_info(&proxy, "rq1");
     let got: Vec<i64> = ["leased", "disconnects", "expiries", "acks"]
         .iter()
-        .map(|f| as_int(&i[*f]))
+        .map(|f| int(&i[*f]))
         .collect();
     assert_eq!(got, vec![0, 1, 0, 1], "{i:?}");
     assert_eq!(
@@ -1696,12 +1614,12 @@ fn requeue_on_disconnect_returns_leases_at_once_and_only_when_on() {
         2.0
     );
     // Without the option the lease stays until it runs out.
-    let i = info(&proxy, "d12");
-    assert_eq!((as_int(&i["leased"]), as_int(&i["ready"])), (1, 0), "{i:?}");
+    let i = queue_info(&proxy, "d12");
+    assert_eq!((int(&i["leased"]), int(&i["ready"])), (1, 0), "{i:?}");
     let mut c = proxy.client();
     assert_eq!(c.cmd(&["RPOP", "rq1"]), Value::bulk("a"));
-    let l = &leases(&proxy, "rq1")[0];
-    assert_eq!((as_int(&l["deliveries"]), as_int(&l["expiries"])), (2, 1));
+    let l = &queue_leases(&proxy, "rq1")[0];
+    assert_eq!((int(&l["deliveries"]), int(&l["expiries"])), (2, 1));
 }
 
 /// An ACK on a rule that tracks connections also drops the lease's entry in
@@ -1743,13 +1661,13 @@ fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
     assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("rejected"));
     assert_eq!(c.cmd(&["NACK", "sh1", "rejected"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::bulk("lost"));
-    let l = leases(&proxy, "sh1");
+    let l = queue_leases(&proxy, "sh1");
     assert_eq!(l.len(), 1);
     assert_eq!(as_str(&l[0]["payload"]), "lost");
     eventually("the expiry", || {
-        (info_int(&proxy, "sh1", "expiries") == 1).then_some(())
+        (queue_info_int(&proxy, "sh1", "expiries") == 1).then_some(())
     });
-    let i = info(&proxy, "sh1");
+    let i = queue_info(&proxy, "sh1");
     let got: Vec<i64> = [
         "ready",
         "leased",
@@ -1762,7 +1680,7 @@ fn shadow_mode_never_redelivers_but_reports_what_it_would_have() {
         "shadow",
     ]
     .iter()
-    .map(|f| as_int(&i[*f]))
+    .map(|f| int(&i[*f]))
     .collect();
     assert_eq!(got, vec![0, 0, 0, 0, 2, 0, 1, 1, 1], "{i:?}");
     assert_eq!(c.cmd(&["RPOP", "sh1"]), Value::Nil);
@@ -1792,7 +1710,7 @@ fn delayed_copies_survive_a_restarted_sequence() {
     direct.cmd(&["DEL", "ackq:{d13}:d13:stats"]);
     c.cmd(&["QUEUE", "PUSH", "d13", "a", "b", "c", "DELAY", "100000"]);
     c.cmd(&["QUEUE", "PUSH", "d13", "a", "DELAY", "100000"]);
-    assert_eq!(info_int(&proxy, "d13", "delayed"), 6);
+    assert_eq!(queue_info_int(&proxy, "d13", "delayed"), 6);
 }
 
 #[test]
@@ -1865,7 +1783,7 @@ done = ["HDEL unacked"]
 "#;
 
 fn leased(p: &Proxy, q: &str) -> i64 {
-    info_int(p, q, "leased")
+    queue_info_int(p, q, "leased")
 }
 
 fn wait_leased(p: &Proxy, q: &str, n: i64) {
@@ -1876,8 +1794,7 @@ fn wait_leased(p: &Proxy, q: &str, n: i64) {
 
 #[test]
 fn a_registry_write_acknowledges_and_an_lrem_at_job_start_does_not() {
-    let redis = Redis::start();
-    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let (_redis, p) = Proxy::with_redis(SIGNALS);
     let mut c = p.client();
     let q = "rq:queue:default";
     c.cmd(&["RPUSH", q, "j1", "j2", "j3"]);
@@ -1932,8 +1849,7 @@ fn a_registry_write_acknowledges_and_an_lrem_at_job_start_does_not() {
 
 #[test]
 fn ids_nested_in_json_are_acknowledged_by_a_result_and_by_a_tag() {
-    let redis = Redis::start();
-    let p = Proxy::start_with_config(redis.port, SIGNALS, &[]);
+    let (_redis, p) = Proxy::with_redis(SIGNALS);
     let mut c = p.client();
     let task = r#"{"body":"e30=","headers":{"lang":"py","id":"5c1f-task"},"properties":{"delivery_tag":"d-1"}}"#;
     c.cmd(&["LPUSH", "celery", task]);

@@ -119,13 +119,6 @@ impl Model {
     }
 }
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
 fn bulks(v: &Value) -> Vec<String> {
     match v {
         Value::Nil => vec![],
@@ -208,8 +201,7 @@ fn run_in_database_3(seed: u64) {
 /// The model in database `db`: the client and the direct connection
 /// select it first.
 fn run_in(seed: u64, db: &str) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, CONFIG, &[]);
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
     let mut c = proxy.client();
     let mut direct = redis.client();
     for conn in [&mut c, &mut direct] {
@@ -1392,8 +1384,7 @@ fn ack_id_to_try(p: &Pool, rng: &mut Rng) -> String {
 }
 
 fn run_outside(seed: u64) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, OUTSIDE, &[]);
+    let (redis, proxy) = Proxy::with_redis(OUTSIDE);
     let mut c = proxy.client();
     let mut d = redis.client();
     let mut rng = Rng(seed | 1);
@@ -1604,8 +1595,7 @@ struct Worker {
 }
 
 fn run_next_pop(seed: u64) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, NEXT_POP, &[]);
+    let (redis, proxy) = Proxy::with_redis(NEXT_POP);
     // Pushes, ACKs, NACKs, expiries and QUEUE INFO go through a connection
     // of their own: none of them is a pop.
     let mut o = proxy.client();
@@ -1854,8 +1844,7 @@ fn origin(body: &str) -> &str {
 }
 
 fn run_shared_dead(seed: u64) {
-    let redis = Redis::start();
-    let proxy = Proxy::start_with_config(redis.port, SHARED_DEAD, &[]);
+    let (redis, proxy) = Proxy::with_redis(SHARED_DEAD);
     let mut c = proxy.client();
     let mut d = redis.client();
     let mut rng = Rng(seed | 1);
@@ -2239,12 +2228,7 @@ struct Reloading {
 
 impl Reloading {
     fn start(redis: &Redis, toml: &str) -> Reloading {
-        let id = free_port();
-        let dir = std::env::temp_dir();
-        let config = dir.join(format!("ackproxy-model-{id}.toml"));
-        let log = dir.join(format!("ackproxy-model-{id}.log"));
-        std::fs::write(&config, toml).unwrap();
-        let proxy = Proxy::start_logged(redis.port, &config, &log);
+        let (proxy, config, log) = Proxy::start_reloadable(redis.port, "ackproxy-model", toml);
         Reloading { proxy, config, log }
     }
 
@@ -2581,7 +2565,7 @@ fn run_reloads(seed: u64) {
                 assert_eq!(d.cmd(&["LPUSH", q, &body]), Value::Int(1));
                 assert_eq!(
                     c2.read_value(),
-                    Value::Array(vec![Value::bulk(q), Value::bulk(&body)]),
+                    Value::bulks(&[q, &body]),
                     "the parked BRPOP {q}"
                 );
                 if rules.rule(q).is_some() {

@@ -7,7 +7,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 
 use crate::common::{
-    field, free_port, metric, read_to_close, wait_until, Client, Proxy, Redis, Value,
+    bulk_strings, field, free_port, int, metric, read_to_close, wait_until, Client, Proxy, Redis,
+    Value,
 };
 
 /// A proxy on its own redis-server, reading a configuration file the test
@@ -26,12 +27,7 @@ impl Setup {
 
     /// The same, on a redis-server started as the test wants.
     fn start_on(redis: Redis, toml: &str) -> Setup {
-        let id = free_port();
-        let dir = std::env::temp_dir();
-        let config = dir.join(format!("ackproxy-reload-{id}.toml"));
-        let log = dir.join(format!("ackproxy-reload-{id}.log"));
-        std::fs::write(&config, toml).unwrap();
-        let proxy = Proxy::start_logged(redis.port, &config, &log);
+        let (proxy, config, log) = Proxy::start_reloadable(redis.port, "ackproxy-reload", toml);
         Setup {
             redis,
             proxy,
@@ -76,13 +72,6 @@ const NOT_RELOADED: &str = "configuration not reloaded from";
 
 fn rule(pattern: &str, lease_ms: u64) -> String {
     format!("[[queue]]\npattern = \"{pattern}\"\nlease_ms = {lease_ms}\n")
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("expected an integer, got {other:?}"),
-    }
 }
 
 fn lease_ms(c: &mut Client, queue: &str) -> i64 {
@@ -160,13 +149,7 @@ fn keys(c: &mut Client) -> Vec<String> {
     let Value::Array(keys) = c.cmd(&["KEYS", "*"]) else {
         panic!("KEYS");
     };
-    let mut names: Vec<String> = keys
-        .into_iter()
-        .map(|k| match k {
-            Value::Bulk(b) => String::from_utf8(b).unwrap(),
-            other => panic!("KEYS: {other:?}"),
-        })
-        .collect();
+    let mut names = bulk_strings(&keys, "KEYS");
     names.sort();
     names
 }
@@ -205,10 +188,7 @@ fn parked_across_removal(after: &str) {
     s.reload(&(metrics + after), RELOADED);
     let mut direct = s.redis.client();
     assert_eq!(direct.cmd(&["LPUSH", "gone", "m"]), Value::Int(1));
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("gone"), Value::bulk("m")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["gone", "m"]));
     assert_eq!(keys(&mut direct), Vec::<String>::new());
     // Nothing leased: an ACK finds nothing, and nothing comes back.
     assert_eq!(c.cmd(&["ACK", "gone", "m"]), Value::Int(0));
@@ -238,7 +218,7 @@ fn leases_across_removal(after: &str) {
     // The other one runs out and is handed back by the reaper.
     let mut direct = s.redis.client();
     wait_until("m2 back in the list", || {
-        direct.cmd(&["LRANGE", "gone", "0", "-1"]) == Value::Array(vec![Value::bulk("m2")])
+        direct.cmd(&["LRANGE", "gone", "0", "-1"]) == Value::bulks(&["m2"])
     });
     assert_eq!(lease_tokens(&mut direct, "gone"), Vec::<String>::new());
     // From the list it is now plain, popped without a lease.
@@ -344,7 +324,7 @@ fn the_first_rule_can_come_by_reload() {
     // Without rules the proxy leaves Redis's settings alone.
     assert_eq!(
         direct.cmd(&["CONFIG", "GET", "notify-keyspace-events"]),
-        Value::Array(vec![Value::bulk("notify-keyspace-events"), Value::bulk("")])
+        Value::bulks(&["notify-keyspace-events", ""])
     );
     // ... and its functions: the shared connection (open since the
     // commands above) loaded no library.
@@ -368,10 +348,7 @@ fn the_first_rule_can_come_by_reload() {
         metric(ops, "ackproxy_parked_clients") == 1.0
     });
     assert_eq!(s.client().cmd(&["LPUSH", "q", "m2"]), Value::Int(1));
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("q"), Value::bulk("m2")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["q", "m2"]));
     assert_eq!(c.cmd(&["ACK", "q", "m2"]), Value::Int(1));
     assert_eq!(metric(ops, "ackproxy_pops_total{rule=\"q\"}"), 2.0);
     // The web view's listing follows the rules in force.

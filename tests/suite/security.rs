@@ -81,18 +81,14 @@ fn connections_of(r: &Redis, user: &str) -> usize {
 /// Waits until Redis has `want` connections of `user` (connections the
 /// proxy closes go away in Redis a little later).
 fn settles(r: &Redis, user: &str, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
         let n = connections_of(r, user);
         if n == want {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{n} connections of {user}, not {want}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{n} connections of {user}, not {want}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 }
 
 fn admin(r: &Redis) -> Client {
@@ -748,8 +744,7 @@ fn eventually(c: &mut Client, cmd: &[&str], want: Value) {
 #[test]
 fn config_set_requirepass_through_the_proxy() {
     // Redis needs no login at first: clients use the shared connection.
-    let r = Redis::start();
-    let p = Proxy::start_with_config(r.port, QUEUE_CONFIG, &[]);
+    let (r, p) = Proxy::with_redis(QUEUE_CONFIG);
     let mut c = p.client();
     assert_eq!(c.raw(&["LPUSH", "jobs", "m1", "m2"]), b":2\r\n");
     assert_eq!(
@@ -830,8 +825,7 @@ fn dryruns(admin: &mut Client) -> i64 {
 
 #[test]
 fn no_checks_when_redis_needs_no_login() {
-    let r = Redis::start();
-    let p = Proxy::start_with_config(r.port, QUEUE_CONFIG, &[]);
+    let (r, p) = Proxy::with_redis(QUEUE_CONFIG);
     let mut c = p.client();
     c.cmd(&["LPUSH", "jobs", "m1"]);
     assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk("m1"));
@@ -931,16 +925,10 @@ fn a_pooled_clients_queue_operations_run_in_order() {
     assert_eq!(w.read_value(), Value::Int(2));
     assert_eq!(w.read_value(), Value::bulk("a"));
     assert_eq!(w.read_value(), Value::Int(2));
-    assert_eq!(
-        w.read_value(),
-        Value::Array(vec![Value::bulk("c"), Value::bulk("b")])
-    );
+    assert_eq!(w.read_value(), Value::bulks(&["c", "b"]));
     assert_eq!(w.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
     // Blocking and transactions on the client's own connection, as the user.
-    assert_eq!(
-        w.cmd(&["BRPOP", "jobs", "0"]),
-        Value::Array(vec![Value::bulk("jobs"), Value::bulk("b")])
-    );
+    assert_eq!(w.cmd(&["BRPOP", "jobs", "0"]), Value::bulks(&["jobs", "b"]));
     assert_eq!(w.cmd(&["MULTI"]), Value::Simple("OK".into()));
     assert_eq!(
         w.cmd(&["LRANGE", "jobs", "0", "-1"]),
@@ -1072,7 +1060,7 @@ fn clients_of_a_lost_user_connection_are_disconnected() {
     }
     assert_eq!(
         other.cmd(&["LRANGE", "jobs", "0", "-1"]),
-        Value::Array(vec![Value::bulk("m")])
+        Value::bulks(&["m"])
     );
     let mut again = p.client();
     assert_eq!(again.raw(&["AUTH", "restricted", "rpass"]), b"+OK\r\n");
@@ -1110,10 +1098,7 @@ fn user_connections_are_bounded() {
     loop {
         let mut c = p.client();
         assert_eq!(c.raw(&["AUTH", "worker", "wpass"]), b"+OK\r\n");
-        assert_eq!(
-            c.cmd(&["LRANGE", "jobs", "0", "-1"]),
-            Value::Array(vec![Value::bulk("a")])
-        );
+        assert_eq!(c.cmd(&["LRANGE", "jobs", "0", "-1"]), Value::bulks(&["a"]));
         clients.push(c);
         if connections_of(&r, "restricted") == 0 {
             break;

@@ -337,10 +337,7 @@ fn a_blocking_pop_parked_across_a_failover_gets_the_next_push() {
     });
     assert_eq!(c.cmd(&["LPUSH", "jobs", "after"]), Value::Int(1));
     // Still parked, not failed while the primary was gone.
-    assert_eq!(
-        parked.read_value(),
-        Value::Array(vec![Value::bulk("jobs"), Value::bulk("after")])
-    );
+    assert_eq!(parked.read_value(), Value::bulks(&["jobs", "after"]));
     assert_eq!(parked.cmd(&["ACK", "jobs", "after"]), Value::Int(1));
 }
 

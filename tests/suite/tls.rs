@@ -433,7 +433,7 @@ fn upstream_redis_speaking_only_tls() {
     // the shared one (the pop and its ACK).
     assert_eq!(c.cmd(&["MULTI"]), Value::Simple("OK".into()));
     assert_eq!(c.cmd(&["GET", "k"]), Value::Simple("QUEUED".into()));
-    assert_eq!(c.cmd(&["EXEC"]), Value::Array(vec![Value::bulk("v")]));
+    assert_eq!(c.cmd(&["EXEC"]), Value::bulks(&["v"]));
     assert_eq!(c.cmd(&["LPUSH", "q1", "a"]), Value::Int(1));
     assert_eq!(c.cmd(&["RPOP", "q1"]), Value::bulk("a"));
     assert_eq!(c.cmd(&["ACK", "q1", "a"]), Value::Int(1));
@@ -460,10 +460,7 @@ fn upstream_redis_speaking_only_tls() {
     let pushed_at = Instant::now();
     let pushed = redis_cli(&pki, redis.port, None, &["LPUSH", "q2", "woken"]);
     assert_eq!(cli_out(&pushed), "1");
-    assert_eq!(
-        c.read_value(),
-        Value::Array(vec![Value::bulk("q2"), Value::bulk("woken")])
-    );
+    assert_eq!(c.read_value(), Value::bulks(&["q2", "woken"]));
     // By the event, not by the once-a-second recheck of parked pops.
     let took = pushed_at.elapsed();
     assert!(took < Duration::from_millis(500), "woken after {took:?}");
@@ -814,25 +811,7 @@ fn idle_clients_cost_little() {
 
     let (proxy, _) = start();
     let before = rss_kb(proxy.pid());
-    let mut plain = Vec::new();
-    for i in 0..3000 {
-        match std::net::TcpStream::connect(("127.0.0.1", proxy.port)) {
-            Ok(s) => plain.push(s),
-            Err(e) => {
-                println!("stopped at {i} connections: {e} (raise ulimit -n)");
-                break;
-            }
-        }
-    }
-    assert!(plain.len() >= 500, "only {} connections", plain.len());
-    for s in plain.iter_mut() {
-        s.write_all(b"PING\r\n").unwrap();
-    }
-    for s in plain.iter_mut() {
-        let mut buf = [0u8; 7];
-        s.read_exact(&mut buf).unwrap();
-        assert_eq!(&buf, b"+PONG\r\n");
-    }
+    let plain = open_pinged(proxy.port, 3000, 500, None);
     let plain_kb = per_client(&proxy, plain.len(), before);
     println!("{plain_kb:.1} kB per idle plain client");
     assert!(plain_kb < 7.5, "{plain_kb:.1} kB per idle plain client");

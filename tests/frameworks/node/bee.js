@@ -54,20 +54,4 @@ async function worker(url, variant) {
   jobkit.log('bee', `worker (${variant}) on ${url}, concurrency ${CONCURRENCY}`);
 }
 
-function main() {
-  const [cmd, ...args] = process.argv.slice(2);
-  let done;
-  if (cmd === 'enqueue' && args.length === 4) {
-    done = enqueue(args[0], Number(args[1]), Number(args[2]), args[3]).then(() => process.exit(0));
-  } else if (cmd === 'worker' && args.length === 2 && ['checker', 'nochecker'].includes(args[1])) {
-    done = worker(args[0], args[1]);
-  } else {
-    jobkit.usage('bee.js', ['enqueue URL N SEED WORKDIR', 'worker URL checker|nochecker']);
-  }
-  done.catch((err) => {
-    jobkit.log('bee', `${cmd} failed: ${err.stack || err}`);
-    process.exit(1);
-  });
-}
-
-main();
+jobkit.main('bee.js', { enqueue, worker, variants: ['checker', 'nochecker'] });

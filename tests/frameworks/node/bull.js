@@ -44,20 +44,4 @@ async function worker(url) {
   jobkit.log('bull', `worker on ${url}, concurrency ${CONCURRENCY}`);
 }
 
-function main() {
-  const [cmd, ...args] = process.argv.slice(2);
-  let done;
-  if (cmd === 'enqueue' && args.length === 4) {
-    done = enqueue(args[0], Number(args[1]), Number(args[2]), args[3]).then(() => process.exit(0));
-  } else if (cmd === 'worker' && args.length === 1) {
-    done = worker(args[0]);
-  } else {
-    jobkit.usage('bull.js', ['enqueue URL N SEED WORKDIR', 'worker URL']);
-  }
-  done.catch((err) => {
-    jobkit.log('bull', `${cmd} failed: ${err.stack || err}`);
-    process.exit(1);
-  });
-}
-
-main();
+jobkit.main('bull.js', { enqueue, worker });

@@ -47,4 +47,24 @@ function log(what, msg) {
   process.stderr.write(`${what}[${process.pid}]: ${msg}\n`);
 }
 
-module.exports = { durationMs, mark, runJob, jobData, usage, log };
+// The command line of a framework's script: `enqueue URL N SEED WORKDIR`,
+// or `worker URL`, followed by one of `variants` when it has any. A failure
+// is logged under the script's name and exits 1.
+function main(script, { enqueue, worker, variants }) {
+  const [cmd, ...args] = process.argv.slice(2);
+  const workerArgs = variants ? 2 : 1;
+  let done;
+  if (cmd === 'enqueue' && args.length === 4) {
+    done = enqueue(args[0], Number(args[1]), Number(args[2]), args[3]).then(() => process.exit(0));
+  } else if (cmd === 'worker' && args.length === workerArgs && (!variants || variants.includes(args[1]))) {
+    done = worker(...args);
+  } else {
+    usage(script, ['enqueue URL N SEED WORKDIR', variants ? `worker URL ${variants.join('|')}` : 'worker URL']);
+  }
+  done.catch((err) => {
+    log(script.replace(/\.js$/, ''), `${cmd} failed: ${err.stack || err}`);
+    process.exit(1);
+  });
+}
+
+module.exports = { durationMs, mark, runJob, jobData, usage, log, main };
