@@ -135,8 +135,12 @@ fn compare(
         let plain_redis = Redis::start();
         let plain = killtest(framework, plain_redis.port, jobs, 10);
         eprintln!("{framework}: plain Redis {plain:?}\n{}", plain.log);
+        // Plain Redis loses each killed worker's prefetched jobs, so the
+        // queue can run dry before the last kills (Celery with prefetch 4
+        // had 6 or 7 of 10 kills land mid-job): one is enough to show the
+        // loss the proxy prevents.
         assert!(
-            plain.kills_mid_job >= 8,
+            plain.kills_mid_job >= 1,
             "{framework}: kills mid-job: {plain:?}"
         );
         assert!(
