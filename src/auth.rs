@@ -559,8 +559,14 @@ mod tests {
         assert!(!p.matches(b""));
     }
 
-    fn frame(words: &[&[u8]]) -> Bytes {
-        Bytes::from(encode_command(words))
+    /// The request of the space-separated `words`, `?` standing for
+    /// [`NO_SUCH_USER`].
+    fn frame(words: &str) -> Bytes {
+        let words: Vec<&[u8]> = words
+            .split(' ')
+            .map(|w| if w == "?" { NO_SUCH_USER } else { w.as_bytes() })
+            .collect();
+        Bytes::from(encode_command(&words))
     }
 
     #[test]
@@ -569,11 +575,11 @@ mod tests {
         let judge = |w: &[&str], anonymous: bool| with_args(w, |a| proxy_login(a, &p, anonymous));
         assert_eq!(
             judge(&["AUTH", "secret"], true),
-            ProxyLogin::Rewritten(frame(&[b"AUTH", b"default", b"secret"]))
+            ProxyLogin::Rewritten(frame("AUTH default secret"))
         );
         assert_eq!(
             judge(&["AUTH", "nope"], true),
-            ProxyLogin::Rewritten(frame(&[b"AUTH", NO_SUCH_USER, b"nope"]))
+            ProxyLogin::Rewritten(frame("AUTH ? nope"))
         );
         assert_eq!(
             judge(&["AUTH", "default", "secret"], true),
@@ -588,16 +594,7 @@ mod tests {
                 &["HELLO", "3", "SETNAME", "n", "AUTH", "default", "x", "BAD"],
                 true
             ),
-            ProxyLogin::Rewritten(frame(&[
-                b"HELLO",
-                b"3",
-                b"SETNAME",
-                b"n",
-                b"AUTH",
-                NO_SUCH_USER,
-                b"x",
-                b"BAD"
-            ]))
+            ProxyLogin::Rewritten(frame("HELLO 3 SETNAME n AUTH ? x BAD"))
         );
         assert_eq!(
             judge(&["HELLO", "3", "AUTH", "default", "secret"], true),
@@ -605,15 +602,7 @@ mod tests {
         );
         assert_eq!(
             judge(&["HELLO", "3", "SETNAME", "n"], true),
-            ProxyLogin::WithoutLogin(frame(&[
-                b"HELLO",
-                b"3",
-                b"SETNAME",
-                b"n",
-                b"AUTH",
-                NO_SUCH_USER,
-                b"-"
-            ]))
+            ProxyLogin::WithoutLogin(frame("HELLO 3 SETNAME n AUTH ? -"))
         );
         assert_eq!(
             judge(&["HELLO", "3", "SETNAME", "n"], false),

@@ -59,14 +59,9 @@ pub trait Conn {
     /// Has Redis discard the client's open transaction at EXEC, as after a
     /// command it refused while queuing.
     async fn abort_transaction(&mut self);
-    /// Sends `request`, the rewrite of a request of `kind`, to `place`.
-    async fn send(
-        &mut self,
-        kind: Kind,
-        request: Bytes,
-        transform: Box<dyn ReplyTransform>,
-        place: Place,
-    );
+    /// Sends `call`, the rewrite of a request of `kind`, to the connection
+    /// `to` names; its reply goes through `reply`.
+    async fn send(&mut self, kind: Kind, call: Bytes, reply: Box<dyn ReplyTransform>, to: Place);
     /// A caller on the shared connection of the client's database, once
     /// everything the client sent before has run.
     async fn caller(&mut self) -> Caller;

@@ -149,28 +149,17 @@ fn proxy_named(args: Args<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::proxy_named;
-    use crate::command::Args;
-
-    fn named(words: &[&str]) -> bool {
-        let mut frame = Vec::new();
-        let mut ranges = Vec::new();
-        for w in words {
-            let at = frame.len();
-            frame.extend_from_slice(w.as_bytes());
-            ranges.push(at..frame.len());
-        }
-        proxy_named(Args::new(&frame, &ranges))
-    }
+    use crate::command::with_words;
 
     #[test]
     fn the_names_the_proxy_may_answer_pass_the_first_look() {
         for name in [
             "CLIENT", "client", "CLUSTER", "COMMAND", "Config", "FUNCTION", "info",
         ] {
-            assert!(named(&[name, "X"]), "{name}");
+            assert!(with_words(&[name, "X"], proxy_named), "{name}");
         }
         for name in ["GET", "SET", "LPUSH", "EVALSHA", "FCALL", "HSET", ""] {
-            assert!(!named(&[name, "X"]), "{name}");
+            assert!(!with_words(&[name, "X"], proxy_named), "{name}");
         }
     }
 }

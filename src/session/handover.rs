@@ -22,29 +22,22 @@ impl Conn for Session {
         self.fail_transaction().await;
     }
 
-    async fn send(
-        &mut self,
-        kind: Kind,
-        request: Bytes,
-        transform: Box<dyn ReplyTransform>,
-        place: Place,
-    ) {
+    async fn send(&mut self, kind: Kind, call: Bytes, reply: Box<dyn ReplyTransform>, to: Place) {
         let none = Args::new(&[], &[]);
-        match place {
+        match to {
             Place::Transaction => {
-                self.send_dedicated(kind, none, &request, Some(transform), None)
+                self.send_dedicated(kind, none, &call, Some(reply), None)
                     .await;
             }
             // (A client in a stateful mode cannot have it run on its own
             // connection, which may be in another database or protocol.)
             Place::Alone => {
                 if self.switch_to_dedicated().await {
-                    let expect = Some(Expect::Transformed(transform));
-                    self.send_dedicated(kind, none, &request, None, expect)
-                        .await;
+                    let expect = Some(Expect::Transformed(reply));
+                    self.send_dedicated(kind, none, &call, None, expect).await;
                 }
             }
-            Place::Shared => self.send_queue_shared(request, transform).await,
+            Place::Shared => self.send_queue_shared(call, reply).await,
         }
     }
 

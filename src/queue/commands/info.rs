@@ -13,6 +13,13 @@ use crate::queue::library::value::Value;
 use crate::queue::rules::Queue;
 use crate::queue::Intercept;
 
+/// Twice the p99: a job slower than all but 1 % of the recent ones still
+/// finishes before its lease ends, with room for a slower worker or a
+/// pause, while a dead worker's message is back within about two jobs' time.
+const LEASE_SAFETY: u64 = 2;
+/// Fewer acknowledgements say too little about the slow end.
+const MIN_ACKS_FOR_SUGGESTION: usize = 10;
+
 /// QUEUE INFO queue
 pub(super) fn info(sub: Sub<'_>) -> Intercept {
     let Sub { q, how, .. } = sub;
@@ -97,13 +104,6 @@ fn suggested_lease_ms(pattern: &str) -> i64 {
         _ => -1,
     }
 }
-
-/// Twice the p99: a job slower than all but 1 % of the recent ones still
-/// finishes before its lease ends, with room for a slower worker or a
-/// pause, while a dead worker's message is back within about two jobs' time.
-const LEASE_SAFETY: u64 = 2;
-/// Fewer acknowledgements say too little about the slow end.
-const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 
 /// What QUEUE INFO and the gauges show.
 pub struct QueueInfo {
