@@ -455,8 +455,16 @@ impl Rules {
         self.set.read().unwrap().signals.of(args)
     }
 
+    /// Whether a rule in force matches `key`. A key resolved before is
+    /// found in the cache [`Rules::resolve`] reads next, so a queue request
+    /// matches its keys against the rules' patterns once, not once to be
+    /// recognised and again to be served.
     pub fn is_queue(&self, key: &[u8]) -> bool {
-        !self.is_empty() && self.set.read().unwrap().rule_for(key).is_some()
+        if self.is_empty() {
+            return false;
+        }
+        self.resolved.read().unwrap().get(key).is_some()
+            || self.set.read().unwrap().rule_for(key).is_some()
     }
 
     pub fn resolve(&self, key: &[u8]) -> Option<Arc<Queue>> {
