@@ -760,6 +760,125 @@ fn acked_message_is_gone_without_aux_keys() {
     );
 }
 
+/// The commands Redis ran while `f` did, as `MONITOR` shows them: the name
+/// in upper case, and a function's name after `FCALL`.
+fn commands_run(redis: &Redis, f: impl FnOnce()) -> Vec<String> {
+    let mut monitor = redis.client();
+    assert_eq!(monitor.cmd(&["MONITOR"]), Value::Simple("OK".into()));
+    f();
+    redis.client().cmd(&["ECHO", "commands-run-end"]);
+    let mut out = Vec::new();
+    loop {
+        let Value::Simple(line) = monitor.read_value() else {
+            panic!("MONITOR");
+        };
+        if line.contains("commands-run-end") {
+            return out;
+        }
+        let Some(at) = line.find("] \"") else {
+            continue;
+        };
+        let args: Vec<&str> = line[at + 3..].split("\" \"").collect();
+        let name = args[0].trim_end_matches('"').to_uppercase();
+        match (name.as_str(), args.get(1)) {
+            ("FCALL", Some(f)) => out.push(format!("FCALL {}", f.trim_end_matches('"'))),
+            _ => out.push(name),
+        }
+    }
+}
+
+fn acked_by_library(ran: &[String]) -> bool {
+    ran.iter().any(|c| c.starts_with("FCALL ackq_ack_"))
+}
+
+#[test]
+fn an_ack_of_a_lease_handed_out_here_is_two_commands_in_redis() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let (a, b) = (r#"{"id":"a","n":1}"#, r#"{"id":"b","n":2}"#);
+    c.cmd(&["LPUSH", "jobs", a, b]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(a));
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
+    });
+    assert!(!acked_by_library(&ran), "{ran:?}");
+    for cmd in ["ZREM", "HDEL"] {
+        assert!(ran.iter().any(|c| c == cmd), "{cmd} in {ran:?}");
+    }
+    assert!(ran.iter().any(|c| c == "EVALSHA" || c == "EVAL"), "{ran:?}");
+    // An id released already goes to the library, which knows it is none.
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(0));
+    });
+    assert!(acked_by_library(&ran), "{ran:?}");
+    // A Redis that lost the script is given its text again.
+    assert_eq!(
+        redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(b));
+    assert_eq!(c.cmd(&["ACK", "jobs", "b"]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jobs", "acks"), 2);
+    assert_eq!(info_int(&proxy, "jobs", "leased"), 0);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn an_ack_through_another_proxy_or_of_a_redelivery_releases_the_lease() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let other = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (mut c, mut o) = (proxy.client(), other.client());
+    c.cmd(&["LPUSH", "q", "m1", "m2"]);
+    // Popped here, acknowledged there: the library's way.
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
+    let ran = commands_run(&redis, || {
+        assert_eq!(o.cmd(&["ACK", "q", "m1"]), Value::Int(1));
+    });
+    assert!(acked_by_library(&ran), "{ran:?}");
+    // Redelivered after its lease ran out: its record is the long form,
+    // and the short way still ends every trace of it.
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m2"));
+    thread::sleep(EXPIRE_WAIT);
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m2"));
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "q", "m2"]), Value::Int(1));
+    });
+    assert!(!acked_by_library(&ran), "{ran:?}");
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
+    thread::sleep(EXPIRE_WAIT);
+    assert_eq!(
+        c.cmd(&["RPOP", "q"]),
+        Value::Nil,
+        "an acked message came back"
+    );
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn acks_made_the_short_way_reach_the_totals_in_batches() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let n = 250;
+    for i in 0..n {
+        let m = format!("t{i}");
+        c.cmd(&["LPUSH", "qt", &m]);
+        assert_eq!(c.cmd(&["RPOP", "qt"]), Value::bulk(&m));
+        assert_eq!(c.cmd(&["ACK", "qt", &m]), Value::Int(1));
+    }
+    // Exact through the proxy that made them; in Redis, all but the last
+    // batch (written with an ACK at most 100 ACKs or a second later).
+    assert_eq!(info_int(&proxy, "qt", "acks"), n);
+    let written = as_int(&redis.client().cmd(&["HGET", "ackq:{qt}:qt:stats", "acks"]));
+    assert!((n - 100..=n).contains(&written), "written: {written}");
+    thread::sleep(Duration::from_millis(1100));
+    c.cmd(&["LPUSH", "qt", "last"]);
+    assert_eq!(c.cmd(&["RPOP", "qt"]), Value::bulk("last"));
+    assert_eq!(c.cmd(&["ACK", "qt", "last"]), Value::Int(1));
+    let written = as_int(&redis.client().cmd(&["HGET", "ackq:{qt}:qt:stats", "acks"]));
+    assert_eq!(written, n, "a second later every earlier ACK is written");
+    assert_eq!(info_int(&proxy, "qt", "acks"), n + 1);
+}
+
 #[test]
 fn dead_letter_after_max_deliveries() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
