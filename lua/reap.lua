@@ -2,9 +2,7 @@
 -- messages into it, in a bounded batch.
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
--- ARGV: the queue's rule (RULE_SIZE values), then the batch size, then,
--- if any, the ACKs the calling proxy made with scripts/release.lua that
--- the stats hash does not count yet (they were counted as events there).
+-- ARGV: the queue's rule (RULE_SIZE values), then the batch size.
 -- Due delayed messages (at most batch) enter the list; expired plain leases
 -- (at most batch) go back to the list or to the dead-letter list; up to
 -- POISON_REAP entries of the poison index are checked (see poison_ids). Expired
@@ -23,11 +21,6 @@ register('reap', function(KEYS, ARGV)
   local batch = tonumber(ARGV[RULE_SIZE + 1])
   local now = now_ms()
   write_pending(k)
-  local acks = ARGV[RULE_SIZE + 2]
-  if acks then
-    redis.call('HINCRBY', k.stats, 'acks', acks)
-    touch(k.stats)
-  end
   local promoted = promote_and_mark(k, r, now, batch)
   local requeued, dead = requeue_expired(k, r, now, batch)
   -- Poison entries whose messages went (acknowledged, say) leave the index

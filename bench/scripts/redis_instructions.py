@@ -5,13 +5,11 @@ on a redis-server run under valgrind's callgrind, which counts
 instructions rather than time, so the figures repeat whatever else the
 machine is doing.
 
-The calls are the ones ackproxy itself sends: a real proxy (ACKPROXY_BIN,
+The FCALLs are the ones ackproxy itself sends: a real proxy (ACKPROXY_BIN,
 default target/release/ackproxy) is started on a plain redis-server with
 a `json:id` rule, one message is popped and acknowledged through it while
-MONITOR records the calls (the pop's FCALL; the ACK's FCALL, or the
-release script's EVALSHA for a lease the proxy handed out itself), its
-function library is copied with FUNCTION DUMP / RESTORE and the release
-script loaded with SCRIPT LOAD. Then, for each side on a fresh callgrind Redis:
+MONITOR records the calls, and its function library is copied with
+FUNCTION DUMP / RESTORE. Then, for each side on a fresh callgrind Redis:
 N messages of 128 B `{"id":"<12 digits>","body":"x…"}` are pushed, 100
 pairs warm it up, the counters are zeroed, and the remaining pairs are
 sent pipelined (100 requests per write) from this process.
@@ -137,21 +135,13 @@ def proxy_calls(tmp):
         calls = []
         while len(calls) < 2:
             line = mon.read()
-            if b"[0 lua]" in line:
-                continue
-            body = line[line.index(b"] ") + 2:].decode("latin1")
-            args = [eval('b"' + a + '"') for a in re.findall(r'"((?:[^"\\]|\\.)*)"', body)]
-            name = args[1] if len(args) > 1 else b""
-            # The pop's function, then the ACK: a function of the library,
-            # or the release script (EVALSHA) for a lease this proxy handed out.
-            if not calls and args[0].upper() == b"FCALL" and name.startswith(b"ackq_pop1_"):
-                calls.append(args)
-            elif calls and name.startswith(b"ackq_ack_"):
-                calls.append(args)
-            elif calls and args[0].upper() == b"EVALSHA":
-                # Leases and records, then the id; without the totals an
-                # ACK carries once per 100 ACKs or per second.
-                calls.append([args[0], args[1], b"2", args[3], args[4], args[3 + int(args[2])]])
+            # The pop's function, then the ACK's (the reaper's calls may
+            # come between).
+            want = b"ackq_ack_" if calls else b"ackq_pop1_"
+            if b'"FCALL"' in line.upper() and want in line:
+                body = line[line.index(b"] ") + 2:].decode("latin1")
+                args = re.findall(r'"((?:[^"\\]|\\.)*)"', body)
+                calls.append([eval('b"' + a + '"') for a in args])
         dump = direct.cmd("FUNCTION", "DUMP")
         return calls[0], calls[1], dump
     finally:
@@ -209,8 +199,6 @@ def main():
 
         def ours_setup(c):
             c.cmd("FUNCTION", "RESTORE", dump)
-            with open(os.path.join(HERE, "..", "..", "lua", "scripts", "release.lua"), "rb") as f:
-                c.cmd("SCRIPT", "LOAD", f.read())
             return None
 
         seed, seed_err = instructions(
@@ -223,7 +211,7 @@ def main():
             lambda e, i: ack[:-1] + [i])
     print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
     print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
-    print(f"ackproxy (pop {pop[0].decode()}, ACK {ack[0].decode()}): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
+    print(f"ackproxy functions (FCALL): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
     print(f"ratio ackproxy / seed: {ours / seed:.2f}")
     print(f"pop call: {pop[1].decode()} with {len(pop) - 3} keys+args; ack call: {len(ack) - 3} keys+args")
 

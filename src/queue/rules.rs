@@ -2,7 +2,7 @@
 //! glob (Redis `KEYS` syntax), resolved into a [`Queue`] with its key layout
 //! and the script arguments its rule implies.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -137,10 +137,6 @@ fn msgpack_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// Totals `release.lua` writes in one go (see [`Queue::acks_to_write`]).
-const ACKS_WRITTEN_AT: i64 = 100;
-const ACKS_WRITTEN_EVERY_MS: i64 = 1000;
-
 /// A queue key and everything the scripts need to know about it.
 pub struct Queue {
     pub name: Bytes,
@@ -158,10 +154,6 @@ pub struct Queue {
     /// The key group and the rule as a call's bulk strings, in that order:
     /// the calls of every pop and ACK take them (see `Call::queue_rule`).
     pub encoded: Bytes,
-    /// ACKs `release.lua` made that the stats hash does not count yet (see
-    /// [`Queue::acks_to_write`]), and when they were last written (ms).
-    unwritten_acks: AtomicI64,
-    acks_written_at: AtomicI64,
 }
 
 impl Queue {
@@ -176,51 +168,8 @@ impl Queue {
             args: [encode_rule(rule)],
             pattern: Arc::from(rule.pattern.as_str()),
             encoded: Bytes::new(),
-            unwritten_acks: AtomicI64::new(0),
-            acks_written_at: AtomicI64::new(0),
         }
         .with_encoding()
-    }
-
-    /// One more ACK made by `release.lua` (which writes no total itself:
-    /// one `HINCRBY` per ACK cost Redis a tenth of a pop + ACK pair).
-    pub fn acks_unwritten(&self) {
-        self.unwritten_acks.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The ACKs the next `release.lua` call should add to the stats hash:
-    /// all unwritten ones once there are [`ACKS_WRITTEN_AT`] or the last
-    /// write is [`ACKS_WRITTEN_EVERY_MS`] old. The library batches its own
-    /// totals the same way; a proxy that stops (or a rule reload that
-    /// drops this queue) loses fewer than that many from `QUEUE INFO`.
-    pub fn acks_to_write(&self, now_ms: i64) -> Option<i64> {
-        let n = self.unwritten_acks.load(Ordering::Relaxed);
-        let due = n >= ACKS_WRITTEN_AT
-            || (n > 0
-                && now_ms - self.acks_written_at.load(Ordering::Relaxed) >= ACKS_WRITTEN_EVERY_MS);
-        if !due {
-            return None;
-        }
-        self.acks_written_at.store(now_ms, Ordering::Relaxed);
-        Some(self.unwritten_acks.swap(0, Ordering::Relaxed)).filter(|n| *n > 0)
-    }
-
-    /// Every ACK not written yet, for the reaper's look at the queue to
-    /// write: the last ones of a queue nobody acknowledges any more.
-    pub fn take_unwritten_acks(&self, now_ms: i64) -> i64 {
-        self.acks_written_at.store(now_ms, Ordering::Relaxed);
-        self.unwritten_acks.swap(0, Ordering::Relaxed)
-    }
-
-    /// ACKs taken to write whose call failed: the next one writes them.
-    pub fn unwritten_again(&self, n: i64) {
-        self.unwritten_acks.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// ACKs this proxy made that the stats hash does not count yet, for
-    /// `QUEUE INFO` through it.
-    pub fn unwritten_acks(&self) -> i64 {
-        self.unwritten_acks.load(Ordering::Relaxed)
     }
 
     fn with_encoding(mut self) -> Queue {

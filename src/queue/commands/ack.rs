@@ -11,15 +11,11 @@ use super::{
     changed, in_chunks, int_reply, job_reply, leased_target, rewrite, too_many_ids, IDS_PER_CALL,
 };
 use crate::command::Args;
-use crate::output::{ReplyTransform, Transformed};
 use crate::queue::leases::registry::Registry;
-use crate::queue::leases::{clock, handed};
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError, ScriptReply};
-use crate::queue::library::keys::STATS_TTL_MS;
+use crate::queue::library::call::{Call, CallError};
 use crate::queue::library::op::{int_at, Op};
 use crate::queue::library::value::Value;
-use crate::queue::library::{script, tally};
 use crate::queue::rules::{Queue, Rules};
 use crate::queue::Intercept;
 
@@ -51,12 +47,6 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         return too_many_ids(n);
     }
     let registry = registry.clone();
-    if n == 1 && !one_call && registry.db == 0 && !q.rule.tracks_connections() {
-        let id = args.get(2).unwrap_or_default();
-        if let Some(popped_at) = handed::take(&q.name, id) {
-            return release(q, registry, Bytes::copy_from_slice(id), popped_at);
-        }
-    }
     if n <= IDS_PER_CALL {
         // The ids straight from the request into the call, as slices of
         // it: no list of them first, no copies.
@@ -75,91 +65,6 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         let done = in_chunks(&caller, &ids, IDS_PER_CALL, op, |a| count_acks(&q, &a)).await;
         job_reply(&registry, &q, done)
     }))
-}
-
-/// ACK of one id whose lease this proxy handed out: `release.lua` (see
-/// `library/script.rs`), then the library's `ack` if that found no plain
-/// lease with the id, or if Redis lost the script and the `EVAL` fails too.
-fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) -> Intercept {
-    let k = &q.keys;
-    let (leases, msgs, stats) = (k.get("leases"), k.get("msgs"), k.get("stats"));
-    let carried = q.acks_to_write(clock::redis_now_ms());
-    let (mut n, mut ttl) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (keys, args): (Vec<&[u8]>, Vec<&[u8]>) = match carried {
-        Some(c) => (
-            vec![leases, msgs, stats],
-            vec![
-                &id,
-                n.format(c).as_bytes(),
-                ttl.format(STATS_TTL_MS).as_bytes(),
-            ],
-        ),
-        None => (vec![leases, msgs], vec![&id]),
-    };
-    let script = script::release();
-    Intercept::Rewrite {
-        request: script.evalsha(&keys, &args),
-        transform: Box::new(Release {
-            eval: Some(script.eval(&keys, &args)),
-            q,
-            registry,
-            id,
-            popped_at,
-            then: None,
-        }),
-    }
-}
-
-struct Release {
-    q: Arc<Queue>,
-    registry: Arc<Registry>,
-    id: Bytes,
-    popped_at: i64,
-    /// The request again with the script's text, for a Redis that lost it.
-    eval: Option<Bytes>,
-    /// The library's `ack`, once it took over.
-    then: Option<Box<dyn ReplyTransform>>,
-}
-
-impl ReplyTransform for Release {
-    fn apply(&mut self, reply: Bytes) -> Transformed {
-        if let Some(then) = &mut self.then {
-            return then.apply(reply);
-        }
-        match &reply[..] {
-            b":1\r\n" => {
-                self.q.acks_unwritten();
-                tally::counted(&self.q.pattern, "acks", 1);
-                let acked = Acked {
-                    released: 1,
-                    late: 0,
-                    started: smallvec::smallvec![self.popped_at],
-                };
-                let n = count_acks(&self.q, &acked);
-                changed(&self.registry, &self.q, n);
-                Transformed::Done(int_reply(n))
-            }
-            b":0\r\n" => {
-                let op = ack_op(&self.q, std::iter::once(self.id.clone()));
-                let request = op.call.request();
-                let (q, registry) = (self.q.clone(), self.registry.clone());
-                let read = op.read;
-                self.then = Some(ScriptReply::boxed(op.call, 0, move |v| match read(&v) {
-                    Ok(acked) => {
-                        let n = count_acks(&q, &acked);
-                        changed(&registry, &q, n);
-                        int_reply(n)
-                    }
-                    Err(e) => e.to_reply(),
-                }));
-                Transformed::Continue(request)
-            }
-            r if script::is_noscript(r) && self.eval.is_some() => {
-                Transformed::Continue(self.eval.take().unwrap_or_default())
-            }
-            _ => Transformed::Done(reply),
-        }
-    }
 }
 
 /// What an ACK call did.

@@ -26,8 +26,7 @@ pub(super) fn info(sub: Sub<'_>) -> Intercept {
     let suggested = suggested_lease_ms(&q.rule.pattern);
     let op = info_op(&q);
     let q = q.clone();
-    let db = how.db;
-    rewrite(op, db, move |i| {
+    rewrite(op, how.db, move |i| {
         let mut fields: Vec<(String, Field)> = vec![
             ("ready".into(), Field::Int(i.ready)),
             ("leased".into(), Field::Int(i.leased)),
@@ -37,13 +36,9 @@ pub(super) fn info(sub: Sub<'_>) -> Intercept {
             ("requeued".into(), Field::Int(i.requeued)),
             ("poison".into(), Field::Int(i.poison)),
         ];
-        // With the ACKs this proxy made that the stats hash does not count
-        // yet (see `Queue::acks_to_write`): they are written in batches.
-        let unwritten = if db == 0 { q.unwritten_acks() } else { 0 };
-        fields.extend(tally::totals(&i.totals).map(|(name, n)| {
-            let n = if name == "acks" { n + unwritten } else { n };
-            (name.replace('_', "-"), Field::Int(n))
-        }));
+        fields.extend(
+            tally::totals(&i.totals).map(|(name, n)| (name.replace('_', "-"), Field::Int(n))),
+        );
         let rule = &q.rule;
         fields.extend([
             ("lease-ms".into(), Field::Int(rule.lease_ms as i64)),

@@ -216,14 +216,8 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        // The release script's ACKs are counted in database 0 only.
-        let acks = match db.index {
-            0 => q.take_unwritten_acks(clock::redis_now_ms()),
-            _ => 0,
-        };
-        let op = reap(q, self.batch, acks);
+        let op = reap(q, self.batch);
         let Ok(r) = db.own.op(op).await else {
-            q.unwritten_again(acks);
             // Redis is down or refused: try again later.
             db.registry
                 .reschedule(&q.name, Instant::now() + self.interval.max(MAX_WAIT / 4));
@@ -313,16 +307,9 @@ pub struct Reaped {
 
 /// `reap`: expired leases back to the queue (or dead-lettered), due
 /// delayed messages in, in a batch of at most `batch` each.
-/// `acks`: ACKs this proxy made that the stats hash does not count yet
-/// (see `Queue::acks_to_write`).
-fn reap(q: &Queue, batch: usize, acks: i64) -> Op<Reaped> {
-    let mut call = Call::new(&library::REAP)
-        .queue_rule(q)
-        .arg(batch.to_string());
-    if acks > 0 {
-        call = call.arg(acks.to_string());
-    }
-    Op::new(call, |v| {
+fn reap(q: &Queue, batch: usize) -> Op<Reaped> {
+    let call = Call::new(&library::REAP).queue_rule(q);
+    Op::new(call.arg(batch.to_string()), |v| {
         let next = int_at(v, 3);
         Ok(Reaped {
             requeued: int_at(v, 0),

@@ -23,7 +23,6 @@ pub mod call;
 pub mod keys;
 pub mod lease;
 pub mod op;
-pub mod script;
 pub mod tally;
 pub mod value;
 pub mod visible;

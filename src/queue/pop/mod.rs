@@ -11,7 +11,6 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
-use crate::queue::leases::{clock, handed};
 use crate::queue::library::call::{Call, CallError, Caller};
 use crate::queue::library::value::Value;
 use crate::queue::rules::{Queue, Rules};
@@ -423,30 +422,13 @@ impl Pop {
             (Some(last), [v]) if single && is_bulk_of(last, v) => Some(last.clone()),
             _ => self.build(p.source, &p.got),
         };
-        let queue = match p.source.and_then(|g| self.sources.get(g)) {
-            Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
-            _ => None,
-        };
-        if let Some(q) = &queue {
-            self.hand_out(q, &p.got);
-        }
         Popped {
             reply,
-            queue,
+            queue: match p.source.and_then(|g| self.sources.get(g)) {
+                Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
+                _ => None,
+            },
             count: p.got.len(),
-        }
-    }
-
-    /// Notes the leases of `values`, just taken from `q`, whose ACKs can
-    /// take the short way (see `leases/handed.rs`): plain leases of rules
-    /// that track no connection.
-    fn hand_out(&self, q: &Queue, values: &[Bytes]) {
-        if self.dest.is_some() || q.rule.tracks_connections() {
-            return;
-        }
-        let now = clock::redis_now_ms();
-        for v in values {
-            handed::handed(&q.name, &q.rule.ack_id, v, now);
         }
     }
 
@@ -454,10 +436,7 @@ impl Pop {
     pub fn popped(&self, v: &Value) -> Popped {
         let (queue, count) = match call::Pop::read(v) {
             Ok(Taken::Took { g, values, .. }) => match self.sources.get(g) {
-                Some(Source::Queue(q)) if !values.is_empty() => {
-                    self.hand_out(q, &values);
-                    (Some(q.clone()), values.len())
-                }
+                Some(Source::Queue(q)) if !values.is_empty() => (Some(q.clone()), values.len()),
                 _ => (None, values.len()),
             },
             _ => (None, 0),
