@@ -1,7 +1,10 @@
 -- info.lua: QUEUE INFO queue
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
--- ARGV: the queue's rule (RULE_SIZE values).
+-- ARGV: the queue's rule (RULE_SIZE values), then, if any, the deliveries
+-- and ACKs the calling proxy made with scripts/take.lua and release.lua
+-- that the stats hash does not count yet: written before the totals are
+-- read, as the library's own.
 -- Returns {ready, leased, dead, oldest_lease_age_ms (-1 if none), distinct
 -- ids with copies back in the list after an expiry, delayed, {totals in
 -- tally::EVENTS order}, messages flagged as poison, {the ack ids of the
@@ -42,6 +45,11 @@ register('info', function(KEYS, ARGV)
   local shown = {}
   for i = 1, math.min(#poisoned, POISON_SHOWN) do shown[i] = poisoned[i] end
   write_pending(k)
+  if ARGV[RULE_SIZE + 1] then
+    redis.call('HINCRBY', k.stats, 'deliveries', ARGV[RULE_SIZE + 1])
+    redis.call('HINCRBY', k.stats, 'acks', ARGV[RULE_SIZE + 2])
+    touch(k.stats)
+  end
   local names = event_names()
   local totals = redis.call('HMGET', k.stats, unpack(names))
   for i = 1, #names do totals[i] = tonumber(totals[i]) or 0 end

@@ -2,7 +2,10 @@
 -- messages into it, in a bounded batch.
 --
 -- KEYS: the queue group (GROUP_SIZE keys).
--- ARGV: the queue's rule (RULE_SIZE values), then the batch size.
+-- ARGV: the queue's rule (RULE_SIZE values), then the batch size, then,
+-- if any, the deliveries and ACKs the calling proxy made with
+-- scripts/take.lua and release.lua that the stats hash does not count yet
+-- (they were counted as events there).
 -- Due delayed messages (at most batch) enter the list; expired plain leases
 -- (at most batch) go back to the list or to the dead-letter list; up to
 -- POISON_REAP entries of the poison index are checked (see poison_ids). Expired
@@ -21,6 +24,11 @@ register('reap', function(KEYS, ARGV)
   local batch = tonumber(ARGV[RULE_SIZE + 1])
   local now = now_ms()
   write_pending(k)
+  if ARGV[RULE_SIZE + 2] then
+    redis.call('HINCRBY', k.stats, 'deliveries', ARGV[RULE_SIZE + 2])
+    redis.call('HINCRBY', k.stats, 'acks', ARGV[RULE_SIZE + 3])
+    touch(k.stats)
+  end
   local promoted = promote_and_mark(k, r, now, batch)
   local requeued, dead = requeue_expired(k, r, now, batch)
   -- Poison entries whose messages went (acknowledged, say) leave the index

@@ -5,11 +5,14 @@ on a redis-server run under valgrind's callgrind, which counts
 instructions rather than time, so the figures repeat whatever else the
 machine is doing.
 
-The FCALLs are the ones ackproxy itself sends: a real proxy (ACKPROXY_BIN,
+The calls are the ones ackproxy itself sends: a real proxy (ACKPROXY_BIN,
 default target/release/ackproxy) is started on a plain redis-server with
 a `json:id` rule, one message is popped and acknowledged through it while
-MONITOR records the calls, and its function library is copied with
-FUNCTION DUMP / RESTORE. Then, for each side on a fresh callgrind Redis:
+MONITOR records the calls (each a function of the library, FCALL, or a
+script of lua/scripts, EVALSHA: take.lua for a pop of one when nothing
+is due, release.lua for an ACK of a lease the proxy handed out itself),
+its function library is copied with FUNCTION DUMP / RESTORE and the
+scripts loaded with SCRIPT LOAD. Then, for each side on a fresh callgrind Redis:
 N messages of 128 B `{"id":"<12 digits>","body":"x…"}` are pushed, 100
 pairs warm it up, the counters are zeroed, and the remaining pairs are
 sent pipelined (100 requests per write) from this process.
@@ -135,13 +138,22 @@ def proxy_calls(tmp):
         calls = []
         while len(calls) < 2:
             line = mon.read()
-            # The pop's function, then the ACK's (the reaper's calls may
-            # come between).
-            want = b"ackq_ack_" if calls else b"ackq_pop1_"
-            if b'"FCALL"' in line.upper() and want in line:
-                body = line[line.index(b"] ") + 2:].decode("latin1")
-                args = re.findall(r'"((?:[^"\\]|\\.)*)"', body)
-                calls.append([eval('b"' + a + '"') for a in args])
+            if b"[0 lua]" in line:
+                continue
+            body = line[line.index(b"] ") + 2:].decode("latin1")
+            args = [eval('b"' + a + '"') for a in re.findall(r'"((?:[^"\\]|\\.)*)"', body)]
+            name = args[1] if len(args) > 1 else b""
+            # The pop, then the ACK: each a function of the library, or a
+            # script of lua/scripts (EVALSHA): take.lua's 4 keys and 3
+            # arguments, release.lua's 2 and 1, without the totals that a
+            # call carries once per 100 calls or per second.
+            if args[0].upper() == b"EVALSHA":
+                base = (4, 3) if not calls else (2, 1)
+                n = int(args[2])
+                calls.append(args[:2] + [b"%d" % base[0]] + args[3:3 + base[0]]
+                             + args[3 + n:3 + n + base[1]])
+            elif args[0].upper() == b"FCALL" and name.startswith(b"ackq_pop1_" if not calls else b"ackq_ack_"):
+                calls.append(args)
         dump = direct.cmd("FUNCTION", "DUMP")
         return calls[0], calls[1], dump
     finally:
@@ -199,6 +211,11 @@ def main():
 
         def ours_setup(c):
             c.cmd("FUNCTION", "RESTORE", dump)
+            lua = os.path.join(HERE, "..", "..", "lua")
+            read = lambda *p: open(os.path.join(lua, *p), "rb").read()
+            # take.lua's text starts with lease_core.lua (src/queue/library/script.rs).
+            c.cmd("SCRIPT", "LOAD", read("lease_core.lua") + b"\n" + read("scripts", "take.lua"))
+            c.cmd("SCRIPT", "LOAD", read("scripts", "release.lua"))
             return None
 
         seed, seed_err = instructions(
@@ -211,7 +228,7 @@ def main():
             lambda e, i: ack[:-1] + [i])
     print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
     print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
-    print(f"ackproxy functions (FCALL): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
+    print(f"ackproxy (pop {pop[0].decode()}, ACK {ack[0].decode()}): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
     print(f"ratio ackproxy / seed: {ours / seed:.2f}")
     print(f"pop call: {pop[1].decode()} with {len(pop) - 3} keys+args; ack call: {len(ack) - 3} keys+args")
 

@@ -162,24 +162,83 @@ pub fn concerns(args: Args<'_>) -> bool {
 /// `connected_clients` counts them, `blocked_clients` adds to Redis's count
 /// (of connections blocked there, each a client's own: blocking commands and
 /// commands held by a pause go on dedicated connections) the clients waiting
-/// in a queue pop the proxy serves, which Redis does not see.
-pub fn info(registry: &Arc<Registry>) -> Box<dyn ReplyTransform> {
-    Box::new(InfoClients(registry.clone()))
+/// in a queue pop the proxy serves, which Redis does not see. The memory
+/// section leaves out `hidden`, the proxy's own scripts in Redis's script
+/// cache (how many, the bytes Redis counts for them): that cache is the
+/// client's.
+pub fn info(registry: &Arc<Registry>, hidden: Hidden) -> Box<dyn ReplyTransform> {
+    Box::new(InfoClients(registry.clone(), hidden))
 }
 
-pub(crate) struct InfoClients(Arc<Registry>);
+/// Scripts of the proxy's own in Redis's script cache: how many, and the
+/// bytes `used_memory_scripts_eval` counts for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hidden {
+    pub scripts: u64,
+    pub bytes: u64,
+}
+
+pub(crate) struct InfoClients(Arc<Registry>, Hidden);
 
 impl ReplyTransform for InfoClients {
     fn apply(&mut self, reply: Bytes) -> Transformed {
         let (connected, parked) = self.0.counts();
-        Transformed::Done(rewrite_info(&reply, connected, parked).unwrap_or(reply))
+        Transformed::Done(rewrite_info(&reply, connected, parked, self.1).unwrap_or(reply))
     }
 }
 
+/// Whether an `INFO` request's reply has the memory section.
+pub fn shows_memory(args: Args<'_>) -> bool {
+    args.len() == 1
+        || (1..args.len()).any(|i| {
+            ["memory", "all", "everything", "default"]
+                .iter()
+                .any(|s| args.is(i, s))
+        })
+}
+
+/// Slots of the table of a Redis dict holding n entries, grown as
+/// inserts grow it (none while empty, then 4, doubling when full). A table
+/// in the middle of growing, or held back from it during a fork, has more
+/// or fewer: the memory shown is then off by a few slots.
+fn table_slots(n: u64) -> u64 {
+    match n {
+        0 => 0,
+        _ => n.next_power_of_two().max(4),
+    }
+}
+
+/// Redis's `bytesToHuman`.
+fn human(n: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (1 << 10, "K"),
+        (1 << 20, "M"),
+        (1 << 30, "G"),
+        (1 << 40, "T"),
+        (1 << 50, "P"),
+    ];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let (unit, name) = UNITS
+        .iter()
+        .rev()
+        .find(|(u, _)| n >= *u)
+        .copied()
+        .unwrap_or(UNITS[0]);
+    format!("{:.2}{name}", n as f64 / unit as f64)
+}
+
 /// An INFO reply (bulk or verbatim string) with `connected_clients`
-/// replaced and `parked` added to `blocked_clients`; `None` when it has
-/// neither (another section, an error).
-pub(crate) fn rewrite_info(reply: &[u8], connected: usize, parked: usize) -> Option<Bytes> {
+/// replaced, `parked` added to `blocked_clients`, and the script cache's
+/// counts without `hidden`; `None` when it has none of them (another
+/// section, an error).
+pub(crate) fn rewrite_info(
+    reply: &[u8],
+    connected: usize,
+    parked: usize,
+    hidden: Hidden,
+) -> Option<Bytes> {
     let header_end = reply.iter().position(|&b| b == b'\n')? + 1;
     let (verbatim, body_start) = match reply.first()? {
         b'$' => (false, header_end),
@@ -189,8 +248,24 @@ pub(crate) fn rewrite_info(reply: &[u8], connected: usize, parked: usize) -> Opt
     let body = std::str::from_utf8(reply.get(body_start..reply.len().checked_sub(2)?)?).ok()?;
     let mut changed = false;
     let mut out = String::with_capacity(body.len());
+    // The cache's hash table shrinks with the scripts left out: its slots
+    // for all of them, against those for the client's.
+    let bytes = match body
+        .split("\r\n")
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(n) if hidden.scripts > 0 => {
+            let theirs = n.saturating_sub(hidden.scripts);
+            hidden.bytes + 8 * (table_slots(n) - table_slots(theirs))
+        }
+        _ => hidden.bytes,
+    };
+    // used_memory_scripts as rewritten, for the _human line after it.
+    let mut scripts_bytes = None;
     for line in body.split_inclusive("\r\n") {
         let value = |key: &str| line.strip_prefix(key).filter(|rest| rest.ends_with("\r\n"));
+        let number = |key: &str| value(key).and_then(|n| n.trim_end().parse::<u64>().ok());
         if value("connected_clients:").is_some() {
             out.push_str(&format!("connected_clients:{connected}\r\n"));
             changed = true;
@@ -198,6 +273,23 @@ pub(crate) fn rewrite_info(reply: &[u8], connected: usize, parked: usize) -> Opt
             let n: usize = n.trim_end().parse().ok()?;
             out.push_str(&format!("blocked_clients:{}\r\n", n + parked));
             changed = true;
+        } else if hidden == Hidden::default() {
+            out.push_str(line);
+        } else if let Some(n) = number("number_of_cached_scripts:") {
+            let n = n.saturating_sub(hidden.scripts);
+            out.push_str(&format!("number_of_cached_scripts:{n}\r\n"));
+            changed = true;
+        } else if let Some(n) = number("used_memory_scripts_eval:") {
+            let n = n.saturating_sub(bytes);
+            out.push_str(&format!("used_memory_scripts_eval:{n}\r\n"));
+            changed = true;
+        } else if let Some(n) = number("used_memory_scripts:") {
+            let n = n.saturating_sub(bytes);
+            scripts_bytes = Some(n);
+            out.push_str(&format!("used_memory_scripts:{n}\r\n"));
+            changed = true;
+        } else if let (Some(_), Some(n)) = (value("used_memory_scripts_human:"), scripts_bytes) {
+            out.push_str(&format!("used_memory_scripts_human:{}\r\n", human(n)));
         } else {
             out.push_str(line);
         }
@@ -225,19 +317,53 @@ mod tests {
         let body =
             "# Clients\r\nconnected_clients:7\r\ncluster_connections:0\r\nblocked_clients:2\r\n";
         let resp2 = format!("${}\r\n{body}\r\n", body.len());
-        let out = rewrite_info(resp2.as_bytes(), 3, 1).unwrap();
+        let out = rewrite_info(resp2.as_bytes(), 3, 1, Hidden::default()).unwrap();
         let want =
             "# Clients\r\nconnected_clients:3\r\ncluster_connections:0\r\nblocked_clients:3\r\n";
         assert_eq!(out, format!("${}\r\n{want}\r\n", want.len()).as_bytes());
         let resp3 = format!("={}\r\ntxt:{body}\r\n", body.len() + 4);
-        let out = rewrite_info(resp3.as_bytes(), 3, 1).unwrap();
+        let out = rewrite_info(resp3.as_bytes(), 3, 1, Hidden::default()).unwrap();
         assert_eq!(
             out,
             format!("={}\r\ntxt:{want}\r\n", want.len() + 4).as_bytes()
         );
         let other = "$12\r\n# Server\r\nx:1\r\n";
-        assert_eq!(rewrite_info(other.as_bytes(), 3, 1), None);
-        assert_eq!(rewrite_info(b"-ERR x\r\n", 3, 1), None);
+        assert_eq!(
+            rewrite_info(other.as_bytes(), 3, 1, Hidden::default()),
+            None
+        );
+        assert_eq!(rewrite_info(b"-ERR x\r\n", 3, 1, Hidden::default()), None);
+    }
+
+    #[test]
+    fn the_proxys_scripts_leave_the_memory_section() {
+        // "return 1" and two scripts of the proxy's (5240 bytes); the table
+        // has 4 slots either way.
+        let body = "# Memory\r\nused_memory_scripts_eval:5376\r\nnumber_of_cached_scripts:3\r\nused_memory_scripts:5576\r\nused_memory_scripts_human:5.45K\r\n";
+        let resp2 = format!("${}\r\n{body}\r\n", body.len());
+        let hidden = Hidden {
+            scripts: 2,
+            bytes: 5240,
+        };
+        let out = rewrite_info(resp2.as_bytes(), 3, 1, hidden).unwrap();
+        let want = "# Memory\r\nused_memory_scripts_eval:136\r\nnumber_of_cached_scripts:1\r\nused_memory_scripts:336\r\nused_memory_scripts_human:336B\r\n";
+        assert_eq!(out, format!("${}\r\n{want}\r\n", want.len()).as_bytes());
+        assert_eq!(table_slots(4), 4);
+        assert_eq!(table_slots(5), 8);
+        assert_eq!(table_slots(0), 0);
+        // Alone, the client's script would have a table of its own: 4 slots.
+        let body = "used_memory_scripts_eval:9368\r\nnumber_of_cached_scripts:2\r\n";
+        let resp2 = format!("${}\r\n{body}\r\n", body.len());
+        let hidden = Hidden {
+            scripts: 1,
+            bytes: 9200,
+        };
+        let out = rewrite_info(resp2.as_bytes(), 3, 1, hidden).unwrap();
+        let want = "used_memory_scripts_eval:168\r\nnumber_of_cached_scripts:1\r\n";
+        assert_eq!(out, format!("${}\r\n{want}\r\n", want.len()).as_bytes());
+        assert_eq!(human(1023), "1023B");
+        assert_eq!(human(5576), "5.45K");
+        assert_eq!(human(3 << 20), "3.00M");
     }
 
     #[test]

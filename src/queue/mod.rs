@@ -65,6 +65,12 @@ pub struct How {
     /// acknowledges what the connection popped before. A pipelined pop, or
     /// a second one in one MULTI, leaves those leases alone.
     pub next: bool,
+    /// Nothing the client sent after this request is read yet: a queue
+    /// operation may then go as one of the proxy's scripts, awaited as a
+    /// [`Intercept::Job`], whose second call (when the script leaves the
+    /// work to the library) nothing of the client's can overtake (see
+    /// `library/script.rs`).
+    pub alone: bool,
 }
 
 /// What the session does with a request that may concern a queue.
@@ -252,6 +258,7 @@ impl Queues {
     /// Puts new rules in force for the next pops, ACKs and reaps.
     pub fn replace_rules(&self, rules: &[config::QueueRule]) {
         self.rules.replace(rules);
+        leases::handed::forget_all();
     }
 
     /// Whether the request needs interception (cheap; no I/O).
@@ -286,11 +293,14 @@ impl Queues {
             conn,
             db,
             next,
+            alone,
             ..
         } = how;
         let db = self.dbs.at(db);
         // Where a request cannot be split, it is one call, as in MULTI.
         let one_call = in_multi || !split;
+        // A script of the proxy's own may go first (see `How::alone`).
+        let scripted = alone && !one_call;
         match kind {
             Kind::Pop(form) => {
                 if in_multi || (one_call && !form.is_blocking()) {
@@ -302,7 +312,7 @@ impl Queues {
                     form,
                     args,
                     protocol,
-                    (in_multi, one_call),
+                    (in_multi, one_call, scripted),
                     (conn, next),
                     &db,
                 )
@@ -315,7 +325,7 @@ impl Queues {
                     _ => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, &db.registry, one_call),
+            Kind::Ack => commands::ack(args, &self.rules, &db.registry, one_call, scripted),
             Kind::Nack => commands::nack(args, &self.rules, &db.registry, one_call),
             Kind::Queue => commands::queue(
                 args,
@@ -336,7 +346,7 @@ impl Queues {
         form: PopForm,
         args: Args<'_>,
         protocol: u8,
-        (in_multi, one_call): (bool, bool),
+        (in_multi, one_call, scripted): (bool, bool, bool),
         (conn, next): (u64, bool),
         db: &dbs::Db,
     ) -> Intercept {
@@ -413,6 +423,15 @@ impl Queues {
             // from the reply stream.
             let mut progress = pop::Progress::default();
             if let Some(call) = pop.next_call(&mut progress) {
+                let take = match scripted {
+                    true => pop.take_request(&call, &progress, db.index),
+                    false => None,
+                };
+                if let Some((take, q)) = take {
+                    let transform =
+                        PopCalls::boxed(pop, progress, call, registry).taking(take.eval, q);
+                    return Intercept::Job(job::scripted(take.evalsha, transform));
+                }
                 return Intercept::Rewrite {
                     request: call.request_in(db.index),
                     transform: PopCalls::boxed(pop, progress, call, registry),
@@ -498,6 +517,7 @@ impl Queues {
             conn: 0,
             db: 0,
             next: false,
+            alone: true,
         };
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
             Intercept::Reply(b) | Intercept::Refuse(b) => b,
@@ -529,6 +549,22 @@ impl Queues {
     pub async fn own_command(&self, args: &[&[u8]]) -> crate::output::Reply {
         let request = Bytes::from(crate::upstream::encode_command(args));
         self.own.shared.call(request, self.own.client.clone()).await
+    }
+
+    /// The proxy's own scripts in Redis's script cache, for `INFO` to
+    /// leave out (see `library/script.rs`): asked with `SCRIPT EXISTS` on
+    /// the proxy's connection right before the client's `INFO`. A script a
+    /// pop loads between the two shows for that one reply; a probe that
+    /// fails (`BUSY`) hides nothing.
+    pub async fn scripts_cached(&self) -> crate::clients::format::Hidden {
+        let c = match self.own_command(&library::script::probe()).await {
+            Ok(reply) => library::script::cached_in(&reply),
+            Err(_) => Default::default(),
+        };
+        crate::clients::format::Hidden {
+            scripts: c.scripts,
+            bytes: c.bytes,
+        }
     }
 
     /// The dead-letter list of queue `key`, if it is one.

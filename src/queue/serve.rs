@@ -101,11 +101,13 @@ impl Queues {
                 } else {
                     Place::Shared
                 };
-                if place != Place::Shared {
-                    // Its reply cannot be answered by loading the library
-                    // and calling again: loaded first.
-                    self.ensure_library().await;
-                }
+                // Loaded first where its reply cannot be answered by
+                // loading the library and calling again; on the shared
+                // connection too, so that the call sent again there does
+                // not come after the client's next requests (those pops of
+                // one that go as the proxy's script never load it). Once
+                // known loaded, this is a look at two numbers.
+                self.ensure_library().await;
                 conn.send(kind, request, transform, place).await;
             }
             Intercept::Job(job) => {

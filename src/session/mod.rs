@@ -690,7 +690,11 @@ impl Session {
             Decision::View(view) => self.viewed(kind, args, frame.clone(), view).await,
             Decision::Signal(fired) => self.signalled(kind, args, frame.clone(), fired).await,
             Decision::Info => {
-                let view = View::Reply(crate::clients::format::info(&self.ctx.clients));
+                let hidden = match crate::clients::format::shows_memory(args) {
+                    true => self.ctx.queues.scripts_cached().await,
+                    false => Default::default(),
+                };
+                let view = View::Reply(crate::clients::format::info(&self.ctx.clients, hidden));
                 self.viewed(kind, args, frame.clone(), view).await;
             }
             Decision::RedirectView(transform) => {
@@ -761,6 +765,8 @@ impl Session {
             // earlier SELECTs left it in.
             db: self.db(),
             next: matches!(kind, Kind::Pop(_)) && self.pop_order.pop(in_multi),
+            // The request was split off the front of what was read.
+            alone: self.buf.is_empty(),
         };
         match queues.serve(kind, args, how, self).await {
             Outcome::Passed => Step::Pass,

@@ -45,10 +45,14 @@ impl std::ops::DerefMut for Viewed {
 
 impl Viewed {
     /// A queue pop through the proxy (nothing to pop: nil, as directly),
-    /// which loads the proxy's library; checked in the Redis behind it, so
-    /// that every comparison after it is made with the library there.
+    /// which goes as the proxy's script, and a `QUEUE INFO` through it
+    /// alone, which calls the library and so loads it; checked in the
+    /// Redis behind it, so that every comparison after it is made with the
+    /// library there.
     fn pop_loads_library(&mut self) {
         self.same(&["RPOP", "q:1"]);
+        let info = self.pair.proxied.cmd(&["QUEUE", "INFO", "q:1"]);
+        assert!(!matches!(info, Value::Error(_)), "{info:?}");
         let ours = self
             .behind
             .cmd(&["FUNCTION", "LIST", "LIBRARYNAME", "ackproxy_*"]);
@@ -166,6 +170,16 @@ fn scenario(extra: &[&str], resp3: bool) {
     for c in [&mut c.pair.direct, &mut c.pair.proxied] {
         assert_eq!(info_field(c, "memory", "number_of_cached_scripts"), "1");
     }
+    // The scripts are in the Redis behind, and their bytes are left out
+    // of the memory Redis counts for the cache too. (used_memory_scripts
+    // adds the functions' memory, which counts the library: see
+    // docs/differences.md.)
+    let behind = info_field(&mut c.behind, "memory", "number_of_cached_scripts");
+    assert_ne!(behind, "1", "the proxy's scripts are cached behind it");
+    let field = "used_memory_scripts_eval";
+    let direct = info_field(&mut c.pair.direct, "memory", field);
+    let proxied = info_field(&mut c.pair.proxied, "everything", field);
+    assert_eq!(direct, proxied, "{field}");
 }
 
 #[test]

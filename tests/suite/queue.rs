@@ -760,6 +760,212 @@ fn acked_message_is_gone_without_aux_keys() {
     );
 }
 
+/// The commands Redis ran while `f` did, as `MONITOR` shows them: the name
+/// in upper case, and a function's name after `FCALL`.
+fn commands_run(redis: &Redis, f: impl FnOnce()) -> Vec<String> {
+    let mut monitor = redis.client();
+    assert_eq!(monitor.cmd(&["MONITOR"]), Value::Simple("OK".into()));
+    f();
+    redis.client().cmd(&["ECHO", "commands-run-end"]);
+    let mut out = Vec::new();
+    loop {
+        let Value::Simple(line) = monitor.read_value() else {
+            panic!("MONITOR");
+        };
+        if line.contains("commands-run-end") {
+            return out;
+        }
+        let Some(at) = line.find("] \"") else {
+            continue;
+        };
+        let args: Vec<&str> = line[at + 3..].split("\" \"").collect();
+        let name = args[0].trim_end_matches('"').to_uppercase();
+        match (name.as_str(), args.get(1)) {
+            ("FCALL", Some(f)) => out.push(format!("FCALL {}", f.trim_end_matches('"'))),
+            _ => out.push(name),
+        }
+    }
+}
+
+fn acked_by_library(ran: &[String]) -> bool {
+    ran.iter().any(|c| c.starts_with("FCALL ackq_ack_"))
+}
+
+#[test]
+fn an_ack_of_a_lease_handed_out_here_is_two_commands_in_redis() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let (a, b) = (r#"{"id":"a","n":1}"#, r#"{"id":"b","n":2}"#);
+    c.cmd(&["LPUSH", "jobs", a, b]);
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(a));
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
+    });
+    assert!(!acked_by_library(&ran), "{ran:?}");
+    for cmd in ["ZREM", "HDEL"] {
+        assert!(ran.iter().any(|c| c == cmd), "{cmd} in {ran:?}");
+    }
+    assert!(ran.iter().any(|c| c == "EVALSHA" || c == "EVAL"), "{ran:?}");
+    // An id released already goes to the library, which knows it is none.
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(0));
+    });
+    assert!(acked_by_library(&ran), "{ran:?}");
+    // A Redis that lost the script is given its text again.
+    assert_eq!(
+        redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(b));
+    assert_eq!(c.cmd(&["ACK", "jobs", "b"]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jobs", "acks"), 2);
+    assert_eq!(info_int(&proxy, "jobs", "leased"), 0);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn an_ack_through_another_proxy_or_of_a_redelivery_releases_the_lease() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let other = Proxy::start_with_config(redis.port, LIFECYCLE_CONFIG, &[]);
+    let (mut c, mut o) = (proxy.client(), other.client());
+    c.cmd(&["LPUSH", "q", "m1", "m2"]);
+    // Popped here, acknowledged there: the library's way.
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m1"));
+    let ran = commands_run(&redis, || {
+        assert_eq!(o.cmd(&["ACK", "q", "m1"]), Value::Int(1));
+    });
+    assert!(acked_by_library(&ran), "{ran:?}");
+    // Redelivered after its lease ran out: its record is the long form,
+    // and the short way still ends every trace of it.
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m2"));
+    thread::sleep(EXPIRE_WAIT);
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::bulk("m2"));
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["ACK", "q", "m2"]), Value::Int(1));
+    });
+    assert!(!acked_by_library(&ran), "{ran:?}");
+    assert_eq!(c.cmd(&["RPOP", "q"]), Value::Nil);
+    thread::sleep(EXPIRE_WAIT);
+    assert_eq!(
+        c.cmd(&["RPOP", "q"]),
+        Value::Nil,
+        "an acked message came back"
+    );
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn a_pop_of_one_with_nothing_due_is_the_take_script() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let (a, b) = (r#"{"id":"a","n":1}"#, r#"{"id":"b","n":2}"#);
+    c.cmd(&["LPUSH", "jobs", a, b]);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(a));
+    });
+    assert!(
+        !ran.iter().any(|c| c.starts_with("FCALL ackq_pop")),
+        "{ran:?}"
+    );
+    for cmd in ["RPOP", "HSETNX", "ZADD"] {
+        assert!(ran.iter().any(|c| c == cmd), "{cmd} in {ran:?}");
+    }
+    // A Redis that lost the script is given its text again.
+    assert_eq!(
+        redis.client().cmd(&["SCRIPT", "FLUSH"]),
+        Value::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(b));
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::Nil);
+    let ls = queue_leases(&proxy, "jobs");
+    assert_eq!(ls.len(), 2);
+    for l in &ls {
+        assert_eq!(as_int(&l["deliveries"]), 1);
+    }
+    assert_eq!(info_int(&proxy, "jobs", "deliveries"), 2);
+    assert_eq!(c.cmd(&["ACK", "jobs", "a", "b"]), Value::Int(2));
+    // A blocking pop that finds a message takes it the same way.
+    c.cmd(&["LPUSH", "jobs", a]);
+    let ran = commands_run(&redis, || {
+        assert_eq!(
+            c.cmd(&["BRPOP", "jobs", "1"]),
+            Value::Array(vec![Value::bulk("jobs"), Value::bulk(a)])
+        );
+    });
+    assert!(
+        !ran.iter().any(|c| c.starts_with("FCALL ackq_pop")),
+        "{ran:?}"
+    );
+    assert!(ran.iter().any(|c| c == "HSETNX"), "{ran:?}");
+    assert_eq!(c.cmd(&["ACK", "jobs", "a"]), Value::Int(1));
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn what_the_take_script_leaves_the_library_does_in_the_list_order() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    // A numeric id (its text is read from the payload by the library), two
+    // messages with one id in flight, then a plain one: in the order pushed.
+    let (num, d1, d2, s) = (
+        r#"{"id":12,"n":1}"#,
+        r#"{"id":"d","n":2}"#,
+        r#"{"id":"d","n":3}"#,
+        r#"{"id":"s","n":4}"#,
+    );
+    c.cmd(&["LPUSH", "jobs", num, d1, d2, s]);
+    for m in [num, d1, d2, s] {
+        assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::bulk(m));
+    }
+    assert_eq!(c.cmd(&["RPOP", "jobs"]), Value::Nil);
+    let mut ids: Vec<String> = queue_leases(&proxy, "jobs")
+        .iter()
+        .map(|l| as_str(&l["id"]))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["12", "d", "d", "s"]);
+    // A lease that ran out comes back through the library.
+    thread::sleep(EXPIRE_WAIT);
+    let ran = commands_run(&redis, || {
+        assert!(matches!(c.cmd(&["RPOP", "jobs"]), Value::Bulk(_)));
+    });
+    assert!(
+        ran.iter().any(|c| c.starts_with("FCALL ackq_pop1_")),
+        "{ran:?}"
+    );
+    for _ in 0..3 {
+        assert!(matches!(c.cmd(&["RPOP", "jobs"]), Value::Bulk(_)));
+    }
+    assert_eq!(c.cmd(&["ACK", "jobs", "12", "d", "d", "s"]), Value::Int(4));
+    assert_eq!(info_int(&proxy, "jobs", "deliveries"), 8);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
+#[test]
+fn acks_made_the_short_way_reach_the_totals_in_batches() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let n = 250;
+    for i in 0..n {
+        let m = format!("t{i}");
+        c.cmd(&["LPUSH", "qt", &m]);
+        assert_eq!(c.cmd(&["RPOP", "qt"]), Value::bulk(&m));
+        assert_eq!(c.cmd(&["ACK", "qt", &m]), Value::Int(1));
+    }
+    // Exact through the proxy that made them; in Redis, all but the last
+    // batch (written with an ACK at most 100 ACKs or a second later).
+    assert_eq!(info_int(&proxy, "qt", "acks"), n);
+    let written = as_int(&redis.client().cmd(&["HGET", "ackq:{qt}:qt:stats", "acks"]));
+    assert!((n - 100..=n).contains(&written), "written: {written}");
+    thread::sleep(Duration::from_millis(1100));
+    c.cmd(&["LPUSH", "qt", "last"]);
+    assert_eq!(c.cmd(&["RPOP", "qt"]), Value::bulk("last"));
+    assert_eq!(c.cmd(&["ACK", "qt", "last"]), Value::Int(1));
+    let written = as_int(&redis.client().cmd(&["HGET", "ackq:{qt}:qt:stats", "acks"]));
+    assert_eq!(written, n, "a second later every earlier ACK is written");
+    assert_eq!(info_int(&proxy, "qt", "acks"), n + 1);
+}
+
 #[test]
 fn dead_letter_after_max_deliveries() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);

@@ -6,17 +6,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use super::job::Job;
+use super::job::{self, Job};
 use super::{
     changed, in_chunks, int_reply, job_reply, leased_target, rewrite, too_many_ids, IDS_PER_CALL,
 };
 use crate::command::Args;
+use crate::output::{ReplyTransform, Transformed};
+use crate::queue::leases::handed;
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
-use crate::queue::library::call::{Call, CallError};
+use crate::queue::library::call::{Call, CallError, ScriptReply};
 use crate::queue::library::op::{int_at, Op};
 use crate::queue::library::value::Value;
-use crate::queue::rules::{Queue, Rules};
+use crate::queue::library::{script, tally};
+use crate::queue::rules::{Made, Queue, Rules};
 use crate::queue::Intercept;
 
 /// ACK's reply: leases released plus late ACKs. The age of each lease it
@@ -37,7 +40,14 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 }
 
 /// ACK queue id [id ...]
-pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bool) -> Intercept {
+/// `scripted`: it may go as `release.lua` (see `How::alone`).
+pub fn ack(
+    args: Args<'_>,
+    rules: &Rules,
+    registry: &Arc<Registry>,
+    one_call: bool,
+    scripted: bool,
+) -> Intercept {
     let q = match leased_target(args, rules, "ack") {
         Ok(q) => q,
         Err(e) => return Intercept::Reply(e),
@@ -47,6 +57,24 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         return too_many_ids(n);
     }
     let registry = registry.clone();
+    // Every ACK forgets the leases it names as handed out: a note left
+    // behind could send a later ACK of the same id the short way after the
+    // rule changed under it.
+    let handed_at = match n {
+        1 => handed::take(&q.name, args.get(2).unwrap_or_default()),
+        _ => {
+            (2..args.len()).for_each(|i| {
+                handed::take(&q.name, args.get(i).unwrap_or_default());
+            });
+            None
+        }
+    };
+    if let Some(popped_at) = handed_at {
+        if scripted && registry.db == 0 && !q.rule.tracks_connections() {
+            let id = Bytes::copy_from_slice(args.get(2).unwrap_or_default());
+            return release(q, registry, id, popped_at);
+        }
+    }
     if n <= IDS_PER_CALL {
         // The ids straight from the request into the call, as slices of
         // it: no list of them first, no copies.
@@ -65,6 +93,76 @@ pub fn ack(args: Args<'_>, rules: &Rules, registry: &Arc<Registry>, one_call: bo
         let done = in_chunks(&caller, &ids, IDS_PER_CALL, op, |a| count_acks(&q, &a)).await;
         job_reply(&registry, &q, done)
     }))
+}
+
+/// ACK of one id whose lease this proxy handed out: `release.lua` (see
+/// `library/script.rs`), then the library's `ack` if that found no plain
+/// lease with the id, or if Redis lost the script and the `EVAL` fails too.
+fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) -> Intercept {
+    let k = &q.keys;
+    let script::Request { evalsha, eval } =
+        script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&id]);
+    let transform = Box::new(Release {
+        eval: Some(eval),
+        q,
+        registry,
+        id,
+        popped_at,
+        then: None,
+    });
+    Intercept::Job(job::scripted(evalsha, transform))
+}
+
+struct Release {
+    q: Arc<Queue>,
+    registry: Arc<Registry>,
+    id: Bytes,
+    popped_at: i64,
+    /// The request again with the script's text, for a Redis that lost it.
+    eval: Option<Bytes>,
+    /// The library's `ack`, once it took over.
+    then: Option<Box<dyn ReplyTransform>>,
+}
+
+impl ReplyTransform for Release {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if let Some(then) = &mut self.then {
+            return then.apply(reply);
+        }
+        match &reply[..] {
+            b":1\r\n" => {
+                self.q.made(Made::Acks);
+                tally::counted(&self.q.pattern, "acks", 1);
+                let acked = Acked {
+                    released: 1,
+                    late: 0,
+                    started: smallvec::smallvec![self.popped_at],
+                };
+                let n = count_acks(&self.q, &acked);
+                changed(&self.registry, &self.q, n);
+                Transformed::Done(int_reply(n))
+            }
+            b":0\r\n" => {
+                let op = ack_op(&self.q, std::iter::once(self.id.clone()));
+                let request = op.call.request();
+                let (q, registry) = (self.q.clone(), self.registry.clone());
+                let read = op.read;
+                self.then = Some(ScriptReply::boxed(op.call, 0, move |v| match read(&v) {
+                    Ok(acked) => {
+                        let n = count_acks(&q, &acked);
+                        changed(&registry, &q, n);
+                        int_reply(n)
+                    }
+                    Err(e) => e.to_reply(),
+                }));
+                Transformed::Continue(request)
+            }
+            r if script::is_noscript(r) && self.eval.is_some() => {
+                Transformed::Continue(self.eval.take().unwrap_or_default())
+            }
+            _ => Transformed::Done(reply),
+        }
+    }
 }
 
 /// What an ACK call did.

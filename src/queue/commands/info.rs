@@ -5,6 +5,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{map_reply, rewrite, Field, Sub};
 use crate::config::{AckPolicy, Backoff, Hold};
+use crate::queue::leases::clock;
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError};
 use crate::queue::library::op::{int_at, Op};
@@ -24,7 +25,14 @@ const MIN_ACKS_FOR_SUGGESTION: usize = 10;
 pub(super) fn info(sub: Sub<'_>) -> Intercept {
     let Sub { q, how, .. } = sub;
     let suggested = suggested_lease_ms(&q.rule.pattern);
-    let op = info_op(&q);
+    // The totals this proxy's scripts made that the stats hash does not
+    // count yet (see `Queue::totals_to_write`) are written by the call,
+    // before it reads.
+    let totals = match how.db {
+        0 => q.take_unwritten(clock::redis_now_ms()),
+        _ => [0, 0],
+    };
+    let op = info_op(&q, totals);
     let q = q.clone();
     rewrite(op, how.db, move |i| {
         let mut fields: Vec<(String, Field)> = vec![
@@ -122,8 +130,13 @@ pub struct QueueInfo {
 }
 
 /// `info`: a queue's sizes, totals and poison list.
-pub fn info_op(q: &Queue) -> Op<QueueInfo> {
-    Op::new(Call::new(&library::INFO).queue_rule(q), read_info)
+/// `totals`: deliveries and ACKs of the proxy's scripts to add first.
+pub fn info_op(q: &Queue, totals: [i64; 2]) -> Op<QueueInfo> {
+    let mut call = Call::new(&library::INFO).queue_rule(q);
+    if totals.iter().any(|n| *n > 0) {
+        call = call.arg(totals[0].to_string()).arg(totals[1].to_string());
+    }
+    Op::new(call, read_info)
 }
 
 fn read_info(v: &Value) -> Result<QueueInfo, CallError> {

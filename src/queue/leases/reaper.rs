@@ -174,7 +174,7 @@ impl Reaper {
                 continue;
             };
             let asked = Instant::now();
-            let Ok(i) = db.own.op(crate::queue::commands::info_op(&q)).await else {
+            let Ok(i) = db.own.op(crate::queue::commands::info_op(&q, [0, 0])).await else {
                 return false;
             };
             let sample = Sample {
@@ -216,8 +216,14 @@ impl Reaper {
     /// One bounded reap of a queue; returns whether the batch was full
     /// (more may be waiting).
     async fn reap(&self, db: &Db, q: &Queue) -> bool {
-        let op = reap(q, self.batch);
+        // The proxy's scripts run in database 0 only.
+        let totals = match db.index {
+            0 => q.take_unwritten(clock::redis_now_ms()),
+            _ => [0, 0],
+        };
+        let op = reap(q, self.batch, totals);
         let Ok(r) = db.own.op(op).await else {
+            q.unwritten_again(totals);
             // Redis is down or refused: try again later.
             db.registry
                 .reschedule(&q.name, Instant::now() + self.interval.max(MAX_WAIT / 4));
@@ -307,9 +313,16 @@ pub struct Reaped {
 
 /// `reap`: expired leases back to the queue (or dead-lettered), due
 /// delayed messages in, in a batch of at most `batch` each.
-fn reap(q: &Queue, batch: usize) -> Op<Reaped> {
-    let call = Call::new(&library::REAP).queue_rule(q);
-    Op::new(call.arg(batch.to_string()), |v| {
+/// `totals`: deliveries and ACKs this proxy's scripts made that the stats
+/// hash does not count yet (see `Queue::totals_to_write`).
+fn reap(q: &Queue, batch: usize, totals: [i64; 2]) -> Op<Reaped> {
+    let mut call = Call::new(&library::REAP)
+        .queue_rule(q)
+        .arg(batch.to_string());
+    if totals.iter().any(|n| *n > 0) {
+        call = call.arg(totals[0].to_string()).arg(totals[1].to_string());
+    }
+    Op::new(call, |v| {
         let next = int_at(v, 3);
         Ok(Reaped {
             requeued: int_at(v, 0),

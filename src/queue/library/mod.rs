@@ -23,6 +23,7 @@ pub mod call;
 pub mod keys;
 pub mod lease;
 pub mod op;
+pub mod script;
 pub mod tally;
 pub mod value;
 pub mod visible;
@@ -93,6 +94,8 @@ impl Function {
     }
 }
 
+/// The head of the library and of `lua/scripts/take.lua` (see `script.rs`).
+pub const LEASE_CORE: &str = include_str!("../../../lua/lease_core.lua");
 const COMMON: &str = include_str!("../../../lua/common.lua");
 
 /// Expired leases a pop returns to their queues before popping, over all
@@ -134,6 +137,8 @@ pub fn library() -> &'static Library {
     static LIB: OnceLock<Library> = OnceLock::new();
     LIB.get_or_init(|| {
         let mut body = prelude();
+        body.push_str(LEASE_CORE);
+        body.push('\n');
         body.push_str(COMMON);
         for src in SOURCES {
             body.push('\n');

@@ -107,6 +107,16 @@ pub fn settle(reply: Value, groups: &[(usize, Arc<str>)], short: Short) -> Optio
     }
 }
 
+/// Increments by n the counter of the event `name` for `rule`: what a
+/// script that sends no events (`library::script`) did.
+pub fn counted(rule: &str, name: &str, n: u64) {
+    if let Some((_, metric)) = EVENTS.iter().find(|(e, _)| *e == name) {
+        if let Some(c) = crate::telemetry::rule(rule).counter(metric) {
+            c.increment(n);
+        }
+    }
+}
+
 /// Increments by n the counter of [`EVENTS`]`[event]` for the rule of the
 /// queue whose group comes first.
 fn count(groups: &[(usize, Arc<str>)], event: usize, n: u64) {

@@ -11,9 +11,13 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
+use crate::config::AckId;
+use crate::queue::leases::{clock, handed};
+use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
+use crate::queue::library::script::{self, Request};
 use crate::queue::library::value::Value;
-use crate::queue::rules::{Queue, Rules};
+use crate::queue::rules::{Made, Queue, Rules};
 use crate::resp::reply;
 use crate::timeout::{parse_timeout_secs, Timeout};
 use call::{Source, Taken, Values};
@@ -319,10 +323,48 @@ impl Pop {
     pub async fn run(&self, caller: &Caller) -> Result<Popped, CallError> {
         let mut p = Progress::default();
         while let Some(call) = self.next_call(&mut p) {
-            let v = caller.run(&call).await?;
+            let v = match self.take_request(&call, &p, caller.db) {
+                Some((take, q)) => self.take(caller, take, &q, &call).await?,
+                None => caller.run(&call).await?,
+            };
             self.absorb(&mut p, &v)?;
         }
         Ok(self.finish(p, None))
+    }
+
+    /// The call as `take.lua` (see [`Pop::take_request`]), then as `call`
+    /// if the script leaves the pop to the library; awaited, as every
+    /// call of [`Pop::run`].
+    async fn take(
+        &self,
+        caller: &Caller,
+        take: Request,
+        q: &Queue,
+        call: &Call,
+    ) -> Result<Value, CallError> {
+        let mut reply = caller
+            .shared
+            .call(take.evalsha, caller.client.clone())
+            .await
+            .map_err(CallError::Upstream)?;
+        if script::is_noscript(&reply) {
+            reply = caller
+                .shared
+                .call(take.eval, caller.client.clone())
+                .await
+                .map_err(CallError::Upstream)?;
+        }
+        match &reply[..] {
+            b":0\r\n" => caller.run(call).await,
+            b"$-1\r\n" | b"_\r\n" => Ok(Value::Nil),
+            r => {
+                if r.first() == Some(&b'$') {
+                    q.made(Made::Deliveries);
+                }
+                // The value alone, as pop1's short reply.
+                call.decode(reply)
+            }
+        }
     }
 
     /// Whether [`Pop::run`] would need one call at most, all going well:
@@ -422,13 +464,67 @@ impl Pop {
             (Some(last), [v]) if single && is_bulk_of(last, v) => Some(last.clone()),
             _ => self.build(p.source, &p.got),
         };
+        let queue = match p.source.and_then(|g| self.sources.get(g)) {
+            Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
+            _ => None,
+        };
+        if let Some(q) = &queue {
+            self.hand_out(q, &p.got);
+        }
         Popped {
             reply,
-            queue: match p.source.and_then(|g| self.sources.get(g)) {
-                Some(Source::Queue(q)) if !p.got.is_empty() => Some(q.clone()),
-                _ => None,
-            },
+            queue,
             count: p.got.len(),
+        }
+    }
+
+    /// The first call as `lua/scripts/take.lua` (see `library/script.rs`)
+    /// when it is the pop of one value from a queue whose rule tracks no
+    /// connection, with no move, in database 0: that script's request, and
+    /// the queue. `pop1` (`call`) does what the script leaves to it.
+    pub fn take_request(
+        &self,
+        call: &Call,
+        p: &Progress,
+        db: i64,
+    ) -> Option<(Request, Arc<Queue>)> {
+        let [Source::Queue(q)] = &self.sources[..] else {
+            return None;
+        };
+        let field: &[u8] = match &q.rule.ack_id {
+            AckId::Payload => b"",
+            AckId::JsonField(f) => f.as_bytes(),
+        };
+        if db != 0
+            || p.ask != 1
+            || call.function.op != library::POP1.op
+            || self.dest.is_some()
+            || !self.owner.is_empty()
+            || q.rule.tracks_connections()
+        {
+            return None;
+        }
+        let end: &[u8] = if self.left { b"L" } else { b"R" };
+        let lease = itoa::Buffer::new().format(q.rule.lease_ms).to_owned();
+        let k = &q.keys;
+        let request = script::take().call(
+            q,
+            &[k.queue(), k.get("leases"), k.get("msgs"), k.get("ids")],
+            &[end, lease.as_bytes(), field],
+        );
+        Some((request, q.clone()))
+    }
+
+    /// Notes the leases of `values`, just taken from `q`, whose ACKs can
+    /// take the short way (see `leases/handed.rs`): plain leases of rules
+    /// that track no connection.
+    fn hand_out(&self, q: &Queue, values: &[Bytes]) {
+        if self.dest.is_some() || q.rule.tracks_connections() {
+            return;
+        }
+        let now = clock::redis_now_ms();
+        for v in values {
+            handed::handed(&q.name, &q.rule.ack_id, v, now);
         }
     }
 
@@ -436,7 +532,10 @@ impl Pop {
     pub fn popped(&self, v: &Value) -> Popped {
         let (queue, count) = match call::Pop::read(v) {
             Ok(Taken::Took { g, values, .. }) => match self.sources.get(g) {
-                Some(Source::Queue(q)) if !values.is_empty() => (Some(q.clone()), values.len()),
+                Some(Source::Queue(q)) if !values.is_empty() => {
+                    self.hand_out(q, &values);
+                    (Some(q.clone()), values.len())
+                }
                 _ => (None, values.len()),
             },
             _ => (None, 0),

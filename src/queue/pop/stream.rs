@@ -10,6 +10,9 @@ use super::{Pop, Progress};
 use crate::output::{ReplyTransform, Transformed};
 use crate::queue::leases::registry::Registry;
 use crate::queue::library::call::{Call, Reload};
+use crate::queue::library::script;
+use crate::queue::library::value::Value;
+use crate::queue::rules::{Made, Queue};
 
 /// A pop carried out from the client's reply stream: each reply is taken
 /// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
@@ -21,6 +24,14 @@ pub struct PopCalls {
     call: Call,
     reload: Reload,
     registry: Arc<Registry>,
+    taking: Option<Taking>,
+}
+
+/// The first call went as `lua/scripts/take.lua` (see `Pop::take_request`).
+struct Taking {
+    /// The same with the script's text, for a Redis that lost it.
+    eval: Option<Bytes>,
+    q: Arc<Queue>,
 }
 
 impl PopCalls {
@@ -30,14 +41,54 @@ impl PopCalls {
         progress: Progress,
         call: Call,
         registry: Arc<Registry>,
-    ) -> Box<dyn ReplyTransform> {
+    ) -> Box<PopCalls> {
         Box::new(PopCalls {
             pop,
             progress,
             call,
             reload: Reload::default(),
             registry,
+            taking: None,
         })
+    }
+
+    /// The first call goes as the take script instead (`eval`: its request
+    /// with the text), `call` after it if the script leaves the pop to it.
+    pub fn taking(mut self: Box<Self>, eval: Bytes, q: Arc<Queue>) -> Box<PopCalls> {
+        self.taking = Some(Taking {
+            eval: Some(eval),
+            q,
+        });
+        self
+    }
+
+    /// The take script's reply: `Err` with what to do next when it is not
+    /// the pop's result (pop1 next, or the script again with its text);
+    /// else the result, with its delivery counted.
+    fn taken(&mut self, reply: &Bytes) -> Result<Option<Value>, Transformed> {
+        let Some(t) = self.taking.as_mut() else {
+            return Ok(None);
+        };
+        match &reply[..] {
+            b":0\r\n" => {
+                self.taking = None;
+                Err(Transformed::Continue(self.call.request()))
+            }
+            r if script::is_noscript(r) && t.eval.is_some() => {
+                Err(Transformed::Continue(t.eval.take().unwrap_or_default()))
+            }
+            b"$-1\r\n" | b"_\r\n" => {
+                self.taking = None;
+                Ok(Some(Value::Nil))
+            }
+            r => {
+                if r.first() == Some(&b'$') {
+                    t.q.made(Made::Deliveries);
+                }
+                self.taking = None;
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -46,10 +97,19 @@ impl ReplyTransform for PopCalls {
         if let Some(retry) = self.reload.retry(&reply, &self.call, self.registry.db) {
             return retry;
         }
-        let taken = self
-            .call
-            .decode(reply.clone())
-            .and_then(|v| self.pop.absorb(&mut self.progress, &v));
+        let nothing = match self.taken(&reply) {
+            Ok(nothing) => nothing,
+            Err(next) => return next,
+        };
+        let taken = match nothing {
+            // An empty list: what pop1 answers, without its events.
+            Some(v) => self.pop.absorb(&mut self.progress, &v),
+            // The value alone, as pop1's short reply: decoded as one.
+            None => self
+                .call
+                .decode(reply.clone())
+                .and_then(|v| self.pop.absorb(&mut self.progress, &v)),
+        };
         if let Err(e) = taken {
             return Transformed::Done(e.to_reply());
         }

@@ -1,0 +1,35 @@
+-- scripts/release.lua: ACK queue id, for one id of a lease this proxy
+-- handed out, on a rule that tracks no connection. Run with EVALSHA, not
+-- from the function library: Redis's function engine keeps every library
+-- in one Lua heap and steps its collector every 50 calls, so an FCALL on
+-- a heap the size of the library costs Redis more than the two commands
+-- this needs (see src/queue/library/script.rs and bench/RESULTS.md).
+--
+-- KEYS[1] the queue's leases (zset), KEYS[2] its lease records (msgs,
+--         hash); with totals to add, KEYS[3] its stats hash.
+-- ARGV[1] the ack id; with totals to add, ARGV[2] deliveries and ARGV[3]
+--         ACKs this proxy made (take.lua, this) that the stats hash does
+--         not count yet, ARGV[4] the stats hash's time to live (ms).
+-- Returns 1 when a plain lease with that id was released (its lease
+-- record and deadline removed, as the library's ack does for a lease with
+-- no destination and no connection), else 0 and nothing but the totals
+-- changed: the proxy then sends the library's ack, which knows the rest
+-- (late ACKs, duplicates, move leases, leases of older versions).
+-- The token is the library's id key: 'j'..id for an id of at most 40
+-- bytes without ':', else 'i'..sha1(id) (see id_key in common.lua).
+
+if KEYS[3] then
+  redis.call('HINCRBY', KEYS[3], 'deliveries', ARGV[2])
+  redis.call('HINCRBY', KEYS[3], 'acks', ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+end
+local id = ARGV[1]
+local token
+if #id <= 40 and not string.find(id, ':', 1, true) then
+  token = 'j' .. id
+else
+  token = 'i' .. redis.sha1hex(id)
+end
+if redis.call('ZREM', KEYS[1], token) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], token)
+return 1

@@ -1,0 +1,41 @@
+-- scripts/take.lua: a pop of one value (RPOP/LPOP queue, no count) from a
+-- queue whose rule tracks no connection, when nothing is due. Run with
+-- EVALSHA, not from the function library, for the reason release.lua
+-- gives. Its text is lua/lease_core.lua, then this.
+--
+-- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
+--         records (msgs, hash), KEYS[4] its ids index (zset); with totals
+--         to add, KEYS[5] its stats hash.
+-- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+--         ARGV[3] the rule's JSON field of the ack id ('' = the payload);
+--         with totals to add, ARGV[4] deliveries and ARGV[5] ACKs this
+--         proxy made (this, release.lua) that the stats hash does not
+--         count yet, ARGV[6] the stats hash's time to live (ms).
+-- Returns 0, having changed nothing but the totals, when a lease is due
+-- or a mark is set (see the marks in common.lua): the proxy then sends
+-- the library's pop1, which knows the rest. Else what the pop gives: nil
+-- for an empty list, the error for a key of another type, or the value,
+-- leased exactly as the library's first delivery by a plain pop
+-- (new_lease's text record).
+
+if KEYS[5] then
+  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[4])
+  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[5])
+  redis.call('PEXPIRE', KEYS[5], ARGV[6])
+end
+local t = redis.call('TIME')
+local us = t[2]
+local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+if not v or v.err then return v end
+local id = ack_id(v, ARGV[3])
+local rec
+if id == v then
+  rec = 's' .. now_text .. '|' .. v
+else
+  rec = 't' .. now_text .. '|' .. #id .. '|' .. id .. v
+end
+local token = claim(KEYS[3], KEYS[4], id_key(id), rec)
+redis.call('ZADD', KEYS[2], string.format('%d', now_text + ARGV[2]), token)
+return v

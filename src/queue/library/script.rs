@@ -1,0 +1,237 @@
+//! The queue scripts sent with `EVALSHA` rather than as functions of the
+//! library: `lua/scripts/take.lua` and `release.lua`, a pop's and an ACK's
+//! common case.
+//!
+//! Redis keeps every function library in one Lua heap and steps that
+//! heap's collector every 50 script calls; on a heap the size of the
+//! library each step walks far more than it frees, and an `FCALL` carries
+//! that share (about a tenth of a pop + ACK pair's Redis instructions,
+//! `bench/scripts/redis_instructions.py`). A script of the `EVAL` cache
+//! runs in a heap of its own, kept small. These two are worth it: they
+//! need none of the library's helpers and nothing kept between calls, and
+//! each leaves what it does not do (due leases, marks, duplicates, late
+//! ACKs) untouched for the library's function, which the proxy calls next.
+//! Neither writes the queue's totals: the proxy counts what they did and
+//! passes the count on with a later call (see `Queue::totals_to_write`).
+//!
+//! A script Redis does not have (a restart, `SCRIPT FLUSH`) answers
+//! `NOSCRIPT`; the call goes again as `EVAL` with the text, which caches it
+//! once more.
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use crate::queue::leases::clock;
+use crate::queue::library::keys::STATS_TTL_MS;
+use crate::queue::rules::Queue;
+use crate::upstream::encode_command;
+
+pub struct Script {
+    text: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(text: &'static str) -> Script {
+        Script {
+            text,
+            sha: sha1_smol::Sha1::from(text).digest().to_string(),
+        }
+    }
+
+    /// `EVALSHA` of the script on `keys` and `args`.
+    pub fn evalsha(&self, keys: &[&[u8]], args: &[&[u8]]) -> Bytes {
+        self.request(b"EVALSHA", self.sha.as_bytes(), keys, args)
+    }
+
+    /// The same with the script's text, for a Redis that lost it.
+    pub fn eval(&self, keys: &[&[u8]], args: &[&[u8]]) -> Bytes {
+        self.request(b"EVAL", self.text.as_bytes(), keys, args)
+    }
+
+    fn request(&self, cmd: &[u8], script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Bytes {
+        let mut numkeys = itoa::Buffer::new();
+        let mut all: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+        all.extend([cmd, script, numkeys.format(keys.len()).as_bytes()]);
+        all.extend_from_slice(keys);
+        all.extend_from_slice(args);
+        Bytes::from(encode_command(&all))
+    }
+}
+
+/// `lua/scripts/release.lua`: an ACK of one lease this proxy handed out.
+pub fn release() -> &'static Script {
+    static RELEASE: OnceLock<Script> = OnceLock::new();
+    RELEASE.get_or_init(|| Script::new(include_str!("../../../lua/scripts/release.lua")))
+}
+
+/// `lua/scripts/take.lua`: a pop of one value when nothing is due.
+pub fn take() -> &'static Script {
+    static TAKE: OnceLock<Script> = OnceLock::new();
+    TAKE.get_or_init(|| {
+        let text = [
+            super::LEASE_CORE,
+            include_str!("../../../lua/scripts/take.lua"),
+        ]
+        .join("\n");
+        Script::new(String::leak(text))
+    })
+}
+
+/// A script's call, and the same with its text for a Redis that lost it.
+pub struct Request {
+    pub evalsha: Bytes,
+    pub eval: Bytes,
+}
+
+impl Script {
+    /// Its call on `keys` and `args` for queue `q`, with the totals the
+    /// queue's last calls made if they are due to be written (see
+    /// `Queue::totals_to_write`): the stats hash as one more key, and the
+    /// deliveries, the ACKs and the hash's time to live as three more
+    /// arguments, as each script's header states.
+    pub fn call(&self, q: &Queue, keys: &[&[u8]], args: &[&[u8]]) -> Request {
+        let Some([d, a]) = q.totals_to_write(clock::redis_now_ms()) else {
+            return Request {
+                evalsha: self.evalsha(keys, args),
+                eval: self.eval(keys, args),
+            };
+        };
+        let (mut dn, mut an, mut ttl) = (
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+            itoa::Buffer::new(),
+        );
+        let keys = [keys, &[q.keys.get("stats")]].concat();
+        let extra: [&[u8]; 3] = [
+            dn.format(d).as_bytes(),
+            an.format(a).as_bytes(),
+            ttl.format(STATS_TTL_MS).as_bytes(),
+        ];
+        let args = [args, &extra].concat();
+        Request {
+            evalsha: self.evalsha(&keys, &args),
+            eval: self.eval(&keys, &args),
+        }
+    }
+}
+
+/// Whether Redis answered that it does not have the script.
+pub fn is_noscript(reply: &[u8]) -> bool {
+    reply.starts_with(b"-NOSCRIPT")
+}
+
+/// The proxy's scripts as `SCRIPT EXISTS` asks for them: its reply tells
+/// which of them Redis's script cache holds (see [`cached_in`]).
+pub fn probe() -> [&'static [u8]; 4] {
+    [
+        b"SCRIPT",
+        b"EXISTS",
+        take().sha.as_bytes(),
+        release().sha.as_bytes(),
+    ]
+}
+
+/// What the proxy's scripts add to `INFO`'s script cache: how many are
+/// cached, and the bytes Redis counts for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cached {
+    pub scripts: u64,
+    pub bytes: u64,
+}
+
+/// The proxy's share of the script cache according to the reply to
+/// [`probe`]; none when it is no such reply (a `BUSY`, an error).
+pub fn cached_in(reply: &[u8]) -> Cached {
+    let mut c = Cached::default();
+    let Some((b'*', items)) = crate::resp::frame::items(reply) else {
+        return c;
+    };
+    for (item, script) in items.into_iter().zip([take(), release()]) {
+        if &reply[item] == b":1\r\n" {
+            c.scripts += 1;
+            c.bytes += counted_bytes(script.text.len());
+        }
+    }
+    c
+}
+
+/// The bytes Redis 7.0 counts in `used_memory_scripts_eval` for one cached
+/// script of `len` bytes, besides its share of the cache's hash table: 88
+/// (its SHA1's string, its entry and record) and the allocation of its
+/// text (jemalloc's size class of a string of that length and its header),
+/// or 16 for a text short enough to be kept with its object. Measured
+/// against redis-server: see `tests/suite/function_view.rs`.
+fn counted_bytes(len: usize) -> u64 {
+    const FIXED: u64 = 88;
+    if len <= 44 {
+        return FIXED + 16;
+    }
+    let header = match len {
+        0..=255 => 3,
+        256..=65_535 => 5,
+        _ => 9,
+    };
+    FIXED + size_class((len + header + 1) as u64)
+}
+
+/// jemalloc's size class of an allocation of n bytes: multiples of 16 up
+/// to 128, then four classes for every doubling.
+fn size_class(n: u64) -> u64 {
+    if n <= 8 {
+        return 8;
+    }
+    if n <= 128 {
+        return n.div_ceil(16) * 16;
+    }
+    let group = 1u64 << (63 - (n - 1).leading_zeros());
+    let step = group / 4;
+    n.div_ceil(step) * step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_is_named_by_the_sha1_of_its_text() {
+        let s = release();
+        assert_eq!(s.sha.len(), 40);
+        let req = s.evalsha(&[b"k1", b"k2"], &[b"id"]);
+        let text = String::from_utf8_lossy(&req);
+        assert!(text.starts_with("*6\r\n$7\r\nEVALSHA\r\n$40\r\n"), "{text}");
+        assert!(
+            text.ends_with("$1\r\n2\r\n$2\r\nk1\r\n$2\r\nk2\r\n$2\r\nid\r\n"),
+            "{text}"
+        );
+        assert!(is_noscript(
+            b"-NOSCRIPT No matching script. Please use EVAL.\r\n"
+        ));
+        assert!(!is_noscript(b"-ERR other\r\n"));
+    }
+
+    #[test]
+    fn size_classes_are_jemallocs() {
+        let classes = [
+            (9, 16),
+            (63, 64),
+            (113, 128),
+            (129, 160),
+            (1015, 1024),
+            (1025, 1280),
+        ];
+        for (n, class) in classes {
+            assert_eq!(size_class(n), class, "{n}");
+        }
+        assert_eq!(size_class(3015), 3072);
+        assert_eq!(size_class(5015), 5120);
+        // Measured on redis-server 7.0, one script alone in the cache
+        // (whose table then has 4 slots of 8 bytes): scripts of 8, 59, 109
+        // and 5009 bytes.
+        assert_eq!(counted_bytes(8) + 32, 136);
+        assert_eq!(counted_bytes(59) + 32, 184);
+        assert_eq!(counted_bytes(109) + 32, 248);
+        assert_eq!(counted_bytes(5009) + 32, 5240);
+    }
+}
