@@ -66,10 +66,11 @@ pub struct How {
     /// a second one in one MULTI, leaves those leases alone.
     pub next: bool,
     /// Nothing the client sent after this request is read yet: a queue
-    /// operation may then go as one of the proxy's scripts, awaited as a
-    /// [`Intercept::Job`], whose second call (when the script leaves the
-    /// work to the library) nothing of the client's can overtake (see
-    /// `library/script.rs`).
+    /// operation may then go as one of the proxy's scripts
+    /// ([`Intercept::Scripted`]), whose second call (when the script leaves
+    /// the work to the library) the client's next request waits for. A
+    /// client's pipelined requests go as one call each instead, so that they
+    /// do not wait for one another.
     pub alone: bool,
 }
 
@@ -93,6 +94,14 @@ pub enum Intercept {
     /// Several bounded script calls, awaited before the client's next
     /// request is handled.
     Job(job::Job),
+    /// One of the proxy's scripts (see `library/script.rs`), sent on the
+    /// shared connection like a [`Intercept::Rewrite`]; the client's next
+    /// request waits until its reply is resolved, since `transform` may
+    /// send a second call (see [`How::alone`]).
+    Scripted {
+        request: Bytes,
+        transform: Box<dyn ReplyTransform>,
+    },
 }
 
 /// Bytes of move-destination names remembered at most; past it the oldest
@@ -428,9 +437,11 @@ impl Queues {
                     false => None,
                 };
                 if let Some((take, q)) = take {
-                    let transform =
-                        PopCalls::boxed(pop, progress, call, registry).taking(take.eval, q);
-                    return Intercept::Job(job::scripted(take.evalsha, transform));
+                    return Intercept::Scripted {
+                        request: take.evalsha,
+                        transform: PopCalls::boxed(pop, progress, call, registry)
+                            .taking(take.eval, q),
+                    };
                 }
                 return Intercept::Rewrite {
                     request: call.request_in(db.index),
@@ -522,6 +533,10 @@ impl Queues {
         match self.intercept(Kind::Queue, Args::new(&buf, &ranges), how) {
             Intercept::Reply(b) | Intercept::Refuse(b) => b,
             Intercept::Rewrite {
+                request,
+                mut transform,
+            }
+            | Intercept::Scripted {
                 request,
                 mut transform,
             } => {

@@ -9,9 +9,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::oneshot;
 
 use crate::command::{Args, Kind};
-use crate::output::ReplyTransform;
+use crate::output::{ReplyTransform, Transformed};
 use crate::queue::library::call::Caller;
 use crate::queue::{How, Intercept, Queues};
 
@@ -62,6 +63,10 @@ pub trait Conn {
     /// Sends `call`, the rewrite of a request of `kind`, to the connection
     /// `to` names; its reply goes through `reply`.
     async fn send(&mut self, kind: Kind, call: Bytes, reply: Box<dyn ReplyTransform>, to: Place);
+    /// The client's next request waits until `resolved` fires (or its
+    /// sender is dropped): the reply of a request that may send a second
+    /// call is resolved (see `Intercept::Scripted`).
+    fn hold_next(&mut self, resolved: oneshot::Receiver<()>);
     /// A caller on the shared connection of the client's database, once
     /// everything the client sent before has run.
     async fn caller(&mut self) -> Caller;
@@ -110,6 +115,15 @@ impl Queues {
                 self.ensure_library().await;
                 conn.send(kind, request, transform, place).await;
             }
+            Intercept::Scripted { request, transform } => {
+                let (tx, rx) = oneshot::channel();
+                let transform = Box::new(Resolved {
+                    inner: transform,
+                    _tx: tx,
+                });
+                conn.send(kind, request, transform, Place::Shared).await;
+                conn.hold_next(rx);
+            }
             Intercept::Job(job) => {
                 let caller = conn.caller().await;
                 let reply = job.run(caller).await;
@@ -140,5 +154,23 @@ impl Queues {
             }
         }
         Outcome::Served
+    }
+}
+
+/// A reply transform whose end (dropped once its reply is written, or
+/// with the client) releases the client's next request (see
+/// [`Conn::hold_next`]).
+struct Resolved {
+    inner: Box<dyn ReplyTransform>,
+    _tx: oneshot::Sender<()>,
+}
+
+impl ReplyTransform for Resolved {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        self.inner.apply(reply)
+    }
+
+    fn resend_on(&self) -> Option<&dyn crate::output::Resend> {
+        self.inner.resend_on()
     }
 }

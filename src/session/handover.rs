@@ -41,6 +41,10 @@ impl Conn for Session {
         }
     }
 
+    fn hold_next(&mut self, resolved: tokio::sync::oneshot::Receiver<()>) {
+        self.held = Some(resolved);
+    }
+
     async fn caller(&mut self) -> Caller {
         self.after_sent_before().await;
         Caller {

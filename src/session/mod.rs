@@ -306,6 +306,7 @@ pub async fn run(stream: Stream, ctx: Arc<Context>, peer: Option<std::net::Socke
         pop_order: PopOrder::default(),
         redirect_ids: None,
         relaying: false,
+        held: None,
         ctx,
     };
     session.set_auth(crate::auth::State::at_connect(session.proxy_password()));
@@ -378,6 +379,10 @@ struct Session {
     /// replication stream, no RESP replies to requests; its bytes and
     /// Redis's are relayed as they come.
     relaying: bool,
+    /// The client's next request waits for this: the reply of a queue
+    /// script that may send a second call is resolved (see
+    /// `queue::Intercept::Scripted`).
+    held: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Session {
@@ -477,6 +482,10 @@ impl Session {
     /// Handles every complete request in the buffer. Consecutive requests
     /// bound for the shared upstream leave as one batch.
     async fn process(&mut self) -> Option<Stop> {
+        if let Some(resolved) = self.held.take() {
+            // Sent or dropped: either way that reply is settled.
+            let _ = resolved.await;
+        }
         if self.relaying {
             return self.relay().await;
         }

@@ -901,6 +901,38 @@ fn a_pop_of_one_with_nothing_due_is_the_take_script() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// A request the client sends while its pop of one is in flight, in a
+/// write of its own, runs after the pop, also when the take script leaves
+/// the pop to the library: a second call the reply stream sends.
+#[test]
+fn a_request_sent_during_a_pop_the_script_hands_on_waits_for_it() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "w1", "a", "b"]);
+    assert_eq!(c.cmd(&["RPOP", "w1"]), Value::bulk("a"));
+    // A NACKed message is back in the list, a retry entry with it: the
+    // next pop is the library's.
+    assert_eq!(c.cmd(&["NACK", "w1", "a"]), Value::Int(1));
+    // Redis held by a script of another client's, so that the pop's calls
+    // and the request behind it all wait in line there.
+    let port = redis.port;
+    let busy = thread::spawn(move || {
+        let mut other = Client::connect(port);
+        other.cmd(&[
+            "EVAL",
+            "local t = redis.call('TIME')[1] + 0 local u = 0 while redis.call('TIME')[1] + 0 < t + 1 do u = u + 1 end return 1",
+            "0",
+        ])
+    });
+    thread::sleep(Duration::from_millis(100));
+    c.send_raw(&Client::encode(&[b"RPOP", b"w1"]));
+    thread::sleep(Duration::from_millis(50));
+    c.send_raw(&Client::encode(&[b"LLEN", b"w1"]));
+    assert_eq!(c.read_raw(), b"$1\r\na\r\n");
+    assert_eq!(c.read_raw(), b":1\r\n", "LLEN ran after the pop");
+    assert_eq!(busy.join().unwrap(), Value::Int(1));
+}
+
 #[test]
 fn what_the_take_script_leaves_the_library_does_in_the_list_order() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use super::job::{self, Job};
+use super::job::Job;
 use super::{
     changed, in_chunks, int_reply, job_reply, leased_target, rewrite, too_many_ids, IDS_PER_CALL,
 };
@@ -110,7 +110,10 @@ fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) ->
         popped_at,
         then: None,
     });
-    Intercept::Job(job::scripted(evalsha, transform))
+    Intercept::Scripted {
+        request: evalsha,
+        transform,
+    }
 }
 
 struct Release {

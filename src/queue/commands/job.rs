@@ -10,7 +10,6 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 
-use crate::output::ReplyTransform;
 use crate::queue::library::call::Caller;
 
 type Run = Box<dyn FnOnce(Caller) -> Pin<Box<dyn Future<Output = Bytes> + Send>> + Send>;
@@ -30,24 +29,6 @@ impl Job {
     pub async fn run(self, caller: Caller) -> Bytes {
         (self.0)(caller).await
     }
-}
-
-/// A job of one of the proxy's scripts (see `library/script.rs`): `request`,
-/// then whatever further calls `transform` asks for (the library's
-/// function, the script again with its text), each awaited, so that the
-/// client's next request runs after all of them.
-pub fn scripted(request: Bytes, mut transform: Box<dyn ReplyTransform>) -> Job {
-    Job::new(move |caller| async move {
-        let reply = caller.shared.call(request, caller.client.clone()).await;
-        crate::output::resolve(
-            reply,
-            1,
-            Some(&mut *transform),
-            &caller.shared,
-            &caller.client,
-        )
-        .await
-    })
 }
 
 /// The refusal of a queue operation that must be one script call (queued
