@@ -18,6 +18,8 @@ pairs warm it up, the counters are zeroed, and the remaining pairs are
 sent pipelined (100 requests per write) from this process.
 
 Usage: python3 bench/scripts/redis_instructions.py [N]   (default 3000)
+REDIS_INSTR_KEEP=<dir> keeps each side's callgrind file there, for
+callgrind_annotate.
 Needs: redis-server, valgrind (callgrind_control), python3.
 """
 import glob
@@ -183,6 +185,10 @@ def instructions(label, tmp, setup, pop_of, ack_of):
         subprocess.run(["callgrind_control", "-d", str(redis.pid)], stdout=subprocess.DEVNULL, check=True)
         time.sleep(0.5)
         files = sorted(glob.glob(out + ".*"), key=os.path.getmtime)
+        if os.environ.get("REDIS_INSTR_KEEP"):
+            # For callgrind_annotate: where the instructions go.
+            os.makedirs(os.environ["REDIS_INSTR_KEEP"], exist_ok=True)
+            shutil.copy(files[-1], os.path.join(os.environ["REDIS_INSTR_KEEP"], f"callgrind.{label}"))
         total = 0
         with open(files[-1], errors="replace") as f:
             for line in f:
@@ -225,7 +231,8 @@ def main():
         ours, ours_err = instructions(
             "ours", tmp, ours_setup,
             lambda e: pop,
-            lambda e, i: ack[:-1] + [i])
+            # release.lua takes the id's lease token ('j' and a short id).
+            lambda e, i: ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i])
     print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
     print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
     print(f"ackproxy (pop {pop[0].decode()}, ACK {ack[0].decode()}): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")

@@ -7,7 +7,8 @@
 --
 -- KEYS[1] the queue's leases (zset), KEYS[2] its lease records (msgs,
 --         hash); with totals to add, KEYS[3] its stats hash.
--- ARGV[1] the ack id; with totals to add, ARGV[2] deliveries and ARGV[3]
+-- ARGV[1] the lease token of the ack id (id_key in lua/lease_core.lua,
+--         made by the proxy: library::keys::id_key); with totals to add, ARGV[2] deliveries and ARGV[3]
 --         ACKs this proxy made (take.lua, this) that the stats hash does
 --         not count yet, ARGV[4] the stats hash's time to live (ms).
 -- Returns 1 when a plain lease with that id was released (its lease
@@ -15,21 +16,12 @@
 -- no destination and no connection), else 0 and nothing but the totals
 -- changed: the proxy then sends the library's ack, which knows the rest
 -- (late ACKs, duplicates, move leases, leases of older versions).
--- The token is the library's id key: 'j'..id for an id of at most 40
--- bytes without ':', else 'i'..sha1(id) (see id_key in common.lua).
 
 if KEYS[3] then
   redis.call('HINCRBY', KEYS[3], 'deliveries', ARGV[2])
   redis.call('HINCRBY', KEYS[3], 'acks', ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
-local id = ARGV[1]
-local token
-if #id <= 40 and not string.find(id, ':', 1, true) then
-  token = 'j' .. id
-else
-  token = 'i' .. redis.sha1hex(id)
-end
-if redis.call('ZREM', KEYS[1], token) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], token)
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
 return 1

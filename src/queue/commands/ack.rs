@@ -100,8 +100,9 @@ pub fn ack(
 /// lease with the id, or if Redis lost the script and the `EVAL` fails too.
 fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) -> Intercept {
     let k = &q.keys;
+    let token = library::keys::id_key(&id);
     let script::Request { evalsha, eval } =
-        script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&id]);
+        script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]);
     let transform = Box::new(Release {
         eval: Some(eval),
         q,

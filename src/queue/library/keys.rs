@@ -218,8 +218,41 @@ fn slot_tag(queue: &[u8]) -> Vec<u8> {
         .expect("every slot has a decimal tag")
 }
 
+/// Ids at most this long without ':' are their own lease token
+/// (`SHORT_ID` in `lua/lease_core.lua`).
+const SHORT_ID: usize = 40;
+
+/// The lease token of an ack id, as `id_key` in `lua/lease_core.lua` makes
+/// it: 'j' and the id when it is short and has no ':', else 'i' and the
+/// SHA1 of the id in hex.
+pub fn id_key(id: &[u8]) -> Vec<u8> {
+    if id.len() <= SHORT_ID && !id.contains(&b':') {
+        return [&b"j"[..], id].concat();
+    }
+    let mut out = b"i".to_vec();
+    out.extend_from_slice(sha1_smol::Sha1::from(id).digest().to_string().as_bytes());
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_id_key_is_the_librarys() {
+        assert_eq!(id_key(b"abc"), b"jabc");
+        let long = [b'x'; 41];
+        let key = id_key(&long);
+        assert_eq!(key.len(), 41);
+        assert_eq!(key[0], b'i');
+        assert_eq!(
+            &id_key(b"a:b")[..],
+            &[
+                b"i".as_slice(),
+                sha1_smol::Sha1::from("a:b").digest().to_string().as_bytes()
+            ]
+            .concat()[..]
+        );
+    }
+
     use super::*;
 
     #[test]
