@@ -219,8 +219,10 @@ def main():
             c.cmd("FUNCTION", "RESTORE", dump)
             lua = os.path.join(HERE, "..", "..", "lua")
             read = lambda *p: open(os.path.join(lua, *p), "rb").read()
-            # take.lua's text starts with lease_core.lua (src/queue/library/script.rs).
-            c.cmd("SCRIPT", "LOAD", read("lease_core.lua") + b"\n" + read("scripts", "take.lua"))
+            # take.lua's text as src/queue/library/script.rs makes it.
+            core = (b"(function()\n" + read("lease_core.lua")
+                    + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim }\nend)()")
+            c.cmd("SCRIPT", "LOAD", read("scripts", "take.lua").replace(b"LEASE_CORE", core))
             c.cmd("SCRIPT", "LOAD", read("scripts", "release.lua"))
             return None
 

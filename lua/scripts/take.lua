@@ -1,7 +1,10 @@
 -- scripts/take.lua: a pop of one value (RPOP/LPOP queue, no count) from a
 -- queue whose rule tracks no connection, when nothing is due. Run with
 -- EVALSHA, not from the function library, for the reason release.lua
--- gives. Its text is lua/lease_core.lua, then this.
+-- gives. Its placeholder for lua/lease_core.lua (that file's name in
+-- capitals, used below) stands for the file made into a table of its
+-- helpers ack_id, id_key and claim (see src/queue/library/script.rs),
+-- made only on the paths that need them.
 --
 -- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
 --         records (msgs, hash), KEYS[4] its ids index (zset); with totals
@@ -29,13 +32,39 @@ local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
 if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
 if not v or v.err then return v end
-local id = ack_id(v, ARGV[3])
+-- The common case without lease_core's helpers: each local function of a
+-- script's head is a closure made again at every call. A string id at the
+-- top level of the payload (or the payload itself), short and without ':',
+-- is its own token (ack_id and id_key in lease_core.lua say the same).
+local field, id, token = ARGV[3], nil, nil
+if field == '' then
+  id = v
+else
+  local ok, obj = pcall(cjson.decode, v)
+  id = ok and type(obj) == 'table' and obj[field]
+end
+local core
+if type(id) ~= 'string' then
+  core = LEASE_CORE
+  id = core.ack_id(v, field)
+end
+if #id <= 40 and not string.find(id, ':', 1, true) then
+  token = 'j' .. id
+else
+  core = core or LEASE_CORE
+  token = core.id_key(id)
+end
 local rec
 if id == v then
   rec = 's' .. now_text .. '|' .. v
 else
   rec = 't' .. now_text .. '|' .. #id .. '|' .. id .. v
 end
-local token = claim(KEYS[3], KEYS[4], id_key(id), rec)
+if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+  -- Another message with this id is in flight: claim gives it a token of
+  -- its own.
+  core = core or LEASE_CORE
+  token = core.claim(KEYS[3], KEYS[4], token, rec)
+end
 redis.call('ZADD', KEYS[2], string.format('%d', now_text + ARGV[2]), token)
 return v

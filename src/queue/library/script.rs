@@ -70,11 +70,13 @@ pub fn release() -> &'static Script {
 pub fn take() -> &'static Script {
     static TAKE: OnceLock<Script> = OnceLock::new();
     TAKE.get_or_init(|| {
-        let text = [
-            super::LEASE_CORE,
-            include_str!("../../../lua/scripts/take.lua"),
-        ]
-        .join("\n");
+        // lease_core.lua's helpers where take.lua asks for them: made by
+        // a call of their own, so that a call needing none makes none.
+        let core = format!(
+            "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim }}\nend)()",
+            super::LEASE_CORE
+        );
+        let text = include_str!("../../../lua/scripts/take.lua").replace("LEASE_CORE", &core);
         Script::new(String::leak(text))
     })
 }
