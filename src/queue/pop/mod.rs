@@ -324,7 +324,9 @@ impl Pop {
         let mut p = Progress::default();
         while let Some(call) = self.next_call(&mut p) {
             let v = match self.take_request(&call, &p, caller.db) {
-                Some((take, q)) => self.take(caller, take, &q, &call).await?,
+                // Boxed: this future is part of every client's session
+                // task, and idle clients should not pay for its size.
+                Some((take, q)) => Box::pin(self.take(caller, take, &q, &call)).await?,
                 None => caller.run(&call).await?,
             };
             self.absorb(&mut p, &v)?;
