@@ -622,6 +622,10 @@ struct Sample {
     /// (command, µs per call), the costliest first.
     per_call: Vec<(String, f64)>,
     redis_us: f64,
+    /// Reads and writes of client connections Redis made per pair (`INFO
+    /// stats`): what a proxy's batching saves it in system calls.
+    redis_reads: f64,
+    redis_writes: f64,
     proxy_us: f64,
     gen_us: f64,
 }
@@ -725,6 +729,19 @@ fn run_one(s: &Setup, r: &mut Blocking, mode: Mode) -> Res<Sample> {
     r.call("INFO commandstats")?;
     let stats = r.text(0);
     let (r1, p1) = cpu();
+    r.call("INFO stats")?;
+    let io = r.text(0);
+    let io_field = |k: &str| {
+        io.lines()
+            .find_map(|l| {
+                l.strip_prefix(k)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
 
     let field = |k: &str| g.get(k).copied().unwrap_or(0.0);
     let pairs = field("pairs");
@@ -765,6 +782,8 @@ fn run_one(s: &Setup, r: &mut Blocking, mode: Mode) -> Res<Sample> {
             .map(|(name, _, per)| (name, per))
             .collect(),
         redis_us: per_pair(r1 - r0),
+        redis_reads: io_field("total_reads_processed") / pairs.max(1.0),
+        redis_writes: io_field("total_writes_processed") / pairs.max(1.0),
         proxy_us: per_pair(p1 - p0),
         gen_us: per_pair(gen_cpu),
     })
@@ -781,8 +800,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -> String {
     let mut t = String::from(
         "| mode | pairs/s | p50 µs | p99 µs | Redis µs per call | Redis CPU µs/pair \
-         | proxy CPU µs/pair | generator CPU µs/pair | failures |\n\
-         |---|---:|---:|---:|---|---:|---:|---:|---:|\n",
+         | Redis reads/pair | Redis writes/pair | proxy CPU µs/pair | generator CPU µs/pair \
+         | failures |\n\
+         |---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut rates = BTreeMap::new();
     let mut redis = BTreeMap::new();
@@ -808,13 +828,15 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
             false => "-".into(),
         };
         t.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {:.1} | {proxy} | {:.1} | {} |\n",
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {:.1} | {:.2} | {:.2} | {proxy} | {:.1} | {} |\n",
             m.name(),
             rates[m.name()],
             med(|s| s.p50),
             med(|s| s.p99),
             calls.join(", "),
             med(|s| s.redis_us),
+            med(|s| s.redis_reads),
+            med(|s| s.redis_writes),
             med(|s| s.gen_us),
             v.iter().map(|s| s.failures).sum::<f64>(),
         ));
@@ -1006,7 +1028,8 @@ fn drive(args: &[String]) -> Res<bool> {
             let s = run_one(&setup, &mut r, mode)?;
             eprintln!(
                 "round {round} {:<11} {:>7.0} pairs/s, p50 {:>5.0} µs, p99 {:>6.0} µs, CPU µs/pair: \
-                 redis {:.1}, proxy {:.1}, generator {:.1}, failures {}",
+                 redis {:.1}, proxy {:.1}, generator {:.1}, failures {}; Redis reads/pair {:.2}, \
+                 writes/pair {:.2}",
                 mode.name(),
                 s.rate,
                 s.p50,
@@ -1014,7 +1037,9 @@ fn drive(args: &[String]) -> Res<bool> {
                 s.redis_us,
                 s.proxy_us,
                 s.gen_us,
-                s.failures
+                s.failures,
+                s.redis_reads,
+                s.redis_writes
             );
             samples.entry(mode.name()).or_default().push(s);
         }

@@ -438,9 +438,8 @@ impl Queues {
                 };
                 if let Some((take, q)) = take {
                     return Intercept::Scripted {
-                        request: take.evalsha,
-                        transform: PopCalls::boxed(pop, progress, call, registry)
-                            .taking(take.eval, q),
+                        request: take.evalsha.clone(),
+                        transform: PopCalls::boxed(pop, progress, call, registry).taking(take, q),
                     };
                 }
                 return Intercept::Rewrite {

@@ -101,20 +101,17 @@ pub fn ack(
 fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) -> Intercept {
     let k = &q.keys;
     let token = library::keys::id_key(&id);
-    let script::Request { evalsha, eval } =
-        script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]);
+    let call = script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]);
+    let request = call.evalsha.clone();
     let transform = Box::new(Release {
-        eval: Some(eval),
+        eval: Some(call),
         q,
         registry,
         id,
         popped_at,
         then: None,
     });
-    Intercept::Scripted {
-        request: evalsha,
-        transform,
-    }
+    Intercept::Scripted { request, transform }
 }
 
 struct Release {
@@ -122,8 +119,8 @@ struct Release {
     registry: Arc<Registry>,
     id: Bytes,
     popped_at: i64,
-    /// The request again with the script's text, for a Redis that lost it.
-    eval: Option<Bytes>,
+    /// The request, to go again with the script's text if Redis lost it.
+    eval: Option<script::Request>,
     /// The library's `ack`, once it took over.
     then: Option<Box<dyn ReplyTransform>>,
 }
@@ -162,7 +159,7 @@ impl ReplyTransform for Release {
                 Transformed::Continue(request)
             }
             r if script::is_noscript(r) && self.eval.is_some() => {
-                Transformed::Continue(self.eval.take().unwrap_or_default())
+                Transformed::Continue(self.eval.take().map(|r| r.eval()).unwrap_or_default())
             }
             _ => Transformed::Done(reply),
         }

@@ -45,11 +45,6 @@ impl Script {
         self.request(b"EVALSHA", self.sha.as_bytes(), keys, args)
     }
 
-    /// The same with the script's text, for a Redis that lost it.
-    pub fn eval(&self, keys: &[&[u8]], args: &[&[u8]]) -> Bytes {
-        self.request(b"EVAL", self.text.as_bytes(), keys, args)
-    }
-
     fn request(&self, cmd: &[u8], script: &[u8], keys: &[&[u8]], args: &[&[u8]]) -> Bytes {
         let mut numkeys = itoa::Buffer::new();
         let mut all: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
@@ -81,10 +76,20 @@ pub fn take() -> &'static Script {
     })
 }
 
-/// A script's call, and the same with its text for a Redis that lost it.
+/// A script's call. Its `EVAL` form, the same with the script's text for
+/// a Redis that lost it, is made from it only then: a pop's would copy the
+/// take script's kilobytes at every call.
+#[derive(Clone)]
 pub struct Request {
     pub evalsha: Bytes,
-    pub eval: Bytes,
+    script: &'static Script,
+}
+
+impl Request {
+    /// The call as `EVAL` with the script's text.
+    pub fn eval(&self) -> Bytes {
+        self.script.eval_of(&self.evalsha)
+    }
 }
 
 impl Script {
@@ -93,11 +98,11 @@ impl Script {
     /// `Queue::totals_to_write`): the stats hash as one more key, and the
     /// deliveries, the ACKs and the hash's time to live as three more
     /// arguments, as each script's header states.
-    pub fn call(&self, q: &Queue, keys: &[&[u8]], args: &[&[u8]]) -> Request {
+    pub fn call(&'static self, q: &Queue, keys: &[&[u8]], args: &[&[u8]]) -> Request {
         let Some([d, a]) = q.totals_to_write(clock::redis_now_ms()) else {
             return Request {
                 evalsha: self.evalsha(keys, args),
-                eval: self.eval(keys, args),
+                script: self,
             };
         };
         let (mut dn, mut an, mut ttl) = (
@@ -114,8 +119,30 @@ impl Script {
         let args = [args, &extra].concat();
         Request {
             evalsha: self.evalsha(&keys, &args),
-            eval: self.eval(&keys, &args),
+            script: self,
         }
+    }
+
+    /// `evalsha` (this script's [`Script::evalsha`]) as `EVAL` with the
+    /// text: the SHA1's argument replaced, the rest as it is.
+    fn eval_of(&self, evalsha: &[u8]) -> Bytes {
+        // `*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha1>\r\n`, then the rest.
+        let count_end = evalsha
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let rest = &evalsha[(count_end + 13 + 5 + 40 + 2).min(evalsha.len())..];
+        let mut len = itoa::Buffer::new();
+        let len = len.format(self.text.len());
+        let mut out = Vec::with_capacity(count_end + 30 + self.text.len() + rest.len());
+        out.extend_from_slice(&evalsha[..count_end]);
+        out.extend_from_slice(b"$4\r\nEVAL\r\n$");
+        out.extend_from_slice(len.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(self.text.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(rest);
+        Bytes::from(out)
     }
 }
 
@@ -211,6 +238,28 @@ mod tests {
             b"-NOSCRIPT No matching script. Please use EVAL.\r\n"
         ));
         assert!(!is_noscript(b"-ERR other\r\n"));
+    }
+
+    #[test]
+    fn the_eval_form_is_the_call_with_the_text_for_the_sha1() {
+        for s in [take(), release()] {
+            for (keys, args) in [
+                (&[][..], &[][..]),
+                (
+                    &[&b"q"[..], b"ackq:{q}:q:leases"][..],
+                    &[&b"R"[..], b"30000", b""][..],
+                ),
+            ] {
+                let req = Request {
+                    evalsha: s.evalsha(keys, args),
+                    script: s,
+                };
+                assert_eq!(
+                    req.eval(),
+                    s.request(b"EVAL", s.text.as_bytes(), keys, args)
+                );
+            }
+        }
     }
 
     #[test]

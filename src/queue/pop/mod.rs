@@ -346,13 +346,13 @@ impl Pop {
     ) -> Result<Value, CallError> {
         let mut reply = caller
             .shared
-            .call(take.evalsha, caller.client.clone())
+            .call(take.evalsha.clone(), caller.client.clone())
             .await
             .map_err(CallError::Upstream)?;
         if script::is_noscript(&reply) {
             reply = caller
                 .shared
-                .call(take.eval, caller.client.clone())
+                .call(take.eval(), caller.client.clone())
                 .await
                 .map_err(CallError::Upstream)?;
         }

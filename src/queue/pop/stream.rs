@@ -29,8 +29,8 @@ pub struct PopCalls {
 
 /// The first call went as `lua/scripts/take.lua` (see `Pop::take_request`).
 struct Taking {
-    /// The same with the script's text, for a Redis that lost it.
-    eval: Option<Bytes>,
+    /// The call, to go again with the script's text if Redis lost it.
+    eval: Option<script::Request>,
     q: Arc<Queue>,
 }
 
@@ -54,7 +54,7 @@ impl PopCalls {
 
     /// The first call goes as the take script instead (`eval`: its request
     /// with the text), `call` after it if the script leaves the pop to it.
-    pub fn taking(mut self: Box<Self>, eval: Bytes, q: Arc<Queue>) -> Box<PopCalls> {
+    pub fn taking(mut self: Box<Self>, eval: script::Request, q: Arc<Queue>) -> Box<PopCalls> {
         self.taking = Some(Taking {
             eval: Some(eval),
             q,
@@ -74,9 +74,9 @@ impl PopCalls {
                 self.taking = None;
                 Err(Transformed::Continue(self.call.request()))
             }
-            r if script::is_noscript(r) && t.eval.is_some() => {
-                Err(Transformed::Continue(t.eval.take().unwrap_or_default()))
-            }
+            r if script::is_noscript(r) && t.eval.is_some() => Err(Transformed::Continue(
+                t.eval.take().map(|r| r.eval()).unwrap_or_default(),
+            )),
             b"$-1\r\n" | b"_\r\n" => {
                 self.taking = None;
                 Ok(Some(Value::Nil))
