@@ -823,6 +823,49 @@ fn an_ack_of_a_lease_handed_out_here_is_two_commands_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// A next-pop worker's pop of one is one script, not the library's
+/// function: it acknowledges the connection's earlier lease and leases the
+/// next one as the library would, so that the library's own calls (a late
+/// acknowledgement here) know it.
+#[test]
+fn a_next_pop_pop_of_one_is_one_script_in_redis() {
+    const CONFIG: &str = r#"
+[[queue]]
+pattern = "np*"
+lease_ms = 200
+ack_id = "json:id"
+ack = "next-pop"
+
+[reaper]
+interval_ms = 50
+"#;
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
+    let mut c = proxy.client();
+    let (a, b, d) = (r#"{"id":"a"}"#, r#"{"id":"b"}"#, r#"{"id":"d"}"#);
+    c.cmd(&["LPUSH", "np", a, b, d]);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(a));
+        assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(b));
+    });
+    let by_library = |ran: &[String]| ran.iter().any(|c| c.starts_with("FCALL ackq_pop"));
+    assert!(!by_library(&ran), "{ran:?}");
+    assert!(ran.iter().any(|c| c == "EVALSHA" || c == "EVAL"), "{ran:?}");
+    assert_eq!(info_int(&proxy, "np", "acks"), 1);
+    assert_eq!(info_int(&proxy, "np", "leased"), 1);
+    // b's lease runs out and its message is back: the connection's next
+    // pop calls that copy back (a late acknowledgement) and takes d.
+    thread::sleep(EXPIRE_WAIT);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(d));
+    });
+    assert!(by_library(&ran), "{ran:?}");
+    assert_eq!(info_int(&proxy, "np", "late-acks"), 1);
+    assert_eq!(c.cmd(&["RPOP", "np"]), Value::Nil);
+    assert_eq!(info_int(&proxy, "np", "acks"), 2);
+    assert_eq!(info_int(&proxy, "np", "leased"), 0);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
 #[test]
 fn an_ack_through_another_proxy_or_of_a_redelivery_releases_the_lease() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);

@@ -1,6 +1,6 @@
 //! The queue scripts sent with `EVALSHA` rather than as functions of the
-//! library: `lua/scripts/take.lua` and `release.lua`, a pop's and an ACK's
-//! common case.
+//! library: `lua/scripts/take.lua`, `take_owned.lua` and `release.lua`,
+//! a pop's and an ACK's common case.
 //!
 //! Redis keeps every function library in one Lua heap and steps that
 //! heap's collector every 50 script calls; on a heap the size of the
@@ -64,16 +64,25 @@ pub fn release() -> &'static Script {
 /// `lua/scripts/take.lua`: a pop of one value when nothing is due.
 pub fn take() -> &'static Script {
     static TAKE: OnceLock<Script> = OnceLock::new();
-    TAKE.get_or_init(|| {
-        // lease_core.lua's helpers where take.lua asks for them: made by
-        // a call of their own, so that a call needing none makes none.
-        let core = format!(
-            "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim }}\nend)()",
-            super::LEASE_CORE
-        );
-        let text = include_str!("../../../lua/scripts/take.lua").replace("LEASE_CORE", &core);
-        Script::new(String::leak(text))
-    })
+    TAKE.get_or_init(|| with_core(include_str!("../../../lua/scripts/take.lua")))
+}
+
+/// `lua/scripts/take_owned.lua`: the same on a rule that tracks the
+/// popping connection, a next-pop pop's acknowledgement included.
+pub fn take_owned() -> &'static Script {
+    static TAKE_OWNED: OnceLock<Script> = OnceLock::new();
+    TAKE_OWNED.get_or_init(|| with_core(include_str!("../../../lua/scripts/take_owned.lua")))
+}
+
+/// A take script whose `LEASE_CORE` placeholder stands for
+/// `lua/lease_core.lua`'s helpers where it asks for them: made by a call
+/// of their own, so that a call needing none makes none.
+fn with_core(text: &str) -> Script {
+    let core = format!(
+        "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim }}\nend)()",
+        super::LEASE_CORE
+    );
+    Script::new(String::leak(text.replace("LEASE_CORE", &core)))
 }
 
 /// A script's call. Its `EVAL` form, the same with the script's text for
@@ -153,12 +162,13 @@ pub fn is_noscript(reply: &[u8]) -> bool {
 
 /// The proxy's scripts as `SCRIPT EXISTS` asks for them: its reply tells
 /// which of them Redis's script cache holds (see [`cached_in`]).
-pub fn probe() -> [&'static [u8]; 4] {
+pub fn probe() -> [&'static [u8]; 5] {
     [
         b"SCRIPT",
         b"EXISTS",
         take().sha.as_bytes(),
         release().sha.as_bytes(),
+        take_owned().sha.as_bytes(),
     ]
 }
 
@@ -177,7 +187,7 @@ pub fn cached_in(reply: &[u8]) -> Cached {
     let Some((b'*', items)) = crate::resp::frame::items(reply) else {
         return c;
     };
-    for (item, script) in items.into_iter().zip([take(), release()]) {
+    for (item, script) in items.into_iter().zip([take(), release(), take_owned()]) {
         if &reply[item] == b":1\r\n" {
             c.scripts += 1;
             c.bytes += counted_bytes(script.text.len());
@@ -242,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_eval_form_is_the_call_with_the_text_for_the_sha1() {
-        for s in [take(), release()] {
+        for s in [take(), release(), take_owned()] {
             for (keys, args) in [
                 (&[][..], &[][..]),
                 (

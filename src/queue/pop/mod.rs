@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
-use crate::config::AckId;
+use crate::config::{AckId, AckPolicy};
 use crate::queue::leases::{clock, handed};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
@@ -279,6 +279,41 @@ fn null_array(protocol: u8) -> Bytes {
     Bytes::from_static(if protocol >= 3 { b"_\r\n" } else { b"*-1\r\n" })
 }
 
+/// Counts what a take script's reply says it did, for the totals the
+/// proxy writes (see `Queue::totals_to_write`): take.lua's value is one
+/// delivery; take_owned.lua's reply is the library pop's, `{m, events…,
+/// result}`, its events an acknowledgement first (next-pop) and then the
+/// delivery, and `m < 0` when nothing was popped.
+pub fn count_made(q: &Queue, reply: &[u8]) {
+    match reply.first() {
+        Some(b'$') => q.made(Made::Deliveries),
+        Some(b'*') => {
+            let Some(at) = reply.iter().position(|&b| b == b'\n') else {
+                return;
+            };
+            let rest = &reply[at + 1..];
+            let Some(end) = rest.iter().position(|&b| b == b'\r') else {
+                return;
+            };
+            let Some(m) = rest.get(1..end).and_then(crate::resp::parse_i64) else {
+                return;
+            };
+            let (events, delivered) = if m >= 0 {
+                (m / 3, true)
+            } else {
+                ((-m - 1) / 3, false)
+            };
+            if delivered {
+                q.made(Made::Deliveries);
+            }
+            if events > i64::from(delivered) {
+                q.made(Made::Acks);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl Pop {
     /// The pop-and-lease script call over `sources[from..to]`, popping up
     /// to `count` (never blocks), acknowledging first up to `release`
@@ -360,10 +395,9 @@ impl Pop {
             b":0\r\n" => caller.run(call).await,
             b"$-1\r\n" | b"_\r\n" => Ok(Value::Nil),
             r => {
-                if r.first() == Some(&b'$') {
-                    q.made(Made::Deliveries);
-                }
-                // The value alone, as pop1's short reply.
+                count_made(q, r);
+                // take.lua's value alone, as pop1's short reply, or
+                // take_owned.lua's reply of the library's pop.
                 call.decode(reply)
             }
         }
@@ -481,9 +515,10 @@ impl Pop {
     }
 
     /// The first call as `lua/scripts/take.lua` (see `library/script.rs`)
-    /// when it is the pop of one value from a queue whose rule tracks no
-    /// connection, with no move, in database 0: that script's request, and
-    /// the queue. `pop1` (`call`) does what the script leaves to it.
+    /// when it is the pop of one value from a queue, with no move, in
+    /// database 0 (`take_owned.lua` on a rule that tracks connections):
+    /// that script's request, and the queue. The library's pop (`call`)
+    /// does what the script leaves to it.
     pub fn take_request(
         &self,
         call: &Call,
@@ -493,27 +528,40 @@ impl Pop {
         let [Source::Queue(q)] = &self.sources[..] else {
             return None;
         };
+        if db != 0 || p.ask != 1 || self.dest.is_some() {
+            return None;
+        }
         let field: &[u8] = match &q.rule.ack_id {
             AckId::Payload => b"",
             AckId::JsonField(f) => f.as_bytes(),
         };
-        if db != 0
-            || p.ask != 1
-            || call.function.op != library::POP1.op
-            || self.dest.is_some()
-            || !self.owner.is_empty()
-            || q.rule.tracks_connections()
-        {
-            return None;
-        }
         let end: &[u8] = if self.left { b"L" } else { b"R" };
         let lease = itoa::Buffer::new().format(q.rule.lease_ms).to_owned();
         let k = &q.keys;
-        let request = script::take().call(
-            q,
-            &[k.queue(), k.get("leases"), k.get("msgs"), k.get("ids")],
-            &[end, lease.as_bytes(), field],
-        );
+        let keys = [k.queue(), k.get("leases"), k.get("msgs"), k.get("ids")];
+        let tracked = q.rule.tracks_connections();
+        // A connection's name is given exactly when the rule tracks it.
+        if tracked == self.owner.is_empty() {
+            return None;
+        }
+        let request = if tracked {
+            if call.function.op != library::POP.op {
+                return None;
+            }
+            // As next_call's release: only before this pop took anything.
+            let release = self.next && p.got.is_empty() && q.rule.ack == AckPolicy::NextPop;
+            let release: &[u8] = if release { b"1" } else { b"0" };
+            script::take_owned().call(
+                q,
+                &keys,
+                &[end, lease.as_bytes(), field, &self.owner, release],
+            )
+        } else {
+            if call.function.op != library::POP1.op {
+                return None;
+            }
+            script::take().call(q, &keys, &[end, lease.as_bytes(), field])
+        };
         Some((request, q.clone()))
     }
 

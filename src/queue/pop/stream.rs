@@ -12,7 +12,7 @@ use crate::queue::leases::registry::Registry;
 use crate::queue::library::call::{Call, Reload};
 use crate::queue::library::script;
 use crate::queue::library::value::Value;
-use crate::queue::rules::{Made, Queue};
+use crate::queue::rules::Queue;
 
 /// A pop carried out from the client's reply stream: each reply is taken
 /// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
@@ -82,9 +82,7 @@ impl PopCalls {
                 Ok(Some(Value::Nil))
             }
             r => {
-                if r.first() == Some(&b'$') {
-                    t.q.made(Made::Deliveries);
-                }
+                super::count_made(&t.q, r);
                 self.taking = None;
                 Ok(None)
             }

@@ -1,0 +1,94 @@
+-- scripts/take_owned.lua: a pop of one value (RPOP/LPOP queue, no count)
+-- from a queue whose rule tracks the popping connection (ack =
+-- 'next-pop', requeue_on_disconnect, hold = 'connection'), when nothing
+-- is due: the library's pop of that shape, for the common case, run with
+-- EVALSHA for the reason release.lua gives. A next-pop pop first
+-- acknowledges the connection's one earlier lease there, as the library's
+-- release_owned does. Its placeholder for lua/lease_core.lua (that file's
+-- name in capitals, used below) stands for that file made into a table of
+-- its helpers, as in take.lua.
+--
+-- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
+--         records (msgs, hash), KEYS[4] its ids index (zset); with totals
+--         to add, KEYS[5] its stats hash.
+-- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+--         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
+--         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
+--         earlier lease first (a next-pop pop), else '0'; with totals to
+--         add, ARGV[6] deliveries and ARGV[7] ACKs this proxy made that the
+--         stats hash does not count yet, ARGV[8] the hash's time to live.
+-- Returns 0, having changed nothing but the totals, when a lease is due or
+-- a mark is set, or when the connection's earlier leases there are not
+-- just one plain lease still running (none, late ones, several, a move
+-- lease): the proxy then sends the library's pop, which knows the rest.
+-- Else the library pop's reply for one queue source (see reply() in
+-- common.lua): {m, events..., 0, 1, value}, or {m, events..., false} when
+-- the list is empty, the events being the acknowledgement (queue group at
+-- KEYS index 1, event 2, 1) then the delivery (1, 1, 1); or a pop's error
+-- (a key of another type), the acknowledgement made.
+
+if KEYS[5] then
+  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[6])
+  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[7])
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+end
+local t = redis.call('TIME')
+local us = t[2]
+local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+local owner = ARGV[4]
+local acked = false
+if ARGV[5] == '1' then
+  -- The entries of owned_by in common.lua: 'o' owner '|' token.
+  local owned = redis.call('ZRANGEBYLEX', KEYS[4], '[o' .. owner .. '|', '(o' .. owner .. '}', 'LIMIT', 0, 2)
+  if owned[2] then return 0 end
+  local entry = owned[1]
+  if entry then
+    local token = string.sub(entry, #owner + 3)
+    -- '~': a lease that ran out, its message back in the list (a late
+    -- acknowledgement); not in the leases set: a move lease, or gone.
+    if string.byte(token, 1) == 126 or redis.call('ZREM', KEYS[2], token) == 0 then return 0 end
+    redis.call('HDEL', KEYS[3], token)
+    redis.call('ZREM', KEYS[4], entry)
+    -- A duplicate's token (see claim in lease_core.lua) is indexed too.
+    if string.find(token, ':', 1, true) then redis.call('ZREM', KEYS[4], token) end
+    acked = true
+  end
+end
+local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+if v and v.err then return v end
+if not v then
+  if acked then return { -4, 1, 2, 1, false } end
+  return { -1, false }
+end
+-- The id and token as take.lua finds them, lease_core's helpers made only
+-- when needed.
+local field, id, token = ARGV[3], nil, nil
+if field == '' then
+  id = v
+else
+  local ok, obj = pcall(cjson.decode, v)
+  id = ok and type(obj) == 'table' and obj[field]
+end
+local core
+if type(id) ~= 'string' then
+  core = LEASE_CORE
+  id = core.ack_id(v, field)
+end
+if #id <= 40 and not string.find(id, ':', 1, true) then
+  token = 'j' .. id
+else
+  core = core or LEASE_CORE
+  token = core.id_key(id)
+end
+-- new_lease's packed record of a first delivery with an owner.
+local now = now_text + 0
+local rec = cmsgpack.pack(v, id, 1, '', '', now, 0, 0, now, owner)
+if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+  core = core or LEASE_CORE
+  token = core.claim(KEYS[3], KEYS[4], token, rec)
+end
+redis.call('ZADD', KEYS[2], string.format('%d', now + ARGV[2]), token)
+redis.call('ZADD', KEYS[4], 0, 'o' .. owner .. '|' .. token)
+if acked then return { 6, 1, 2, 1, 1, 1, 1, 0, 1, v } end
+return { 3, 1, 1, 1, 0, 1, v }
