@@ -330,7 +330,7 @@ impl Queues {
                 let dest = args.get(1).unwrap_or_default();
                 let name = self.destinations.read().unwrap().get(dest).cloned();
                 match name.and_then(|n| self.rules.resolve_leased(&n)) {
-                    Some(q) if q.rule.lrem_acks => commands::lrem(args, &q, &db.registry),
+                    Some(q) if q.rule.lrem_acks => commands::lrem(args, &q, &db.registry, scripted),
                     _ => Intercept::Pass,
                 }
             }

@@ -866,6 +866,43 @@ interval_ms = 50
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// The classic reliable queue, BRPOPLPUSH then LREM of the copy, is one
+/// script each in Redis, not the library's functions, and leaves the
+/// state the library leaves: a pipelined move pop (the library's) and a
+/// scripted one are released alike, duplicates of one id included.
+#[test]
+fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    c.cmd(&["LPUSH", "w", "a", "b", "a"]);
+    let by_library =
+        |ran: &[String]| ran.iter().any(|c| c.starts_with("FCALL ackq_")) || ran.is_empty();
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["BRPOPLPUSH", "w", "doing", "1"]), Value::bulk("a"));
+    });
+    assert!(!by_library(&ran), "{ran:?}");
+    // Pipelined behind a PING: the library's pop.
+    let mut both = Client::encode(&[b"RPOPLPUSH", b"w", b"doing"]);
+    both.extend(Client::encode(&[b"PING"]));
+    c.send_raw(&both);
+    assert_eq!(c.read_value(), Value::bulk("b"));
+    assert_eq!(c.read_value(), Value::Simple("PONG".into()));
+    assert_eq!(c.cmd(&["RPOPLPUSH", "w", "doing"]), Value::bulk("a"));
+    assert_eq!(info_int(&proxy, "w", "leased"), 3);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["LREM", "doing", "0", "a"]), Value::Int(2));
+    });
+    assert!(!by_library(&ran), "{ran:?}");
+    assert!(ran.iter().any(|c| c == "LREM"), "{ran:?}");
+    assert_eq!(info_int(&proxy, "w", "leased"), 1);
+    assert_eq!(c.cmd(&["LREM", "doing", "1", "b"]), Value::Int(1));
+    assert_eq!(c.cmd(&["LREM", "doing", "1", "b"]), Value::Int(0));
+    assert_eq!(info_int(&proxy, "w", "leased"), 0);
+    assert_eq!(info_int(&proxy, "w", "acks"), 3);
+    assert_eq!(c.cmd(&["LLEN", "doing"]), Value::Int(0));
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
 #[test]
 fn an_ack_through_another_proxy_or_of_a_redelivery_releases_the_lease() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);

@@ -4,25 +4,92 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::counted;
+use super::{changed, counted, int_reply};
 use crate::command::{parse_i64, Args};
+use crate::output::{ReplyTransform, Transformed};
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
 use crate::queue::library::call::Call;
 use crate::queue::library::op::{first_int, Op};
-use crate::queue::rules::Queue;
+use crate::queue::library::script;
+use crate::queue::rules::{Made, Queue};
 use crate::queue::Intercept;
 
 /// LREM destination count payload, where the destination received messages
-/// from a queue's move pops: removing a copy releases its lease.
-pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>) -> Intercept {
+/// from a queue's move pops: removing a copy releases its lease. As
+/// `lua/scripts/lrem_ack.lua` when the proxy may send a script (`scripted`,
+/// see `How::alone`) in database 0 and the rule tracks no connection.
+pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: bool) -> Intercept {
     let (Some(dest), Some(count), Some(payload)) = (args.get(1), args.get(2), args.get(3)) else {
         return Intercept::Pass;
     };
     if args.len() != 4 || parse_i64(count).is_none() {
         return Intercept::Pass;
     }
-    counted(lrem_op(dest, q, count, payload), q, registry)
+    let op = lrem_op(dest, q, count, payload);
+    if !scripted || registry.db != 0 || q.rule.tracks_connections() {
+        return counted(op, q, registry);
+    }
+    let k = &q.keys;
+    let request = script::lrem_ack().call(
+        q,
+        &[
+            dest,
+            k.get("leases"),
+            k.get("mleases"),
+            k.get("msgs"),
+            k.get("ids"),
+        ],
+        &[count, payload],
+    );
+    Intercept::Scripted {
+        request: request.evalsha.clone(),
+        transform: Box::new(LremScripted {
+            op: Some(op),
+            eval: Some(request),
+            q: q.clone(),
+            registry: registry.clone(),
+        }),
+    }
+}
+
+/// The reply to `lrem_ack.lua`, which is the library lrem's (`op`'s).
+struct LremScripted {
+    op: Option<Op<i64>>,
+    /// The request, to go again with the script's text if Redis lost it.
+    eval: Option<script::Request>,
+    q: Arc<Queue>,
+    registry: Arc<Registry>,
+}
+
+impl ReplyTransform for LremScripted {
+    fn apply(&mut self, reply: Bytes) -> Transformed {
+        if script::is_noscript(&reply) {
+            if let Some(eval) = self.eval.take() {
+                return Transformed::Continue(eval.eval());
+            }
+        }
+        let Some(Op { call, read }) = self.op.take() else {
+            return Transformed::Done(reply);
+        };
+        let v = match call.decode(reply) {
+            Ok(v) => v,
+            Err(e) => return Transformed::Done(e.to_reply()),
+        };
+        // {removed, released}: the script's acknowledgements, for the
+        // totals the proxy writes.
+        let items = v.array();
+        for _ in 0..items.get(1).map_or(0, |r| r.int()) {
+            self.q.made(Made::Acks);
+        }
+        match read(&v) {
+            Ok(n) => {
+                changed(&self.registry, &self.q, n);
+                Transformed::Done(int_reply(n))
+            }
+            Err(e) => Transformed::Done(e.to_reply()),
+        }
+    }
 }
 
 /// `lrem`: LREM on a move destination, `count` copies of `payload`; a

@@ -1,18 +1,23 @@
 //! The queue scripts sent with `EVALSHA` rather than as functions of the
-//! library: `lua/scripts/take.lua`, `take_owned.lua` and `release.lua`,
-//! a pop's and an ACK's common case.
+//! library (`lua/scripts/`): `take.lua`, `take_owned.lua` and
+//! `take_move.lua`, a pop's common case, `release.lua` and `lrem_ack.lua`,
+//! an acknowledgement's.
 //!
 //! Redis keeps every function library in one Lua heap and steps that
 //! heap's collector every 50 script calls; on a heap the size of the
 //! library each step walks far more than it frees, and an `FCALL` carries
 //! that share (about a tenth of a pop + ACK pair's Redis instructions,
 //! `bench/scripts/redis_instructions.py`). A script of the `EVAL` cache
-//! runs in a heap of its own, kept small. These two are worth it: they
-//! need none of the library's helpers and nothing kept between calls, and
-//! each leaves what it does not do (due leases, marks, duplicates, late
-//! ACKs) untouched for the library's function, which the proxy calls next.
-//! Neither writes the queue's totals: the proxy counts what they did and
-//! passes the count on with a later call (see `Queue::totals_to_write`).
+//! runs in a heap of its own, kept small. These are worth it: they need
+//! few of the library's helpers (lease_core.lua's, made only when an id
+//! needs them) and nothing kept between calls, and each take script and
+//! `release.lua` leave what they do not do (due leases, marks, late ACKs,
+//! a connection's several leases) untouched for the library's function,
+//! which the proxy calls next; `lrem_ack.lua` does all the library's
+//! `lrem` does. They write the leases the library writes, and answer as
+//! its functions do where the proxy reads the answer as theirs. None
+//! writes the queue's totals: the proxy counts what they did and passes
+//! the count on with a later call (see `Queue::totals_to_write`).
 //!
 //! A script Redis does not have (a restart, `SCRIPT FLUSH`) answers
 //! `NOSCRIPT`; the call goes again as `EVAL` with the text, which caches it
@@ -72,6 +77,24 @@ pub fn take() -> &'static Script {
 pub fn take_owned() -> &'static Script {
     static TAKE_OWNED: OnceLock<Script> = OnceLock::new();
     TAKE_OWNED.get_or_init(|| with_core(include_str!("../../../lua/scripts/take_owned.lua")))
+}
+
+/// `lua/scripts/take_move.lua`: a move pop of one value when nothing is
+/// due.
+pub fn take_move() -> &'static Script {
+    static TAKE_MOVE: OnceLock<Script> = OnceLock::new();
+    TAKE_MOVE.get_or_init(|| with_core(include_str!("../../../lua/scripts/take_move.lua")))
+}
+
+/// `lua/scripts/lrem_ack.lua`: LREM on a move destination.
+pub fn lrem_ack() -> &'static Script {
+    static LREM_ACK: OnceLock<Script> = OnceLock::new();
+    LREM_ACK.get_or_init(|| Script::new(include_str!("../../../lua/scripts/lrem_ack.lua")))
+}
+
+/// Every script of the proxy's, in the order [`probe`] asks for them.
+fn all() -> [&'static Script; 5] {
+    [take(), release(), take_owned(), take_move(), lrem_ack()]
 }
 
 /// A take script whose `LEASE_CORE` placeholder stands for
@@ -162,14 +185,10 @@ pub fn is_noscript(reply: &[u8]) -> bool {
 
 /// The proxy's scripts as `SCRIPT EXISTS` asks for them: its reply tells
 /// which of them Redis's script cache holds (see [`cached_in`]).
-pub fn probe() -> [&'static [u8]; 5] {
-    [
-        b"SCRIPT",
-        b"EXISTS",
-        take().sha.as_bytes(),
-        release().sha.as_bytes(),
-        take_owned().sha.as_bytes(),
-    ]
+pub fn probe() -> Vec<&'static [u8]> {
+    let mut args: Vec<&'static [u8]> = vec![b"SCRIPT", b"EXISTS"];
+    args.extend(all().map(|s| s.sha.as_bytes()));
+    args
 }
 
 /// What the proxy's scripts add to `INFO`'s script cache: how many are
@@ -187,7 +206,7 @@ pub fn cached_in(reply: &[u8]) -> Cached {
     let Some((b'*', items)) = crate::resp::frame::items(reply) else {
         return c;
     };
-    for (item, script) in items.into_iter().zip([take(), release(), take_owned()]) {
+    for (item, script) in items.into_iter().zip(all()) {
         if &reply[item] == b":1\r\n" {
             c.scripts += 1;
             c.bytes += counted_bytes(script.text.len());
@@ -252,7 +271,7 @@ mod tests {
 
     #[test]
     fn the_eval_form_is_the_call_with_the_text_for_the_sha1() {
-        for s in [take(), release(), take_owned()] {
+        for s in all() {
             for (keys, args) in [
                 (&[][..], &[][..]),
                 (

@@ -515,8 +515,9 @@ impl Pop {
     }
 
     /// The first call as `lua/scripts/take.lua` (see `library/script.rs`)
-    /// when it is the pop of one value from a queue, with no move, in
-    /// database 0 (`take_owned.lua` on a rule that tracks connections):
+    /// when it is the pop of one value from a queue in database 0
+    /// (`take_owned.lua` on a rule that tracks connections, `take_move.lua`
+    /// for a move on one that does not):
     /// that script's request, and the queue. The library's pop (`call`)
     /// does what the script leaves to it.
     pub fn take_request(
@@ -528,7 +529,7 @@ impl Pop {
         let [Source::Queue(q)] = &self.sources[..] else {
             return None;
         };
-        if db != 0 || p.ask != 1 || self.dest.is_some() {
+        if db != 0 || p.ask != 1 {
             return None;
         }
         let field: &[u8] = match &q.rule.ack_id {
@@ -544,7 +545,17 @@ impl Pop {
         if tracked == self.owner.is_empty() {
             return None;
         }
-        let request = if tracked {
+        let request = if let Some((dest, left)) = &self.dest {
+            if tracked || call.function.op != library::POP.op {
+                return None;
+            }
+            let push: &[u8] = if *left { b"L" } else { b"R" };
+            script::take_move().call(
+                q,
+                &[keys[0], keys[1], keys[2], keys[3], k.get("mleases"), dest],
+                &[end, lease.as_bytes(), field, push],
+            )
+        } else if tracked {
             if call.function.op != library::POP.op {
                 return None;
             }

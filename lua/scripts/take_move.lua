@@ -1,0 +1,73 @@
+-- scripts/take_move.lua: a move pop of one value (RPOPLPUSH, LMOVE and
+-- their blocking forms, from one queue) on a rule that tracks no
+-- connection, when nothing is due: the library's pop of that shape, for
+-- the common case, run with EVALSHA for the reason release.lua gives. Its
+-- placeholder for lua/lease_core.lua (that file's name in capitals, used
+-- below) stands for that file made into a table of its helpers, as in
+-- take.lua.
+--
+-- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
+--         records (msgs, hash), KEYS[4] its ids index (zset), KEYS[5] its
+--         move leases (zset), KEYS[6] the destination (list); with totals
+--         to add, KEYS[7] its stats hash.
+-- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+--         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
+--         ARGV[4] the end to push at ('L' | 'R'); with totals to add,
+--         ARGV[5] deliveries and ARGV[6] ACKs this proxy made that the
+--         stats hash does not count yet, ARGV[7] the hash's time to live.
+-- Returns 0, having changed nothing but the totals, when a lease is due or
+-- a mark is set: the proxy then sends the library's pop, which knows the
+-- rest. Else the library pop's reply for one queue source (see reply() in
+-- common.lua): {3, 1, 1, 1, 0, 1, value} (the delivery, at KEYS index 1,
+-- event 1), or {-1, false} when the list is empty; or WRONGTYPE for a
+-- destination or a queue that holds another type, nothing popped.
+
+if KEYS[7] then
+  redis.call('HINCRBY', KEYS[7], 'deliveries', ARGV[5])
+  redis.call('HINCRBY', KEYS[7], 'acks', ARGV[6])
+  redis.call('PEXPIRE', KEYS[7], ARGV[7])
+end
+local t = redis.call('TIME')
+local us = t[2]
+local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+local dest = KEYS[6]
+local kind = redis.call('TYPE', dest)['ok']
+if kind ~= 'list' and kind ~= 'none' then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+if v and v.err then return v end
+if not v then return { -1, false } end
+redis.call(ARGV[4] == 'L' and 'LPUSH' or 'RPUSH', dest, v)
+-- The id and token as take.lua finds them, lease_core's helpers made only
+-- when needed.
+local field, id, token = ARGV[3], nil, nil
+if field == '' then
+  id = v
+else
+  local ok, obj = pcall(cjson.decode, v)
+  id = ok and type(obj) == 'table' and obj[field]
+end
+local core
+if type(id) ~= 'string' then
+  core = LEASE_CORE
+  id = core.ack_id(v, field)
+end
+if #id <= 40 and not string.find(id, ':', 1, true) then
+  token = 'j' .. id
+else
+  core = core or LEASE_CORE
+  token = core.id_key(id)
+end
+-- new_lease's packed record of a first delivery to a destination, and its
+-- entry in the ids index (dest_key in common.lua).
+local now = now_text + 0
+local rec = cmsgpack.pack(v, id, 1, dest, ARGV[4], now, 0, 0, now, '')
+if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+  core = core or LEASE_CORE
+  token = core.claim(KEYS[3], KEYS[4], token, rec)
+end
+redis.call('ZADD', KEYS[5], string.format('%d', now + ARGV[2]), token)
+redis.call('ZADD', KEYS[4], 0, 'd' .. redis.sha1hex(dest .. '\0' .. v) .. '|' .. token)
+return { 3, 1, 1, 1, 0, 1, v }
