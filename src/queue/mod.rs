@@ -334,7 +334,13 @@ impl Queues {
                     _ => Intercept::Pass,
                 }
             }
-            Kind::Ack => commands::ack(args, &self.rules, &db.registry, one_call, scripted),
+            Kind::Ack => commands::ack(
+                args,
+                &self.rules,
+                &db.registry,
+                (one_call, scripted),
+                || db.owners.owner(conn),
+            ),
             Kind::Nack => commands::nack(args, &self.rules, &db.registry, one_call),
             Kind::Queue => commands::queue(
                 args,

@@ -903,6 +903,45 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// On a rule that tracks connections (here requeue_on_disconnect), the
+/// popping connection's ACK of its lease is a script, not the library's
+/// function, and clears the lease's owner entry as the library would: the
+/// connection then closes with nothing to requeue. Another connection's
+/// ACK of such a lease is the library's.
+#[test]
+fn an_ack_by_the_connection_holding_a_tracked_lease_is_one_script_in_redis() {
+    const CONFIG: &str = r#"
+[[queue]]
+pattern = "rq*"
+ack_id = "json:id"
+requeue_on_disconnect = true
+"#;
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
+    let mut c = proxy.client();
+    let (a, b) = (r#"{"id":"a"}"#, r#"{"id":"b"}"#);
+    c.cmd(&["LPUSH", "rq", a, b]);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "rq"]), Value::bulk(a));
+        assert_eq!(c.cmd(&["ACK", "rq", "a"]), Value::Int(1));
+    });
+    assert!(!ran.iter().any(|c| c.starts_with("FCALL ackq_")), "{ran:?}");
+    for cmd in ["ZREM", "HDEL"] {
+        assert!(ran.iter().any(|c| c == cmd), "{cmd} in {ran:?}");
+    }
+    assert_eq!(c.cmd(&["RPOP", "rq"]), Value::bulk(b));
+    let mut other = proxy.client();
+    let ran = commands_run(&redis, || {
+        assert_eq!(other.cmd(&["ACK", "rq", "b"]), Value::Int(1));
+    });
+    assert!(acked_by_library(&ran), "{ran:?}");
+    drop(c);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(info_int(&proxy, "rq", "disconnects"), 0);
+    assert_eq!(info_int(&proxy, "rq", "acks"), 2);
+    assert_eq!(info_int(&proxy, "rq", "ready"), 0);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
 #[test]
 fn an_ack_through_another_proxy_or_of_a_redelivery_releases_the_lease() {
     let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);

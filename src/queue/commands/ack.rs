@@ -40,13 +40,15 @@ fn ids_of(args: Args<'_>, from: usize) -> Vec<Bytes> {
 }
 
 /// ACK queue id [id ...]
-/// `scripted`: it may go as `release.lua` (see `How::alone`).
+/// `scripted`: it may go as `release.lua` (see `How::alone`); `owner`
+/// gives the name of the connection sending it, for `release_owned.lua`
+/// on a rule that tracks connections.
 pub fn ack(
     args: Args<'_>,
     rules: &Rules,
     registry: &Arc<Registry>,
-    one_call: bool,
-    scripted: bool,
+    (one_call, scripted): (bool, bool),
+    owner: impl FnOnce() -> Bytes,
 ) -> Intercept {
     let q = match leased_target(args, rules, "ack") {
         Ok(q) => q,
@@ -70,9 +72,13 @@ pub fn ack(
         }
     };
     if let Some(popped_at) = handed_at {
-        if scripted && registry.db == 0 && !q.rule.tracks_connections() {
+        if scripted && registry.db == 0 {
             let id = Bytes::copy_from_slice(args.get(2).unwrap_or_default());
-            return release(q, registry, id, popped_at);
+            let owner = match q.rule.tracks_connections() {
+                true => Some(owner()),
+                false => None,
+            };
+            return release(q, registry, id, popped_at, owner);
         }
     }
     if n <= IDS_PER_CALL {
@@ -96,12 +102,27 @@ pub fn ack(
 }
 
 /// ACK of one id whose lease this proxy handed out: `release.lua` (see
-/// `library/script.rs`), then the library's `ack` if that found no plain
-/// lease with the id, or if Redis lost the script and the `EVAL` fails too.
-fn release(q: Arc<Queue>, registry: Arc<Registry>, id: Bytes, popped_at: i64) -> Intercept {
+/// `library/script.rs`), or `release_owned.lua` with the connection's name
+/// (`owner`) on a rule that tracks connections; then the library's `ack`
+/// if that found no plain lease with the id (of that connection), or if
+/// Redis lost the script and the `EVAL` fails too.
+fn release(
+    q: Arc<Queue>,
+    registry: Arc<Registry>,
+    id: Bytes,
+    popped_at: i64,
+    owner: Option<Bytes>,
+) -> Intercept {
     let k = &q.keys;
     let token = library::keys::id_key(&id);
-    let call = script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]);
+    let call = match &owner {
+        None => script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]),
+        Some(owner) => script::release_owned().call(
+            &q,
+            &[k.get("leases"), k.get("msgs"), k.get("ids")],
+            &[&token, owner],
+        ),
+    };
     let request = call.evalsha.clone();
     let transform = Box::new(Release {
         eval: Some(call),

@@ -1,9 +1,11 @@
-//! The leases this proxy handed out on rules that track no connection:
-//! when each was popped (Redis's clock, as the proxy knows it), by queue
-//! and ack id. An ACK of one id it finds here goes as `release.lua` (two
-//! commands in Redis, see `library/script.rs`) and takes its latency from
-//! here; any other ACK, or one `release.lua` finds no plain lease for,
-//! goes to the library's `ack`, which knows every case. So this is only a
+//! The plain leases this proxy handed out on rules acknowledged by ACK
+//! (not next-pop ones): when each was popped (Redis's clock, as the proxy
+//! knows it), by queue and ack id. An ACK of one id it finds here goes as
+//! `release.lua` (two commands in Redis, see `library/script.rs`; or
+//! `release_owned.lua`, three, with the connection's name where the rule
+//! tracks connections) and takes its latency from here; any other ACK, or
+//! one the script finds no such lease for, goes to the library's `ack`,
+//! which knows every case. So this is only a
 //! hint: a wrong or missing entry costs an ACK the longer way, never a
 //! wrong answer.
 //!

@@ -1,7 +1,7 @@
 //! The queue scripts sent with `EVALSHA` rather than as functions of the
 //! library (`lua/scripts/`): `take.lua`, `take_owned.lua` and
-//! `take_move.lua`, a pop's common case, `release.lua` and `lrem_ack.lua`,
-//! an acknowledgement's.
+//! `take_move.lua`, a pop's common case, `release.lua`, `release_owned.lua`
+//! and `lrem_ack.lua`, an acknowledgement's.
 //!
 //! Redis keeps every function library in one Lua heap and steps that
 //! heap's collector every 50 script calls; on a heap the size of the
@@ -92,9 +92,24 @@ pub fn lrem_ack() -> &'static Script {
     LREM_ACK.get_or_init(|| Script::new(include_str!("../../../lua/scripts/lrem_ack.lua")))
 }
 
+/// `lua/scripts/release_owned.lua`: the same on a rule that tracks the
+/// connection, sent by the connection that popped.
+pub fn release_owned() -> &'static Script {
+    static RELEASE_OWNED: OnceLock<Script> = OnceLock::new();
+    RELEASE_OWNED
+        .get_or_init(|| Script::new(include_str!("../../../lua/scripts/release_owned.lua")))
+}
+
 /// Every script of the proxy's, in the order [`probe`] asks for them.
-fn all() -> [&'static Script; 5] {
-    [take(), release(), take_owned(), take_move(), lrem_ack()]
+fn all() -> [&'static Script; 6] {
+    [
+        take(),
+        release(),
+        take_owned(),
+        take_move(),
+        lrem_ack(),
+        release_owned(),
+    ]
 }
 
 /// A take script whose `LEASE_CORE` placeholder stands for

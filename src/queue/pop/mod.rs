@@ -578,9 +578,11 @@ impl Pop {
 
     /// Notes the leases of `values`, just taken from `q`, whose ACKs can
     /// take the short way (see `leases/handed.rs`): plain leases of rules
-    /// that track no connection.
+    /// acknowledged by ACK.
     fn hand_out(&self, q: &Queue, values: &[Bytes]) {
-        if self.dest.is_some() || q.rule.tracks_connections() {
+        // Next-pop leases end by the connection's next pop, not by ACK:
+        // notes of them would only crowd the others out.
+        if self.dest.is_some() || q.rule.ack == AckPolicy::NextPop {
             return;
         }
         let now = clock::redis_now_ms();

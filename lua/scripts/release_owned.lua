@@ -1,0 +1,32 @@
+-- scripts/release_owned.lua: ACK queue id, for one id of a lease this
+-- proxy handed out on a rule that tracks the popping connection (ack =
+-- 'next-pop', requeue_on_disconnect, hold = 'connection'), sent by that
+-- connection. release.lua's work and the lease's owner entry in the ids
+-- index (owned_key in common.lua), run with EVALSHA for the reason
+-- release.lua gives.
+--
+-- KEYS[1] the queue's leases (zset), KEYS[2] its lease records (msgs,
+--         hash), KEYS[3] its ids index (zset); with totals to add, KEYS[4]
+--         its stats hash.
+-- ARGV[1] the lease token of the ack id (id_key in lua/lease_core.lua,
+--         made by the proxy), ARGV[2] the connection (owner); with totals
+--         to add, ARGV[3] deliveries and ARGV[4] ACKs this proxy made that
+--         the stats hash does not count yet, ARGV[5] the hash's time to
+--         live (ms).
+-- Returns 1 when the connection's plain lease with that token was released
+-- (its record, deadline and owner entry removed, as the library's ack
+-- does), else 0 and nothing but the totals changed: the proxy then sends
+-- the library's ack, which knows the rest (another connection's lease, a
+-- late ACK, a move lease).
+
+if KEYS[4] then
+  redis.call('HINCRBY', KEYS[4], 'deliveries', ARGV[3])
+  redis.call('HINCRBY', KEYS[4], 'acks', ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[5])
+end
+local entry = 'o' .. ARGV[2] .. '|' .. ARGV[1]
+if not redis.call('ZSCORE', KEYS[3], entry) then return 0 end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], entry)
+return 1
