@@ -222,7 +222,9 @@ def main():
             # take.lua's text as src/queue/library/script.rs makes it.
             core = (b"(function()\n" + read("lease_core.lua")
                     + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim }\nend)()")
-            c.cmd("SCRIPT", "LOAD", read("scripts", "take.lua").replace(b"LEASE_CORE", core))
+            take = read("scripts", "take.lua").replace(
+                b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
+            c.cmd("SCRIPT", "LOAD", take.replace(b"LEASE_CORE", core))
             c.cmd("SCRIPT", "LOAD", read("scripts", "release.lua"))
             return None
 

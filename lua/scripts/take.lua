@@ -32,28 +32,8 @@ local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
 if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
 if not v or v.err then return v end
--- The common case without lease_core's helpers: each local function of a
--- script's head is a closure made again at every call. A string id at the
--- top level of the payload (or the payload itself), short and without ':',
--- is its own token (ack_id and id_key in lease_core.lua say the same).
-local field, id, token = ARGV[3], nil, nil
-if field == '' then
-  id = v
-else
-  local ok, obj = pcall(cjson.decode, v)
-  id = ok and type(obj) == 'table' and obj[field]
-end
-local core
-if type(id) ~= 'string' then
-  core = LEASE_CORE
-  id = core.ack_id(v, field)
-end
-if #id <= 40 and not string.find(id, ':', 1, true) then
-  token = 'j' .. id
-else
-  core = core or LEASE_CORE
-  token = core.id_key(id)
-end
+-- The value's ack id and token (scripts/token.lua).
+TAKE_TOKEN
 local rec
 if id == v then
   rec = 's' .. now_text .. '|' .. v

@@ -40,26 +40,8 @@ local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
 if v and v.err then return v end
 if not v then return { -1, false } end
 redis.call(ARGV[4] == 'L' and 'LPUSH' or 'RPUSH', dest, v)
--- The id and token as take.lua finds them, lease_core's helpers made only
--- when needed.
-local field, id, token = ARGV[3], nil, nil
-if field == '' then
-  id = v
-else
-  local ok, obj = pcall(cjson.decode, v)
-  id = ok and type(obj) == 'table' and obj[field]
-end
-local core
-if type(id) ~= 'string' then
-  core = LEASE_CORE
-  id = core.ack_id(v, field)
-end
-if #id <= 40 and not string.find(id, ':', 1, true) then
-  token = 'j' .. id
-else
-  core = core or LEASE_CORE
-  token = core.id_key(id)
-end
+-- The value's ack id and token (scripts/token.lua).
+TAKE_TOKEN
 -- new_lease's packed record of a first delivery to a destination, and its
 -- entry in the ids index (dest_key in common.lua).
 local now = now_text + 0

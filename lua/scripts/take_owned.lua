@@ -61,26 +61,8 @@ if not v then
   if acked then return { -4, 1, 2, 1, false } end
   return { -1, false }
 end
--- The id and token as take.lua finds them, lease_core's helpers made only
--- when needed.
-local field, id, token = ARGV[3], nil, nil
-if field == '' then
-  id = v
-else
-  local ok, obj = pcall(cjson.decode, v)
-  id = ok and type(obj) == 'table' and obj[field]
-end
-local core
-if type(id) ~= 'string' then
-  core = LEASE_CORE
-  id = core.ack_id(v, field)
-end
-if #id <= 40 and not string.find(id, ':', 1, true) then
-  token = 'j' .. id
-else
-  core = core or LEASE_CORE
-  token = core.id_key(id)
-end
+-- The value's ack id and token (scripts/token.lua).
+TAKE_TOKEN
 -- new_lease's packed record of a first delivery with an owner.
 local now = now_text + 0
 local rec = cmsgpack.pack(v, id, 1, '', '', now, 0, 0, now, owner)

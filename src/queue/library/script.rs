@@ -112,14 +112,17 @@ fn all() -> [&'static Script; 6] {
     ]
 }
 
-/// A take script whose `LEASE_CORE` placeholder stands for
-/// `lua/lease_core.lua`'s helpers where it asks for them: made by a call
-/// of their own, so that a call needing none makes none.
+/// A take script with its line `TAKE_TOKEN` made `lua/scripts/token.lua`
+/// (what they share), and every `LEASE_CORE` placeholder
+/// `lua/lease_core.lua`'s helpers where it asks for them: made by a call of
+/// their own, so that a call needing none makes none.
 fn with_core(text: &str) -> Script {
     let core = format!(
         "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim }}\nend)()",
         super::LEASE_CORE
     );
+    let token = concat!("\n", include_str!("../../../lua/scripts/token.lua"));
+    let text = text.replace("\nTAKE_TOKEN\n", token);
     Script::new(String::leak(text.replace("LEASE_CORE", &core)))
 }
 
@@ -287,6 +290,9 @@ mod tests {
     #[test]
     fn the_eval_form_is_the_call_with_the_text_for_the_sha1() {
         for s in all() {
+            // Every placeholder made into what it stands for.
+            assert!(!s.text.contains("\nTAKE_TOKEN\n"), "{}", s.text);
+            assert!(!s.text.contains("= LEASE_CORE"), "{}", s.text);
             for (keys, args) in [
                 (&[][..], &[][..]),
                 (
