@@ -281,9 +281,10 @@ fn null_array(protocol: u8) -> Bytes {
 
 /// Counts what a take script's reply says it did, for the totals the
 /// proxy writes (see `Queue::totals_to_write`): take.lua's value is one
-/// delivery; take_owned.lua's reply is the library pop's, `{m, events…,
-/// result}`, its events an acknowledgement first (next-pop) and then the
-/// delivery, and `m < 0` when nothing was popped.
+/// delivery; take_owned.lua's and take_move.lua's reply is the library
+/// pop's, `{m, events…, result}`, its events an acknowledgement first
+/// (a next-pop pop's) and then the delivery, and `m < 0` when nothing was
+/// popped.
 pub fn count_made(q: &Queue, reply: &[u8]) {
     match reply.first() {
         Some(b'$') => q.made(Made::Deliveries),
@@ -396,8 +397,8 @@ impl Pop {
             b"$-1\r\n" | b"_\r\n" => Ok(Value::Nil),
             r => {
                 count_made(q, r);
-                // take.lua's value alone, as pop1's short reply, or
-                // take_owned.lua's reply of the library's pop.
+                // take.lua's value alone, as pop1's short reply, or the
+                // other take scripts' reply of the library's pop.
                 call.decode(reply)
             }
         }
