@@ -172,7 +172,7 @@ declare -A rps p50 p99 cpu
 # The proxies' CPU per request (utime + stime over a measurement): unlike
 # rates, it hardly moves when other processes load the machine.
 declare -A pid_of=([ackproxy]=$proxy_pid [ackproxy-auth]=$proxy_pid
-  [ackproxy-tls]=$ptls_pid [ackproxy-tls2]=$ptls2_pid)
+  [ackproxy-tls]=$ptls_pid [ackproxy-tls2]=$ptls2_pid [twemproxy]=$twem_pid)
 if [ -n "$baseline" ]; then pid_of[baseline]=$base_pid; fi
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
@@ -266,6 +266,16 @@ report="$out/report.txt"
         "${rps[$w]}" "${p50[$w]}/${p99[$w]}" \
         "${rps[$a]}" "${p50[$a]}/${p99[$a]}" \
         "$(ratio "${rps[$a]}" "${rps[$d]}")" "$(ratio "${rps[$a]}" "${rps[$w]}")"
+    done
+  done
+  echo
+  echo "each proxy's CPU in µs per request (user + system, least of the rounds)"
+  printf '%-6s %-4s | %9s %9s | %9s\n' test pipe twemproxy ackproxy ack/twem
+  for pipe in 1 16; do
+    for t in "${tests[@]}"; do
+      w="twemproxy/$t/P$pipe"; a="ackproxy/$t/P$pipe"
+      printf '%-6s P%-3s | %9s %9s | %9s\n' "${t^^}" "$pipe" \
+        "${cpu[$w]}" "${cpu[$a]}" "$(ratio "${cpu[$a]}" "${cpu[$w]}")"
     done
   done
   echo
