@@ -48,7 +48,7 @@ register('ack', function(KEYS, ARGV)
         if old then token, l = first_lease(k, old) end
       end
       if token then
-        drop(k, token, l.payload, l.dest, l.owner)
+        drop(k, token, l)
         released = released + 1
         out[#out + 1] = l.started
       else

@@ -34,8 +34,11 @@
 --       track connections (the common case), text (packing it cost a pop
 --       more than any command it makes): 's'..started_ms..'|'..payload
 --       when the payload is its own ack id, else
---       't'..started_ms..'|'..#ack_id..'|'..ack_id..payload. (A packed
---       record starts with a string's header, never 's' or 't'.) An older
+--       't'..started_ms..'|'..#ack_id..'|'..ack_id..payload; and for a
+--       first delivery by a move pop on such a rule 'm'..started_ms..'|'
+--       ..dest_end..#dest..'|'..dest..#ack_id..'|'..ack_id..payload, #ack_id
+--       left empty when the payload is its own ack id. (A packed record
+--       starts with a string's header, never 's', 't' or 'm'.) An older
 --       version's short form, cmsgpack(payload, started_ms[, ack_id]), may
 --       still be in flight. lease_fields() reads them all.
 -- leases: besides the lease tokens, two marks, so that a pop learns with
@@ -43,8 +46,10 @@
 --       looking at: RETRY_MARK (score 0) while retry holds anything,
 --       DELAYED_MARK (score: when the earliest delayed message is due, or
 --       earlier) while delayed does.
--- ids:  score 0, members: the longer tokens; for move leases
---       'd'..sha1(dest.."\0"..payload)..'|'..token; on rules that track
+-- ids:  score 0, members: the longer tokens; for move leases of older
+--       versions (whose record's field `indexed` is nil)
+--       'd'..sha1(dest.."\0"..payload)..'|'..token (an LREM now finds a
+--       move lease by its payload's token, as an ACK does); on rules that track
 --       connections 'o'..owner..'|'..token for the lease a client connection
 --       took, and 'o'..owner..'|~'..retry key for one of a next-pop rule that
 --       ran out, whose message is back in the list; 'c'..retry key while
@@ -374,11 +379,6 @@ local function legacy_id_key(id)
   if #id <= SHORT_ID and not string.find(id, ':', 1, true) then return 'i' .. redis.sha1hex(id) end
   return nil
 end
-local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
--- A lease (token) or a late mark ('~'..retry key) of a connection.
-local function owned_key(owner, rest) return 'o' .. owner .. '|' .. rest end
-
-local function is_duplicate(token) return string.byte(token, -DUP_DIGITS - 1) == 58 end
 
 -- The tokens of the leases with this id key: the plain one first, then up
 -- to n - 1 duplicates.
@@ -390,50 +390,6 @@ local function tokens_of(k, ik, n)
     for _, t in ipairs(dups) do out[#out + 1] = t end
   end
   return out
-end
-
--- A lease record's fields, in the one order a packed record holds them
--- (and QUEUE LEASES shows them to the proxy, which reads them by this
--- list: src/queue/library/lease.rs): the payload, its ack id, deliveries
--- so far (this one included), the move destination ('' for none) and the
--- end it was pushed at, when the lease started (ms), NACKs and expiries
--- so far, when it was first delivered, the connection holding it ('' when
--- the rule tracks none), and, for a move lease that a NACK or a closed
--- connection ended, why it ends and the delay ('' = the rule's backoff),
--- then the deliveries that ended with the holder's connection closing (nil:
--- none). Records written before the history was kept lack the fields after
--- started.
-local LEASE_FIELDS = { 'payload', 'id', 'deliveries', 'dest', 'dest_end', 'started', 'nacks', 'expiries',
-  'first', 'owner', 'why', 'delay', 'dc' }
-
--- A first plain delivery's record, by name.
-local function first_delivery(payload, id, started)
-  return { payload = payload, id = id, deliveries = 1, dest = '', dest_end = '', started = started,
-    nacks = 0, expiries = 0, first = started, owner = '' }
-end
-
--- A lease record (a text one, a packed one of any version) as a table of
--- the fields of LEASE_FIELDS, by name.
-local function lease_fields(raw)
-  local c = string.byte(raw, 1)
-  if c == 115 or c == 116 then
-    local bar = string.find(raw, '|', 2, true)
-    local started = tonumber(string.sub(raw, 2, bar - 1))
-    if c == 115 then
-      local payload = string.sub(raw, bar + 1)
-      return first_delivery(payload, payload, started)
-    end
-    local bar2 = string.find(raw, '|', bar + 1, true)
-    local idn = tonumber(string.sub(raw, bar + 1, bar2 - 1))
-    return first_delivery(string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), started)
-  end
-  local l = { cmsgpack.unpack(raw) }
-  if l[4] == nil then
-    -- The short form of a first plain delivery: payload, started[, id].
-    return first_delivery(l[1], l[3] or l[1], l[2])
-  end
-  for i = 1, #LEASE_FIELDS do l[LEASE_FIELDS[i]] = l[i] end
-  return l
 end
 
 -- A lease record packed in the order of LEASE_FIELDS, from a table of them
@@ -465,15 +421,6 @@ local function first_lease(k, ik, raw)
   return token, lease_fields(raw)
 end
 
--- The leases whose copy of payload sits in dest (move pops), at most n.
-local function tokens_in_dest(k, dest, payload, n)
-  local dk = dest_key(dest, payload) .. '|'
-  local members = redis.call('ZRANGEBYLEX', k.ids, '[' .. dk, '(' .. dk .. '\255', 'LIMIT', 0, n)
-  local out = {}
-  for i, m in ipairs(members) do out[i] = string.sub(m, #dk + 1) end
-  return out
-end
-
 -- The decimal text of the lengths of most ids: a number in a
 -- concatenation is formatted with sprintf, on every pop that writes a
 -- text record.
@@ -485,10 +432,18 @@ for n = 1, 64 do LENGTH_TEXT[n] = '' .. n end
 -- expiries and disconnects so far, when it was first delivered), or true
 -- for a first delivery. owner: the connection taking it, on a rule that tracks it,
 -- else ''.
+-- The text record of a first delivery by a move pop (see msgs above).
+local function move_text(payload, id, dest, dest_end, started)
+  local idn = id == payload and '|' or (LENGTH_TEXT[#id] or #id) .. '|' .. id
+  return 'm' .. started .. '|' .. dest_end .. (LENGTH_TEXT[#dest] or #dest) .. '|' .. dest .. idn .. payload
+end
+
 local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner)
   local rec
-  if h == true and dest == '' and owner == '' then
-    if id == payload then
+  if h == true and owner == '' then
+    if dest ~= '' then
+      rec = move_text(payload, id, dest, dest_end, ms_text(now))
+    elseif id == payload then
       rec = 's' .. ms_text(now) .. '|' .. payload
     else
       rec = 't' .. ms_text(now) .. '|' .. (LENGTH_TEXT[#id] or #id) .. '|' .. id .. payload
@@ -497,11 +452,10 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
     if h == true then h = { deliveries = 1, nacks = 0, expiries = 0, first = now } end
     rec = pack_lease({ payload = payload, id = id, deliveries = h.deliveries, dest = dest, dest_end = dest_end,
       started = now, nacks = h.nacks, expiries = h.expiries, first = h.first, owner = owner,
-      dc = h.dc and h.dc > 0 and h.dc or nil })
+      dc = h.dc and h.dc > 0 and h.dc or nil, indexed = dest ~= '' and 0 or nil })
   end
   token = claim(k.msgs, k.ids, token, rec)
   redis.call('ZADD', dest == '' and k.leases or k.mleases, ms_text(now + r.lease), token)
-  if dest ~= '' then redis.call('ZADD', k.ids, 0, dest_key(dest, payload) .. '|' .. token) end
   if owner ~= '' then redis.call('ZADD', k.ids, 0, owned_key(owner, token)) end
 end
 
@@ -521,15 +475,6 @@ local function mark_ending(k, token, why, delay_ms)
   l.why, l.delay = why, delay_ms
   redis.call('HSET', k.msgs, token, pack_lease(l))
   redis.call('ZADD', k.mleases, 0, token)
-end
-
--- Removes every trace of a lease.
-local function drop(k, token, payload, dest, owner)
-  redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
-  redis.call('HDEL', k.msgs, token)
-  if is_duplicate(token) then redis.call('ZREM', k.ids, token) end
-  if dest ~= '' then redis.call('ZREM', k.ids, dest_key(dest, payload) .. '|' .. token) end
-  if owner and owner ~= '' then redis.call('ZREM', k.ids, owned_key(owner, token)) end
 end
 
 -- Up to n of the entries owner has in queue k's ids index (n < 0: all):
@@ -778,7 +723,7 @@ local function expire(k, r, token, why, delay_ms, now)
   end
   local payload, id, deliveries, dest, started, owner = l.payload, l.id, l.deliveries, l.dest, l.started, l.owner
   local nacks, expiries, first, ending, ending_delay, dc = l.nacks, l.expiries, l.first, l.why, l.delay, l.dc
-  drop(k, token, payload, dest, owner)
+  drop(k, token, l)
   if ending then why, delay_ms = ending, tonumber(ending_delay) end
   nacks, expiries, first = nacks or 0, expiries or 0, first or started
   if why == 'nacked' then
@@ -970,7 +915,8 @@ local function release_owned(k, r, owner, n)
     else
       local l = record(k, token)
       if l then
-        drop(k, token, l.payload, l.dest, owner)
+        l.owner = owner
+        drop(k, token, l)
         done = done + 1
       else
         redis.call('ZREM', k.ids, owned_key(owner, token))

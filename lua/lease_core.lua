@@ -1,9 +1,11 @@
--- lease_core.lua: what the function library and scripts/take.lua share:
--- the ack id of a payload, its lease token, and the claim of that token in
--- a queue's lease records. Both texts start with this one (see
--- src/queue/library/mod.rs and script.rs), so a lease taken by either is
--- the same lease to the other. Only locals, no state: as the head of a
--- script it runs at every call.
+-- lease_core.lua: what the function library and the scripts of
+-- lua/scripts/ share: the ack id of a payload, its lease token, the claim
+-- of that token in a queue's lease records, a record's fields, a move
+-- lease's lookup by its copy, and a lease's removal. The library's text
+-- starts with this one (see src/queue/library/mod.rs) and the scripts make
+-- it into a table when they need it (script.rs), so a lease taken by
+-- either is the same lease to the other. Only locals, no state. A queue k
+-- is a table of its keys by name (group() in common.lua).
 
 -- The ack id of a payload. A payload that is not a JSON object, or lacks
 -- the field, is its own id: it is still leased, never refused. A string
@@ -128,4 +130,134 @@ local function claim(msgs, ids, token, rec)
   redis.call('HSET', msgs, token, rec)
   redis.call('ZADD', ids, 0, token)
   return token
+end
+
+-- An older version's entry in ids for a move lease's copy in dest.
+local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
+
+-- A lease (token) or a late mark ('~'..retry key) of a connection.
+local function owned_key(owner, rest) return 'o' .. owner .. '|' .. rest end
+
+local function is_duplicate(token) return string.byte(token, -DUP_DIGITS - 1) == 58 end
+
+-- A lease record's fields, in the one order a packed record holds them
+-- (and QUEUE LEASES shows them to the proxy, which reads them by this
+-- list: src/queue/library/lease.rs): the payload, its ack id, deliveries
+-- so far (this one included), the move destination ('' for none) and the
+-- end it was pushed at, when the lease started (ms), NACKs and expiries
+-- so far, when it was first delivered, the connection holding it ('' when
+-- the rule tracks none), and, for a move lease that a NACK or a closed
+-- connection ended, why it ends and the delay ('' = the rule's backoff),
+-- then the deliveries that ended with the holder's connection closing (nil:
+-- none), and for a move lease 0 when it has no entry under its destination
+-- in ids (nil: an older version's, which has). Records written before the
+-- history was kept lack the fields after started.
+local LEASE_FIELDS = { 'payload', 'id', 'deliveries', 'dest', 'dest_end', 'started', 'nacks', 'expiries',
+  'first', 'owner', 'why', 'delay', 'dc', 'indexed' }
+
+-- A first plain delivery's record, by name.
+local function first_delivery(payload, id, started)
+  return { payload = payload, id = id, deliveries = 1, dest = '', dest_end = '', started = started,
+    nacks = 0, expiries = 0, first = started, owner = '' }
+end
+
+-- A lease record (a text one, a packed one of any version) as a table of
+-- the fields of LEASE_FIELDS, by name.
+local function lease_fields(raw)
+  local c = string.byte(raw, 1)
+  if c == 109 then
+    -- 'm'..started..'|'..dest_end..#dest..'|'..dest..#id..'|'..id..payload
+    local bar = string.find(raw, '|', 2, true)
+    local l = first_delivery(nil, nil, tonumber(string.sub(raw, 2, bar - 1)))
+    l.dest_end = string.sub(raw, bar + 1, bar + 1)
+    local bar2 = string.find(raw, '|', bar + 2, true)
+    local at = bar2 + tonumber(string.sub(raw, bar + 2, bar2 - 1))
+    l.dest = string.sub(raw, bar2 + 1, at)
+    local bar3 = string.find(raw, '|', at + 1, true)
+    local idn = tonumber(string.sub(raw, at + 1, bar3 - 1))
+    if idn then
+      l.id, l.payload = string.sub(raw, bar3 + 1, bar3 + idn), string.sub(raw, bar3 + idn + 1)
+    else
+      l.payload = string.sub(raw, bar3 + 1)
+      l.id = l.payload
+    end
+    l.indexed = 0
+    return l
+  end
+  if c == 115 or c == 116 then
+    local bar = string.find(raw, '|', 2, true)
+    local started = tonumber(string.sub(raw, 2, bar - 1))
+    if c == 115 then
+      local payload = string.sub(raw, bar + 1)
+      return first_delivery(payload, payload, started)
+    end
+    local bar2 = string.find(raw, '|', bar + 1, true)
+    local idn = tonumber(string.sub(raw, bar + 1, bar2 - 1))
+    return first_delivery(string.sub(raw, bar2 + idn + 1), string.sub(raw, bar2 + 1, bar2 + idn), started)
+  end
+  local l = { cmsgpack.unpack(raw) }
+  if l[4] == nil then
+    -- The short form of a first plain delivery: payload, started[, id].
+    return first_delivery(l[1], l[3] or l[1], l[2])
+  end
+  for i = 1, #LEASE_FIELDS do l[LEASE_FIELDS[i]] = l[i] end
+  return l
+end
+
+-- Duplicates of one id looked at per call for a move lease's copy.
+local DUPS_SCANNED = 1000
+
+-- The leases whose copy of payload sits in dest (move pops), at most n:
+-- {token, record (see lease_fields)} each, then the entries of older
+-- versions' leases under dest in ids whose record is gone. A lease's token
+-- is its payload's (field: the rule's), as for an ACK: one HGET in the
+-- common case of one such lease; its duplicates (see claim) after it.
+-- Leases of older versions were also indexed under dest: they are looked
+-- for there when the tokens fall short (a changed field, say).
+local function move_leases(k, dest, payload, field, n)
+  local out, seen = {}, {}
+  local function consider(token, raw)
+    if not raw then return end
+    local l = lease_fields(raw)
+    if l.dest == dest and l.payload == payload then
+      out[#out + 1] = { token, l }
+      seen[token] = true
+    end
+  end
+  local ik = id_key(ack_id(payload, field))
+  consider(ik, redis.call('HGET', k.msgs, ik))
+  if #out < n then
+    local dups = redis.call('ZRANGEBYLEX', k.ids, '[' .. ik .. ':', '(' .. ik .. ';', 'LIMIT', 0, DUPS_SCANNED)
+    for _, t in ipairs(dups) do
+      if #out >= n then break end
+      consider(t, redis.call('HGET', k.msgs, t))
+    end
+  end
+  local gone = {}
+  if #out < n then
+    local dk = dest_key(dest, payload) .. '|'
+    local members = redis.call('ZRANGEBYLEX', k.ids, '[' .. dk, '(' .. dk .. '\255', 'LIMIT', 0, n)
+    for _, m in ipairs(members) do
+      local t = string.sub(m, #dk + 1)
+      if #out + #gone < n and not seen[t] then
+        local raw = redis.call('HGET', k.msgs, t)
+        if raw then
+          out[#out + 1] = { t, lease_fields(raw) }
+        else
+          gone[#gone + 1] = m
+        end
+      end
+    end
+  end
+  return out, gone
+end
+
+-- Removes every trace of lease l (see lease_fields), whose token is token.
+local function drop(k, token, l)
+  local dest, owner = l.dest, l.owner
+  redis.call('ZREM', dest == '' and k.leases or k.mleases, token)
+  redis.call('HDEL', k.msgs, token)
+  if is_duplicate(token) then redis.call('ZREM', k.ids, token) end
+  if dest ~= '' and l.indexed ~= 0 then redis.call('ZREM', k.ids, dest_key(dest, l.payload) .. '|' .. token) end
+  if owner and owner ~= '' then redis.call('ZREM', k.ids, owned_key(owner, token)) end
 end

@@ -2,15 +2,18 @@
 -- received messages from a queue's move pops, on a rule that tracks no
 -- connection: each removed copy acknowledges one lease of that payload for
 -- that destination. The library's lrem (lua/lrem.lua) to the letter, run
--- with EVALSHA for the reason release.lua gives.
+-- with EVALSHA for the reason release.lua gives; its placeholder for
+-- lua/lease_core.lua (that file's name in capitals, used below) stands for
+-- that file made into a table of its helpers, as in take.lua.
 --
 -- KEYS[1] the destination, KEYS[2] the queue's leases (zset), KEYS[3] its
 --         move leases (zset), KEYS[4] its lease records (msgs, hash),
 --         KEYS[5] its ids index (zset); with totals to add, KEYS[6] its
 --         stats hash.
--- ARGV[1] count (as LREM), ARGV[2] payload; with totals to add, ARGV[3]
---         deliveries and ARGV[4] ACKs this proxy made that the stats hash
---         does not count yet, ARGV[5] the hash's time to live.
+-- ARGV[1] count (as LREM), ARGV[2] payload, ARGV[3] the rule's JSON field
+--         of the ack id ('' = the payload); with totals to add, ARGV[4]
+--         deliveries and ARGV[5] ACKs this proxy made that the stats hash
+--         does not count yet, ARGV[6] the hash's time to live.
 -- Returns the library lrem's reply (see reply() in common.lua): {0,
 -- removed, released}, or {3, 2, 2, released, removed, released} when it
 -- released leases (their acknowledgement, for the queue group the library's
@@ -18,41 +21,36 @@
 -- leases are released per call. Or LREM's error.
 
 if KEYS[6] then
-  redis.call('HINCRBY', KEYS[6], 'deliveries', ARGV[3])
-  redis.call('HINCRBY', KEYS[6], 'acks', ARGV[4])
-  redis.call('PEXPIRE', KEYS[6], ARGV[5])
+  redis.call('HINCRBY', KEYS[6], 'deliveries', ARGV[4])
+  redis.call('HINCRBY', KEYS[6], 'acks', ARGV[5])
+  redis.call('PEXPIRE', KEYS[6], ARGV[6])
 end
-local dest, payload = KEYS[1], ARGV[2]
-local removed = redis.pcall('LREM', dest, ARGV[1], payload)
+local dest, v = KEYS[1], ARGV[2]
+local removed = redis.pcall('LREM', dest, ARGV[1], v)
 if type(removed) == 'table' and removed.err then return removed end
 if removed == 0 then return { 0, 0, 0 } end
--- tokens_in_dest in common.lua.
-local dk = 'd' .. redis.sha1hex(dest .. '\0' .. payload) .. '|'
-local members = redis.call('ZRANGEBYLEX', KEYS[5], '[' .. dk, '(' .. dk .. '\255', 'LIMIT', 0, math.min(removed, 1000))
-for _, m in ipairs(members) do
-  local token = string.sub(m, #dk + 1)
+-- The payload's ack id and token (scripts/token.lua): a move lease is
+-- found as an ACK finds its lease.
+TAKE_TOKEN
+if removed == 1 then
+  -- The common case: one copy, whose lease is take_move.lua's text record
+  -- under the payload's own token.
   local raw = redis.call('HGET', KEYS[4], token)
-  if raw then
-    -- drop() with what the record says (lease_fields): a text record or a
-    -- short packed one is a plain first delivery, with no destination
-    -- and no owner.
-    local l_payload, l_dest, l_owner = nil, '', ''
-    local c = string.byte(raw, 1)
-    if c ~= 115 and c ~= 116 then
-      local l = { cmsgpack.unpack(raw) }
-      if l[4] ~= nil then l_payload, l_dest, l_owner = l[1], l[4], l[10] end
+  if raw and string.byte(raw, 1) == 109 then
+    local bar = string.find(raw, '|', 2, true)
+    local rest = #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
+    if string.sub(raw, bar + 2) == rest then
+      redis.call('ZREM', KEYS[3], token)
+      redis.call('HDEL', KEYS[4], token)
+      return { 3, 2, 2, 1, 1, 1 }
     end
-    redis.call('ZREM', l_dest == '' and KEYS[2] or KEYS[3], token)
-    redis.call('HDEL', KEYS[4], token)
-    if string.byte(token, -13) == 58 then redis.call('ZREM', KEYS[5], token) end
-    if l_dest ~= '' then
-      redis.call('ZREM', KEYS[5], 'd' .. redis.sha1hex(l_dest .. '\0' .. l_payload) .. '|' .. token)
-    end
-    if l_owner and l_owner ~= '' then redis.call('ZREM', KEYS[5], 'o' .. l_owner .. '|' .. token) end
-  else
-    redis.call('ZREM', KEYS[5], m)
   end
 end
-local released = #members
+core = core or LEASE_CORE
+local k = { leases = KEYS[2], mleases = KEYS[3], msgs = KEYS[4], ids = KEYS[5] }
+local leases, gone = core.move_leases(k, dest, v, ARGV[3], math.min(removed, 1000))
+for _, e in ipairs(leases) do core.drop(k, e[1], e[2]) end
+for _, m in ipairs(gone) do redis.call('ZREM', k.ids, m) end
+local released = #leases + #gone
 if released == 0 then return { 0, removed, 0 } end
 return { 3, 2, 2, released, removed, released }

@@ -42,14 +42,12 @@ if not v then return { -1, false } end
 redis.call(ARGV[4] == 'L' and 'LPUSH' or 'RPUSH', dest, v)
 -- The value's ack id and token (scripts/token.lua).
 TAKE_TOKEN
--- new_lease's packed record of a first delivery to a destination, and its
--- entry in the ids index (dest_key in common.lua).
-local now = now_text + 0
-local rec = cmsgpack.pack(v, id, 1, dest, ARGV[4], now, 0, 0, now, '')
+-- new_lease's text record of a first delivery to a destination (see msgs
+-- in common.lua); an LREM finds it by the payload's token.
+local rec = 'm' .. now_text .. '|' .. ARGV[4] .. #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
 if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(KEYS[3], KEYS[4], token, rec)
 end
-redis.call('ZADD', KEYS[5], string.format('%d', now + ARGV[2]), token)
-redis.call('ZADD', KEYS[4], 0, 'd' .. redis.sha1hex(dest .. '\0' .. v) .. '|' .. token)
+redis.call('ZADD', KEYS[5], string.format('%d', now_text + ARGV[2]), token)
 return { 3, 1, 1, 1, 0, 1, v }

@@ -94,6 +94,14 @@ impl AckId {
             ))
         }
     }
+
+    /// The field as the queue scripts take it: '' for the whole payload.
+    pub fn field(&self) -> &[u8] {
+        match self {
+            AckId::Payload => b"",
+            AckId::JsonField(f) => f.as_bytes(),
+        }
+    }
 }
 
 /// A command by which a job framework says, in Redis, that a job ended:

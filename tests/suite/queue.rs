@@ -908,6 +908,71 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// A move lease is found by its payload's token, as an ACK finds a lease:
+/// a move pop writes nothing in the queue's ids index but a duplicate's
+/// token, an LREM releases the lease of that payload in that destination
+/// only (not another message with the same id elsewhere), in the script
+/// and in the library alike, and a lease an older version indexed under
+/// its destination, with its older token, is still released by its LREM.
+#[test]
+fn move_leases_are_found_by_their_payload_without_a_destination_entry() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    let (a1, a2) = (r#"{"id":"a","n":1}"#, r#"{"id":"a","n":2}"#);
+    c.cmd(&["LPUSH", "jm", a1, a2]);
+    assert_eq!(c.cmd(&["BRPOPLPUSH", "jm", "d1", "1"]), Value::bulk(a1));
+    assert_eq!(c.cmd(&["RPOPLPUSH", "jm", "d2"]), Value::bulk(a2));
+    let ids = keys(&mut direct, "ackq:*jm*:ids");
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(
+        direct.cmd(&["ZRANGE", &ids[0], "0", "-1"]),
+        Value::Array(vec![Value::bulk("ja:000000000001")])
+    );
+    assert_eq!(c.cmd(&["LREM", "d2", "1", a1]), Value::Int(0));
+    assert_eq!(c.cmd(&["LPUSH", "d1", a2]), Value::Int(2));
+    // a2's copy in d1 is none of a lease's: removed, nothing released.
+    assert_eq!(c.cmd(&["LREM", "d1", "-1", a2]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 2);
+    assert_eq!(c.cmd(&["LREM", "d2", "0", a2]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 1);
+    let mut both = Client::encode(&[b"LREM", b"d1", b"1", a1.as_bytes()]);
+    both.extend(Client::encode(&[b"PING"]));
+    c.send_raw(&both);
+    assert_eq!(c.read_value(), Value::Int(1));
+    assert_eq!(c.read_value(), Value::Simple("PONG".into()));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 0);
+    assert_eq!(info_int(&proxy, "jm", "acks"), 2);
+
+    // An older version's move lease of {"id":"b"} in d3 (a destination the
+    // proxy has seen a move pop to): a packed record under the token
+    // 'i'..sha1(id) and an entry under its destination.
+    let c1 = r#"{"id":"c"}"#;
+    c.cmd(&["LPUSH", "jm", c1]);
+    assert_eq!(c.cmd(&["RPOPLPUSH", "jm", "d3"]), Value::bulk(c1));
+    assert_eq!(c.cmd(&["LREM", "d3", "1", c1]), Value::Int(1));
+    let b = r#"{"id":"b"}"#;
+    let prefix = ids[0].strip_suffix("ids").unwrap().to_string();
+    direct.cmd(&[
+        "EVAL",
+        "local now = redis.call('TIME')[1] * 1000 \
+         local token = 'i' .. redis.sha1hex('b') \
+         redis.call('HSET', KEYS[1], token, cmsgpack.pack(ARGV[1], 'b', 1, 'd3', 'L', now, 0, 0, now, '')) \
+         redis.call('ZADD', KEYS[2], now + 60000, token) \
+         redis.call('ZADD', KEYS[3], 0, 'd' .. redis.sha1hex('d3' .. '\\0' .. ARGV[1]) .. '|' .. token) \
+         redis.call('LPUSH', 'd3', ARGV[1])",
+        "3",
+        &format!("{prefix}msgs"),
+        &format!("{prefix}mleases"),
+        &ids[0],
+        b,
+    ]);
+    assert_eq!(info_int(&proxy, "jm", "leased"), 1);
+    assert_eq!(c.cmd(&["LREM", "d3", "1", b]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 0);
+    assert_no_aux_keys(&mut direct, Duration::from_secs(2));
+}
+
 /// On a rule that tracks connections (here requeue_on_disconnect), the
 /// popping connection's ACK of its lease is a script, not the library's
 /// function, and clears the lease's owner entry as the library would: the

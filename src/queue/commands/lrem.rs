@@ -40,7 +40,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
             k.get("msgs"),
             k.get("ids"),
         ],
-        &[count, payload],
+        &[count, payload, q.rule.ack_id.field()],
     );
     Intercept::Scripted {
         request: request.evalsha.clone(),
@@ -98,6 +98,7 @@ fn lrem_op(dest: &[u8], q: &Queue, count: &[u8], payload: &[u8]) -> Op<i64> {
     let call = Call::new(&library::LREM)
         .key(Bytes::copy_from_slice(dest))
         .queue(q)
+        .rule(q)
         .arg(Bytes::copy_from_slice(count));
     Op::new(call.arg(Bytes::copy_from_slice(payload)), first_int)
 }

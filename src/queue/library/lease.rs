@@ -1,10 +1,10 @@
 //! The fields of a lease record, in the one order `LEASE_FIELDS` in
-//! `lua/common.lua` gives them: the scripts pack a record so, and QUEUE
+//! `lua/lease_core.lua` gives them: the scripts pack a record so, and QUEUE
 //! LEASES shows each lease by them (after the ms until its deadline). A
 //! field's place is taken from [`LEASE_FIELDS`] by name, at compile time,
 //! and a test holds the list to the Lua one.
 
-/// `LEASE_FIELDS` of `lua/common.lua`.
+/// `LEASE_FIELDS` of `lua/lease_core.lua`.
 pub const LEASE_FIELDS: &[&str] = &[
     "payload",
     "id",
@@ -19,6 +19,7 @@ pub const LEASE_FIELDS: &[&str] = &[
     "why",
     "delay",
     "dc",
+    "indexed",
 ];
 
 /// The 0-based place of field `name` in [`LEASE_FIELDS`]; a name that is
@@ -53,11 +54,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_fields_are_those_common_lua_lists_in_its_order() {
-        let common = include_str!("../../../lua/common.lua");
+    fn the_fields_are_those_lease_core_lua_lists_in_its_order() {
+        let common = include_str!("../../../lua/lease_core.lua");
         let at = common
             .find("local LEASE_FIELDS = {")
-            .expect("common.lua defines LEASE_FIELDS");
+            .expect("lease_core.lua defines LEASE_FIELDS");
         let list = &common[at..];
         let list = &list[list.find('{').unwrap() + 1..list.find('}').unwrap()];
         let lua: Vec<&str> = list

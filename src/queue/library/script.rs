@@ -89,7 +89,7 @@ pub fn take_move() -> &'static Script {
 /// `lua/scripts/lrem_ack.lua`: LREM on a move destination.
 pub fn lrem_ack() -> &'static Script {
     static LREM_ACK: OnceLock<Script> = OnceLock::new();
-    LREM_ACK.get_or_init(|| Script::new(include_str!("../../../lua/scripts/lrem_ack.lua")))
+    LREM_ACK.get_or_init(|| with_core(include_str!("../../../lua/scripts/lrem_ack.lua")))
 }
 
 /// `lua/scripts/release_owned.lua`: the same on a rule that tracks the
@@ -118,7 +118,8 @@ fn all() -> [&'static Script; 6] {
 /// their own, so that a call needing none makes none.
 fn with_core(text: &str) -> Script {
     let core = format!(
-        "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim }}\nend)()",
+        "(function()\n{}\nreturn {{ ack_id = ack_id, id_key = id_key, claim = claim, \
+         move_leases = move_leases, drop = drop }}\nend)()",
         super::LEASE_CORE
     );
     let token = concat!("\n", include_str!("../../../lua/scripts/token.lua"));

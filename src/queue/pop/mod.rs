@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
-use crate::config::{AckId, AckPolicy};
+use crate::config::AckPolicy;
 use crate::queue::leases::{clock, handed};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
@@ -533,10 +533,7 @@ impl Pop {
         if db != 0 || p.ask != 1 {
             return None;
         }
-        let field: &[u8] = match &q.rule.ack_id {
-            AckId::Payload => b"",
-            AckId::JsonField(f) => f.as_bytes(),
-        };
+        let field = q.rule.ack_id.field();
         let end: &[u8] = if self.left { b"L" } else { b"R" };
         let lease = itoa::Buffer::new().format(q.rule.lease_ms).to_owned();
         let k = &q.keys;
