@@ -18,7 +18,13 @@
 //! - `nextpop`: `RPOP np` alone through ackproxy, on a rule with
 //!   `ack = "next-pop"` (each pop acknowledges the connection's previous one);
 //! - `direct-rpop`: plain `RPOP jobs` on Redis, nothing acknowledged: the
-//!   ceiling.
+//!   ceiling;
+//! - `direct-brpoplpush`: `BRPOPLPUSH` + `LREM` straight on Redis, no
+//!   leases: what the move loop's own commands cost Redis.
+//!
+//! With both direct modes in the run it also prints what the leases add to
+//! each loop in Redis (a mode's Redis CPU per pair less its direct
+//! mode's).
 //!
 //! Each mode drains a pre-filled queue (`PAIRS_MESSAGES`, default 200,000)
 //! with `PAIRS_CONNS` (default 50) connections, one request in flight on
@@ -95,12 +101,21 @@ enum Mode {
     Brpoplpush,
     NextPop,
     DirectRpop,
+    DirectBrpoplpush,
 }
 
-const ALL_MODES: [Mode; 8] = {
+const ALL_MODES: [Mode; 9] = {
     use Mode::*;
     [
-        Seed, SeedTwem, Streams, Rpop, Brpop, Brpoplpush, NextPop, DirectRpop,
+        Seed,
+        SeedTwem,
+        Streams,
+        Rpop,
+        Brpop,
+        Brpoplpush,
+        NextPop,
+        DirectRpop,
+        DirectBrpoplpush,
     ]
 };
 
@@ -115,6 +130,7 @@ impl Mode {
             Mode::Brpoplpush => "brpoplpush",
             Mode::NextPop => "nextpop",
             Mode::DirectRpop => "direct-rpop",
+            Mode::DirectBrpoplpush => "direct-brpoplpush",
         }
     }
     fn parse(s: &str) -> Option<Mode> {
@@ -369,7 +385,7 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
         ),
         Mode::Streams => format!("XREADGROUP GROUP g c{n} COUNT 1 STREAMS {key} >"),
         Mode::Brpop => format!("BRPOP {key} 1"),
-        Mode::Brpoplpush => format!("BRPOPLPUSH {key} doing:{key} 1"),
+        Mode::Brpoplpush | Mode::DirectBrpoplpush => format!("BRPOPLPUSH {key} doing:{key} 1"),
         Mode::Rpop | Mode::NextPop | Mode::DirectRpop => format!("RPOP {key}"),
     });
     let key = key.as_bytes();
@@ -393,7 +409,8 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
                 | Mode::Rpop
                 | Mode::Brpoplpush
                 | Mode::NextPop
-                | Mode::DirectRpop,
+                | Mode::DirectRpop
+                | Mode::DirectBrpoplpush,
                 b'$',
             ) => 0,
             _ => {
@@ -412,7 +429,7 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
                 &mut ack,
                 &[b"EVALSHA", ack_sha.as_bytes(), b"1", key, id, key],
             ),
-            Mode::Brpoplpush => {
+            Mode::Brpoplpush | Mode::DirectBrpoplpush => {
                 let doing = [b"doing:".as_slice(), key].concat();
                 encode(&mut ack, &[b"LREM", &doing, b"1", c.bytes(msg)])
             }
@@ -683,7 +700,7 @@ fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
             r.call("XPENDING s g")?;
             return r.int(1);
         }
-        Mode::DirectRpop => 0,
+        Mode::DirectRpop | Mode::DirectBrpoplpush => 0,
         _ => {
             // A flat field/value array in RESP2.
             let mut p = Blocking::connect(proxy_port)?;
@@ -701,7 +718,7 @@ fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
     };
     r.call(&format!("LLEN {}", mode.key()))?;
     let mut left = unacked + r.int(0)?;
-    if mode == Mode::Brpoplpush {
+    if matches!(mode, Mode::Brpoplpush | Mode::DirectBrpoplpush) {
         // What LREM did not remove from the processing list.
         r.call(&format!("LLEN doing:{}", mode.key()))?;
         left += r.int(0)?;
@@ -849,6 +866,8 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
         ("brpop", "rpop"),
         ("brpoplpush", "rpop"),
         ("nextpop", "rpop"),
+        ("rpop", "direct-rpop"),
+        ("brpoplpush", "direct-brpoplpush"),
     ] {
         if let (Some(x), Some(y)) = (rates.get(a), rates.get(b)) {
             let cost = match (redis.get(a), redis.get(b)) {
@@ -859,6 +878,17 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
             };
             t.push_str(&format!("- {a}/{b}: pairs/s {:.2}×{cost}\n", x / y));
         }
+    }
+    let added = |m: &str, direct: &str| Some(redis.get(m)? - redis.get(direct)?);
+    if let (Some(plain), Some(moved)) = (
+        added("rpop", "direct-rpop"),
+        added("brpoplpush", "direct-brpoplpush"),
+    ) {
+        t.push_str(&format!(
+            "- what the leases add in Redis per pair: rpop {plain:.1} µs, brpoplpush \
+             {moved:.1} µs ({:.2}×)\n",
+            moved / plain
+        ));
     }
     t.push_str(&format!(
         "\nMedians of {rounds} round(s), the modes interleaved in each. pairs/s: pairs over the \
