@@ -42,9 +42,15 @@ register('pop', function(KEYS, ARGV)
   local owner = ARGV[5]
   local releasing = ARGV[6] ~= '0'
   local release_budget = tonumber(ARGV[6])
-  local dest = ''
-  if push ~= '' then
-    dest = KEYS[#KEYS]
+  local dest = push ~= '' and KEYS[#KEYS] or ''
+  -- As Redis's LMOVE: the destination's type matters only once a source
+  -- holds something to move (an empty source gives nil, or blocks).
+  local dest_checked = dest == ''
+  local function dest_refused(key)
+    if dest_checked then return nil end
+    local n = redis.pcall('LLEN', key)
+    if type(n) ~= 'number' or n == 0 then return nil end
+    dest_checked = true
     local t = redis.call('TYPE', dest)['ok']
     if t ~= 'list' and t ~= 'none' then return redis.error_reply(WRONGTYPE) end
   end
@@ -79,6 +85,8 @@ register('pop', function(KEYS, ARGV)
         if err then return err end
         if found then return reply({ 0, g }) end
       else
+        local refused = dest_refused(k.q)
+        if refused then return refused end
         local out, err
         out, err, skip_budget = pop_leased(k, r, g, pop_cmd, count, now, retried, dest, push, owner, skip_budget)
         if err then return err end
@@ -92,6 +100,8 @@ register('pop', function(KEYS, ARGV)
         if err then return err end
         if found then return reply({ 0, g }) end
       else
+        local refused = dest_refused(key)
+        if refused then return refused end
         local vs = redis.pcall(pop_cmd, key, count)
         if type(vs) == 'table' and vs['err'] then return vs end
         if vs then

@@ -11,9 +11,11 @@
 --         KEYS[5] its ids index (zset); with totals to add, KEYS[6] its
 --         stats hash.
 -- ARGV[1] count (as LREM), ARGV[2] payload, ARGV[3] the rule's JSON field
---         of the ack id ('' = the payload); with totals to add, ARGV[4]
---         deliveries and ARGV[5] ACKs this proxy made that the stats hash
---         does not count yet, ARGV[6] the hash's time to live.
+--         of the ack id ('' = the payload), ARGV[4] the payload's lease
+--         token as the proxy tells it ('' when it cannot: see
+--         src/queue/library/ack_id.rs); with totals to add, ARGV[5]
+--         deliveries and ARGV[6] ACKs this proxy made that the stats hash
+--         does not count yet, ARGV[7] the hash's time to live.
 -- Returns the library lrem's reply (see reply() in common.lua): {0,
 -- removed, released}, or {3, 2, 2, released, removed, released} when it
 -- released leases (their acknowledgement, for the queue group the library's
@@ -21,32 +23,37 @@
 -- leases are released per call. Or LREM's error.
 
 if KEYS[6] then
-  redis.call('HINCRBY', KEYS[6], 'deliveries', ARGV[4])
-  redis.call('HINCRBY', KEYS[6], 'acks', ARGV[5])
-  redis.call('PEXPIRE', KEYS[6], ARGV[6])
+  redis.call('HINCRBY', KEYS[6], 'deliveries', ARGV[5])
+  redis.call('HINCRBY', KEYS[6], 'acks', ARGV[6])
+  redis.call('PEXPIRE', KEYS[6], ARGV[7])
 end
 local dest, v = KEYS[1], ARGV[2]
 local removed = redis.pcall('LREM', dest, ARGV[1], v)
 if type(removed) == 'table' and removed.err then return removed end
 if removed == 0 then return { 0, 0, 0 } end
--- The payload's ack id and token (scripts/token.lua): a move lease is
--- found as an ACK finds its lease.
-TAKE_TOKEN
-if removed == 1 then
+local hint = ARGV[4]
+if removed == 1 and hint ~= '' then
   -- The common case: one copy, whose lease is take_move.lua's text record
-  -- under the payload's own token.
-  local raw = redis.call('HGET', KEYS[4], token)
+  -- under the token the proxy named. Taken only when the record is of this
+  -- payload in this destination: 'm'..started..'|'..end, then this.
+  local raw = redis.call('HGET', KEYS[4], hint)
   if raw and string.byte(raw, 1) == 109 then
     local bar = string.find(raw, '|', 2, true)
-    local rest = #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
-    if string.sub(raw, bar + 2) == rest then
-      redis.call('ZREM', KEYS[3], token)
-      redis.call('HDEL', KEYS[4], token)
-      return { 3, 2, 2, 1, 1, 1 }
+    local head = #dest .. '|' .. dest
+    local at = bar + 1 + #head
+    if string.sub(raw, bar + 2, at) == head then
+      -- Then '|' (the payload is its id) or #id..'|'..id, then the payload.
+      local bar3 = string.find(raw, '|', at + 1, true)
+      if bar3 and bar3 + (tonumber(string.sub(raw, at + 1, bar3 - 1)) or 0) + #v == #raw
+          and string.sub(raw, #raw - #v + 1) == v then
+        redis.call('ZREM', KEYS[3], hint)
+        redis.call('HDEL', KEYS[4], hint)
+        return { 3, 2, 2, 1, 1, 1 }
+      end
     end
   end
 end
-core = core or LEASE_CORE
+local core = LEASE_CORE
 local k = { leases = KEYS[2], mleases = KEYS[3], msgs = KEYS[4], ids = KEYS[5] }
 local leases, gone = core.move_leases(k, dest, v, ARGV[3], math.min(removed, 1000))
 for _, e in ipairs(leases) do core.drop(k, e[1], e[2]) end

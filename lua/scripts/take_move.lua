@@ -19,8 +19,9 @@
 -- a mark is set: the proxy then sends the library's pop, which knows the
 -- rest. Else the library pop's reply for one queue source (see reply() in
 -- common.lua): {3, 1, 1, 1, 0, 1, value} (the delivery, at KEYS index 1,
--- event 1), or {-1, false} when the list is empty; or WRONGTYPE for a
--- destination or a queue that holds another type, nothing popped.
+-- event 1), or {-1, false} when the list is empty; or LMOVE's error
+-- (WRONGTYPE for a queue or, when the queue holds a value, a destination
+-- of another type), nothing popped.
 
 if KEYS[7] then
   redis.call('HINCRBY', KEYS[7], 'deliveries', ARGV[5])
@@ -32,14 +33,12 @@ local us = t[2]
 local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
 if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local dest = KEYS[6]
-local kind = redis.call('TYPE', dest)['ok']
-if kind ~= 'list' and kind ~= 'none' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
-local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+-- Nothing due, no marks: no copy to skip, so the move is Redis's own,
+-- its checks of both keys included.
+local v = redis.pcall('LMOVE', KEYS[1], dest, ARGV[1] == 'L' and 'LEFT' or 'RIGHT',
+  ARGV[4] == 'L' and 'LEFT' or 'RIGHT')
 if v and v.err then return v end
 if not v then return { -1, false } end
-redis.call(ARGV[4] == 'L' and 'LPUSH' or 'RPUSH', dest, v)
 -- The value's ack id and token (scripts/token.lua).
 TAKE_TOKEN
 -- new_lease's text record of a first delivery to a destination (see msgs

@@ -284,6 +284,11 @@ fn error_cases() -> Vec<Case> {
         e!(["SET {q} str"], "RPOPLPUSH {q} {d}"),
         e!([FILL, "SET {d} str"], "RPOPLPUSH {q} {d}"),
         e!([FILL, "SET {d} str"], "LMOVE {q} {d} LEFT LEFT"),
+        // An empty source moves nothing: the destination's type is not
+        // looked at.
+        e!(["SET {d} str"], "RPOPLPUSH {q} {d}"),
+        e!(["SET {d} str"], "LMOVE {q} {d} LEFT RIGHT"),
+        e!(["SET {d} str"], "BRPOPLPUSH {q} {d} 0.1"),
         e!(["SET {q} str"], "LMPOP 1 {q} LEFT"),
     ]
 }
@@ -885,7 +890,7 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
         assert_eq!(c.cmd(&["BRPOPLPUSH", "w", "doing", "1"]), Value::bulk("a"));
     });
     assert!(!called(&ran, "pop"), "{ran:?}");
-    assert!(ran.iter().any(|c| c == "LPUSH"), "{ran:?}");
+    assert!(ran.iter().any(|c| c == "LMOVE"), "{ran:?}");
     // Pipelined behind a PING: the library's pop.
     let mut both = Client::encode(&[b"RPOPLPUSH", b"w", b"doing"]);
     both.extend(Client::encode(&[b"PING"]));
@@ -943,6 +948,18 @@ fn move_leases_are_found_by_their_payload_without_a_destination_entry() {
     assert_eq!(c.read_value(), Value::Simple("PONG".into()));
     assert_eq!(info_int(&proxy, "jm", "leased"), 0);
     assert_eq!(info_int(&proxy, "jm", "acks"), 2);
+
+    // A payload the proxy reads as id "x" but the library's decoder
+    // refuses (so its id is the whole payload): its LREM releases its own
+    // lease, not that of the message whose id is "x".
+    let (x, x_tail) = (r#"{"id":"x"}"#, r#"{"id":"x"} tail"#);
+    c.cmd(&["LPUSH", "jm", x, x_tail]);
+    assert_eq!(c.cmd(&["RPOPLPUSH", "jm", "d1"]), Value::bulk(x));
+    assert_eq!(c.cmd(&["RPOPLPUSH", "jm", "d1"]), Value::bulk(x_tail));
+    assert_eq!(c.cmd(&["LREM", "d1", "1", x_tail]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 1);
+    assert_eq!(c.cmd(&["LREM", "d1", "1", x]), Value::Int(1));
+    assert_eq!(info_int(&proxy, "jm", "leased"), 0);
 
     // An older version's move lease of {"id":"b"} in d3 (a destination the
     // proxy has seen a move pop to): a packed record under the token

@@ -9,7 +9,9 @@ use crate::command::{parse_i64, Args};
 use crate::output::{ReplyTransform, Transformed};
 use crate::queue::leases::registry::Registry;
 use crate::queue::library;
+use crate::queue::library::ack_id;
 use crate::queue::library::call::Call;
+use crate::queue::library::keys;
 use crate::queue::library::op::{first_int, Op};
 use crate::queue::library::script;
 use crate::queue::rules::{Made, Queue};
@@ -31,6 +33,9 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
         return counted(op, q, registry);
     }
     let k = &q.keys;
+    // The lease's token as the proxy can tell it: the script then reads
+    // no JSON in the common case.
+    let hint = ack_id::of(&q.rule.ack_id, payload).map_or_else(Vec::new, keys::id_key);
     let request = script::lrem_ack().call(
         q,
         &[
@@ -40,7 +45,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
             k.get("msgs"),
             k.get("ids"),
         ],
-        &[count, payload, q.rule.ack_id.field()],
+        &[count, payload, q.rule.ack_id.field(), &hint],
     );
     Intercept::Scripted {
         request: request.evalsha.clone(),

@@ -18,6 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
 use crate::config::AckId;
+use crate::queue::library::ack_id;
 
 const GENERATION: usize = 1 << 16;
 /// Longer ids (whole payloads, say) are not kept: hashing them on every
@@ -41,7 +42,7 @@ fn key(queue: &[u8], id: &[u8]) -> u64 {
 
 /// `payload` was popped from `queue` at `at_ms`.
 pub fn handed(queue: &[u8], ack_id: &AckId, payload: &[u8], at_ms: i64) {
-    let Some(id) = id_of(ack_id, payload) else {
+    let Some(id) = ack_id::of(ack_id, payload).filter(|id| id.len() <= MAX_ID) else {
         return;
     };
     let k = key(queue, id);
@@ -71,142 +72,9 @@ pub fn forget_all() {
     *HANDED.lock().unwrap() = None;
 }
 
-/// The ack id of `payload` as the library gives it (`ack_id` in
-/// `lua/common.lua`) in the cases worth keeping: the whole payload, or a
-/// top-level field of a JSON object whose value is a string without
-/// escapes or a number (its text as written). `None` for the rest
-/// (dotted paths, escapes, what is not an object): their ACKs go the
-/// library's way.
-fn id_of<'a>(ack_id: &AckId, payload: &'a [u8]) -> Option<&'a [u8]> {
-    let id = match ack_id {
-        AckId::Payload => payload,
-        AckId::JsonField(f) if !f.contains('.') => json_field(payload, f.as_bytes())?,
-        AckId::JsonField(_) => return None,
-    };
-    (id.len() <= MAX_ID).then_some(id)
-}
-
-fn skip_ws(s: &[u8], mut i: usize) -> usize {
-    while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\r' | b'\n') {
-        i += 1;
-    }
-    i
-}
-
-/// The index after the JSON string that starts at `i` (a `"`).
-fn string_end(s: &[u8], mut i: usize) -> Option<usize> {
-    i += 1;
-    while i < s.len() {
-        match s[i] {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-/// The index after the JSON value that starts at `i`.
-fn value_end(s: &[u8], i: usize) -> Option<usize> {
-    match s.get(i)? {
-        b'"' => string_end(s, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            while j < s.len() {
-                match s[j] {
-                    b'"' => {
-                        j = string_end(s, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            None
-        }
-        _ => {
-            let n = s[i..]
-                .iter()
-                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'+' | b'.'))
-                .count();
-            (n > 0).then_some(i + n)
-        }
-    }
-}
-
-/// The value of `field` at the top level of the JSON object `s`: a
-/// string's bytes (none with escapes), a number's text. The last
-/// occurrence wins, as in the library's decoder.
-fn json_field<'a>(s: &'a [u8], field: &[u8]) -> Option<&'a [u8]> {
-    let mut i = skip_ws(s, 0);
-    if s.get(i) != Some(&b'{') {
-        return None;
-    }
-    i = skip_ws(s, i + 1);
-    let mut found = None;
-    while s.get(i) == Some(&b'"') {
-        let kend = string_end(s, i)?;
-        let key = &s[i + 1..kend - 1];
-        i = skip_ws(s, kend);
-        if s.get(i) != Some(&b':') {
-            return None;
-        }
-        i = skip_ws(s, i + 1);
-        let vend = value_end(s, i)?;
-        if key == field {
-            let v = &s[i..vend];
-            found = match v.first() {
-                Some(b'"') if !v.contains(&b'\\') => Some(&v[1..v.len() - 1]),
-                Some(c) if c.is_ascii_digit() || *c == b'-' => Some(v),
-                _ => None,
-            };
-        }
-        i = skip_ws(s, vend);
-        match s.get(i) {
-            Some(b',') => i = skip_ws(s, i + 1),
-            Some(b'}') => return found,
-            _ => return None,
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn field(s: &str) -> Option<String> {
-        json_field(s.as_bytes(), b"id").map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
-    #[test]
-    fn a_top_level_field_is_found_as_the_library_finds_it() {
-        assert_eq!(field(r#"{"id":"a1","body":"x"}"#).as_deref(), Some("a1"));
-        assert_eq!(
-            field(r#" { "body" : {"id":"inner"} , "id" : 12 } "#).as_deref(),
-            Some("12")
-        );
-        assert_eq!(field(r#"{"id":"a","id":"b"}"#).as_deref(), Some("b"));
-        assert_eq!(
-            field(r#"{"x":[1,{"id":"n"}],"id":-1.5e3}"#).as_deref(),
-            Some("-1.5e3")
-        );
-        // Escapes, other types, no such field, not an object, cut short.
-        assert_eq!(field(r#"{"id":"a\"b"}"#), None);
-        assert_eq!(field(r#"{"id":true}"#), None);
-        assert_eq!(field(r#"{"other":"a"}"#), None);
-        assert_eq!(field(r#"["id","a"]"#), None);
-        assert_eq!(field(r#"{"id":"a""#), None);
-        assert_eq!(field("plain text"), None);
-    }
 
     #[test]
     fn a_handed_lease_is_taken_once() {

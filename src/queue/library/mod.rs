@@ -19,6 +19,7 @@
 //! ([`Retry`]); where that cannot be done (inside `MULTI`), the session
 //! makes sure of the library first ([`Loader::ensure`]).
 
+pub mod ack_id;
 pub mod call;
 pub mod keys;
 pub mod lease;
