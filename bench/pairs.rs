@@ -19,12 +19,14 @@
 //!   `ack = "next-pop"` (each pop acknowledges the connection's previous one);
 //! - `direct-rpop`: plain `RPOP jobs` on Redis, nothing acknowledged: the
 //!   ceiling;
-//! - `direct-brpoplpush`: `BRPOPLPUSH` + `LREM` straight on Redis, no
-//!   leases: what the move loop's own commands cost Redis.
+//! - `twem-rpop` and `twem-rpoplpush`: `RPOP`, and `RPOPLPUSH` + `LREM`,
+//!   through twemproxy, no leases: what each loop's own commands cost Redis
+//!   behind a proxy that batches as ackproxy does (twemproxy has no
+//!   blocking commands).
 //!
-//! With both direct modes in the run it also prints what the leases add to
-//! each loop in Redis (a mode's Redis CPU per pair less its direct
-//! mode's).
+//! With those in the run it also prints what the leases add to each loop
+//! in Redis: `rpop`'s Redis CPU per pair less `twem-rpop`'s, and
+//! `brpoplpush`'s less `twem-rpoplpush`'s.
 //!
 //! Each mode drains a pre-filled queue (`PAIRS_MESSAGES`, default 200,000)
 //! with `PAIRS_CONNS` (default 50) connections, one request in flight on
@@ -101,10 +103,11 @@ enum Mode {
     Brpoplpush,
     NextPop,
     DirectRpop,
-    DirectBrpoplpush,
+    TwemRpop,
+    TwemRpoplpush,
 }
 
-const ALL_MODES: [Mode; 9] = {
+const ALL_MODES: [Mode; 10] = {
     use Mode::*;
     [
         Seed,
@@ -115,7 +118,8 @@ const ALL_MODES: [Mode; 9] = {
         Brpoplpush,
         NextPop,
         DirectRpop,
-        DirectBrpoplpush,
+        TwemRpop,
+        TwemRpoplpush,
     ]
 };
 
@@ -130,7 +134,8 @@ impl Mode {
             Mode::Brpoplpush => "brpoplpush",
             Mode::NextPop => "nextpop",
             Mode::DirectRpop => "direct-rpop",
-            Mode::DirectBrpoplpush => "direct-brpoplpush",
+            Mode::TwemRpop => "twem-rpop",
+            Mode::TwemRpoplpush => "twem-rpoplpush",
         }
     }
     fn parse(s: &str) -> Option<Mode> {
@@ -385,8 +390,10 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
         ),
         Mode::Streams => format!("XREADGROUP GROUP g c{n} COUNT 1 STREAMS {key} >"),
         Mode::Brpop => format!("BRPOP {key} 1"),
-        Mode::Brpoplpush | Mode::DirectBrpoplpush => format!("BRPOPLPUSH {key} doing:{key} 1"),
-        Mode::Rpop | Mode::NextPop | Mode::DirectRpop => format!("RPOP {key}"),
+        Mode::Brpoplpush => format!("BRPOPLPUSH {key} doing:{key} 1"),
+        // twemproxy has no blocking commands.
+        Mode::TwemRpoplpush => format!("RPOPLPUSH {key} doing:{key}"),
+        Mode::Rpop | Mode::NextPop | Mode::DirectRpop | Mode::TwemRpop => format!("RPOP {key}"),
     });
     let key = key.as_bytes();
     let mut out = WorkerOut::default();
@@ -410,7 +417,8 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
                 | Mode::Brpoplpush
                 | Mode::NextPop
                 | Mode::DirectRpop
-                | Mode::DirectBrpoplpush,
+                | Mode::TwemRpop
+                | Mode::TwemRpoplpush,
                 b'$',
             ) => 0,
             _ => {
@@ -429,13 +437,13 @@ async fn worker(mode: Mode, mut c: Conn, n: usize, key: String) -> WorkerOut {
                 &mut ack,
                 &[b"EVALSHA", ack_sha.as_bytes(), b"1", key, id, key],
             ),
-            Mode::Brpoplpush | Mode::DirectBrpoplpush => {
+            Mode::Brpoplpush | Mode::TwemRpoplpush => {
                 let doing = [b"doing:".as_slice(), key].concat();
                 encode(&mut ack, &[b"LREM", &doing, b"1", c.bytes(msg)])
             }
             Mode::Streams => encode(&mut ack, &[b"XACK", key, b"g", c.bytes(5)]),
             Mode::Rpop | Mode::Brpop => encode(&mut ack, &[b"ACK", key, id]),
-            Mode::NextPop | Mode::DirectRpop => {}
+            Mode::NextPop | Mode::DirectRpop | Mode::TwemRpop => {}
         }
         if !ack.is_empty() {
             if let Err(e) = c.call(&ack).await {
@@ -700,7 +708,7 @@ fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
             r.call("XPENDING s g")?;
             return r.int(1);
         }
-        Mode::DirectRpop | Mode::DirectBrpoplpush => 0,
+        Mode::DirectRpop | Mode::TwemRpop | Mode::TwemRpoplpush => 0,
         _ => {
             // A flat field/value array in RESP2.
             let mut p = Blocking::connect(proxy_port)?;
@@ -718,7 +726,7 @@ fn leftovers(r: &mut Blocking, proxy_port: u16, mode: Mode) -> Res<i64> {
     };
     r.call(&format!("LLEN {}", mode.key()))?;
     let mut left = unacked + r.int(0)?;
-    if matches!(mode, Mode::Brpoplpush | Mode::DirectBrpoplpush) {
+    if matches!(mode, Mode::Brpoplpush | Mode::TwemRpoplpush) {
         // What LREM did not remove from the processing list.
         r.call(&format!("LLEN doing:{}", mode.key()))?;
         left += r.int(0)?;
@@ -731,7 +739,7 @@ fn run_one(s: &Setup, r: &mut Blocking, mode: Mode) -> Res<Sample> {
     r.call("CONFIG RESETSTAT")?;
     // The proxy in front, whichever it is.
     let (port, proxy_pid) = match mode {
-        Mode::SeedTwem => (s.twem_port, s.twem.pid()),
+        Mode::SeedTwem | Mode::TwemRpop | Mode::TwemRpoplpush => (s.twem_port, s.twem.pid()),
         m if m.via_proxy() => (s.proxy_port, s.proxy.pid()),
         _ => (s.redis_port, s.proxy.pid()),
     };
@@ -840,7 +848,8 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
             .into_iter()
             .map(|(name, us)| format!("{name} {:.2}", median(us)))
             .collect();
-        let proxy = match m.via_proxy() || *m == Mode::SeedTwem {
+        let twem = matches!(m, Mode::SeedTwem | Mode::TwemRpop | Mode::TwemRpoplpush);
+        let proxy = match m.via_proxy() || twem {
             true => format!("{:.1}", med(|s| s.proxy_us)),
             false => "-".into(),
         };
@@ -866,8 +875,8 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
         ("brpop", "rpop"),
         ("brpoplpush", "rpop"),
         ("nextpop", "rpop"),
-        ("rpop", "direct-rpop"),
-        ("brpoplpush", "direct-brpoplpush"),
+        ("rpop", "twem-rpop"),
+        ("brpoplpush", "twem-rpoplpush"),
     ] {
         if let (Some(x), Some(y)) = (rates.get(a), rates.get(b)) {
             let cost = match (redis.get(a), redis.get(b)) {
@@ -881,8 +890,8 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
     }
     let added = |m: &str, direct: &str| Some(redis.get(m)? - redis.get(direct)?);
     if let (Some(plain), Some(moved)) = (
-        added("rpop", "direct-rpop"),
-        added("brpoplpush", "direct-brpoplpush"),
+        added("rpop", "twem-rpop"),
+        added("brpoplpush", "twem-rpoplpush"),
     ) {
         t.push_str(&format!(
             "- what the leases add in Redis per pair: rpop {plain:.1} µs, brpoplpush \
@@ -893,7 +902,7 @@ fn table(modes: &[Mode], samples: &BTreeMap<&str, Vec<Sample>>, rounds: usize) -
     t.push_str(&format!(
         "\nMedians of {rounds} round(s), the modes interleaved in each. pairs/s: pairs over the \
          time from the first request to the last pair's reply. Latency: pop sent to ACK reply \
-         (nextpop, direct-rpop: to the pop's reply). Redis µs per call: `INFO commandstats` for \
+         (nextpop, direct-rpop, twem-rpop: to the pop's reply). Redis µs per call: `INFO commandstats` for \
          commands with ≥ {MIN_CALLS} calls, costliest first; commands called from scripts count \
          too, and their time is part of the script's. CPU: utime+stime over the run (USER_HZ \
          100) divided by the pairs.\n"
