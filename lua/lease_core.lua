@@ -161,12 +161,15 @@ local function first_delivery(payload, id, started)
     nacks = 0, expiries = 0, first = started, owner = '' }
 end
 
+-- The first byte of a move pop's text record (see msgs in common.lua).
+local MOVE_REC = '\193'
+
 -- A lease record (a text one, a packed one of any version) as a table of
 -- the fields of LEASE_FIELDS, by name.
 local function lease_fields(raw)
   local c = string.byte(raw, 1)
-  if c == 109 then
-    -- 'm'..started..'|'..dest_end..#dest..'|'..dest..#id..'|'..id..payload
+  if c == 193 then
+    -- MOVE_REC..started..'|'..dest_end..#dest..'|'..dest..#id..'|'..id..payload
     local bar = string.find(raw, '|', 2, true)
     local l = first_delivery(nil, nil, tonumber(string.sub(raw, 2, bar - 1)))
     l.dest_end = string.sub(raw, bar + 1, bar + 1)

@@ -35,9 +35,9 @@ local hint = ARGV[4]
 if removed == 1 and hint ~= '' then
   -- The common case: one copy, whose lease is take_move.lua's text record
   -- under the token the proxy named. Taken only when the record is of this
-  -- payload in this destination: 'm'..started..'|'..end, then this.
+  -- payload in this destination: 0xC1..started..'|'..end, then this.
   local raw = redis.call('HGET', KEYS[4], hint)
-  if raw and string.byte(raw, 1) == 109 then
+  if raw and string.byte(raw, 1) == 193 then
     local bar = string.find(raw, '|', 2, true)
     local head = #dest .. '|' .. dest
     local at = bar + 1 + #head

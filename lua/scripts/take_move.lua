@@ -43,7 +43,7 @@ if not v then return { -1, false } end
 TAKE_TOKEN
 -- new_lease's text record of a first delivery to a destination (see msgs
 -- in common.lua); an LREM finds it by the payload's token.
-local rec = 'm' .. now_text .. '|' .. ARGV[4] .. #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
+local rec = '\193' .. now_text .. '|' .. ARGV[4] .. #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
 if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(KEYS[3], KEYS[4], token, rec)
