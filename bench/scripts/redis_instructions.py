@@ -221,7 +221,8 @@ def main():
             read = lambda *p: open(os.path.join(lua, *p), "rb").read()
             # take.lua's text as src/queue/library/script.rs makes it.
             core = (b"(function()\n" + read("lease_core.lua")
-                    + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim }\nend)()")
+                    + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim, "
+                    b"move_leases = move_leases, drop = drop }\nend)()")
             take = read("scripts", "take.lua").replace(
                 b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
             c.cmd("SCRIPT", "LOAD", take.replace(b"LEASE_CORE", core))
