@@ -93,8 +93,19 @@ fn err(e: impl std::fmt::Display) -> String {
 
 // ------------------------------------------------------------------ modes
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+/// The modes, and `ALL_MODES` listing them in the same order.
+macro_rules! modes {
+    ($($m:ident),* $(,)?) => {
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Mode {
+            $($m),*
+        }
+
+        const ALL_MODES: &[Mode] = &[$(Mode::$m),*];
+    };
+}
+
+modes!(
     Seed,
     SeedTwem,
     Streams,
@@ -105,23 +116,7 @@ enum Mode {
     DirectRpop,
     TwemRpop,
     TwemRpoplpush,
-}
-
-const ALL_MODES: [Mode; 10] = {
-    use Mode::*;
-    [
-        Seed,
-        SeedTwem,
-        Streams,
-        Rpop,
-        Brpop,
-        Brpoplpush,
-        NextPop,
-        DirectRpop,
-        TwemRpop,
-        TwemRpoplpush,
-    ]
-};
+);
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -139,7 +134,7 @@ impl Mode {
         }
     }
     fn parse(s: &str) -> Option<Mode> {
-        ALL_MODES.into_iter().find(|m| m.name() == s.trim())
+        ALL_MODES.iter().copied().find(|m| m.name() == s.trim())
     }
     fn key(self) -> &'static str {
         match self {

@@ -1,9 +1,11 @@
 //! The ack id of a payload as `ack_id` in `lua/lease_core.lua` gives it,
-//! where the proxy can tell it without decoding the JSON: a hint for the
-//! scripts, which take the lease it names only when its record holds that
-//! payload (an ACK's `handed`, an LREM's `lrem_ack.lua`), so a payload the
-//! library reads otherwise (JSON that its decoder refuses, say) costs the
-//! longer way, never a wrong lease.
+//! where the proxy can tell it without decoding the JSON. Only ever a
+//! hint: `leases/handed.rs` notes by it which leases an ACK may release the
+//! short way (the script still goes by the ACK's own id), and
+//! `commands/lrem.rs` names by it the lease an LREM releases, which
+//! `lrem_ack.lua` takes only when its record holds that payload in that
+//! destination. A payload the library reads otherwise (JSON its decoder
+//! refuses, say) costs the longer way, never a wrong lease.
 
 use crate::config::AckId;
 
