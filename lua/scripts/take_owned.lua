@@ -14,9 +14,12 @@
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
---         earlier lease first (a next-pop pop), else '0'; with totals to
---         add, ARGV[6] deliveries and ARGV[7] ACKs this proxy made that the
---         stats hash does not count yet, ARGV[8] the hash's time to live.
+--         earlier lease first (a next-pop pop), else '0', ARGV[6] the token
+--         of the one lease the proxy knows the connection holds there, from
+--         its last pop ('' when it does not know; see Owners::took in
+--         src/queue/leases/owners.rs); with totals to add, ARGV[7]
+--         deliveries and ARGV[8] ACKs this proxy made that the stats hash
+--         does not count yet, ARGV[9] the hash's time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or
 -- a mark is set, or when the connection's earlier leases there are not
 -- just one plain lease still running (none, late ones, several, a move
@@ -28,9 +31,9 @@
 -- (a key of another type), the acknowledgement made.
 
 if KEYS[5] then
-  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[6])
-  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[7])
-  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[7])
+  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[8])
+  redis.call('PEXPIRE', KEYS[5], ARGV[9])
 end
 local t = redis.call('TIME')
 local us = t[2]
@@ -38,7 +41,20 @@ local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
 if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local owner = ARGV[4]
 local acked = false
-if ARGV[5] == '1' then
+-- The connection's one lease the proxy named: its owner entry gone means
+-- it is not (it ran out, or was acknowledged), and the lookup below says
+-- what the connection holds instead.
+local held = ARGV[6]
+if ARGV[5] == '1' and held ~= '' and redis.call('ZREM', KEYS[4], 'o' .. owner .. '|' .. held) == 1 then
+  if redis.call('ZREM', KEYS[2], held) == 0 then
+    -- Not a plain lease: the library's to end.
+    redis.call('ZADD', KEYS[4], 0, 'o' .. owner .. '|' .. held)
+    return 0
+  end
+  redis.call('HDEL', KEYS[3], held)
+  if string.find(held, ':', 1, true) then redis.call('ZREM', KEYS[4], held) end
+  acked = true
+elseif ARGV[5] == '1' then
   -- The entries of owned_by in common.lua: 'o' owner '|' token.
   local owned = redis.call('ZRANGEBYLEX', KEYS[4], '[o' .. owner .. '|', '(o' .. owner .. '}', 'LIMIT', 0, 2)
   if owned[2] then return 0 end

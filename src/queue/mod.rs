@@ -413,6 +413,13 @@ impl Queues {
         pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
             pop.owner = db.owners.owner(conn);
+            let (n, held) = db.owners.pop_made(conn);
+            pop.ticket = Some(Box::new(pop::Ticket {
+                owners: db.owners.clone(),
+                conn,
+                n,
+                held,
+            }));
             for q in pop.queues().filter(|q| q.rule.requeues_on_disconnect()) {
                 db.owners.note(conn, &q.name);
             }

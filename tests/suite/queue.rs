@@ -913,6 +913,55 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// A next-pop worker's next pop acknowledges the one lease its last pop
+/// left it holding by that lease's token, which the proxy keeps: the
+/// script does not look through the queue's index for what else the
+/// connection holds. After pipelined pops the proxy knows nothing, and the
+/// next pop acknowledges every lease they took.
+#[test]
+fn a_next_pop_names_the_one_lease_its_connection_holds() {
+    const CONFIG: &str = r#"
+[[queue]]
+pattern = "np*"
+lease_ms = 60000
+ack_id = "json:id"
+ack = "next-pop"
+"#;
+    let (redis, proxy) = Proxy::with_redis(CONFIG);
+    let mut c = proxy.client();
+    let m = |id: &str| format!(r#"{{"id":"{id}"}}"#);
+    let all: Vec<String> = ["a", "b", "d", "e", "f"].iter().map(|i| m(i)).collect();
+    let mut push = vec!["LPUSH", "np"];
+    push.extend(all.iter().map(String::as_str));
+    c.cmd(&push);
+    assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(&all[0]));
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(&all[1]));
+    });
+    assert!(!ran.iter().any(|c| c == "ZRANGEBYLEX"), "{ran:?}");
+    assert!(!called(&ran, "pop"), "{ran:?}");
+    assert_eq!(info_int(&proxy, "np", "acks"), 1);
+    assert_eq!(info_int(&proxy, "np", "leased"), 1);
+    // Two pops in one write: the first acknowledges b, the second nothing.
+    let mut both = Client::encode(&[b"RPOP", b"np"]);
+    both.extend(Client::encode(&[b"RPOP", b"np"]));
+    c.send_raw(&both);
+    assert_eq!(c.read_value(), Value::bulk(&all[2]));
+    assert_eq!(c.read_value(), Value::bulk(&all[3]));
+    assert_eq!(info_int(&proxy, "np", "acks"), 2);
+    assert_eq!(info_int(&proxy, "np", "leased"), 2);
+    let ran = commands_run(&redis, || {
+        assert_eq!(c.cmd(&["RPOP", "np"]), Value::bulk(&all[4]));
+    });
+    assert!(ran.iter().any(|c| c == "ZRANGEBYLEX"), "{ran:?}");
+    assert_eq!(info_int(&proxy, "np", "acks"), 4);
+    assert_eq!(info_int(&proxy, "np", "leased"), 1);
+    assert_eq!(c.cmd(&["RPOP", "np"]), Value::Nil);
+    assert_eq!(info_int(&proxy, "np", "acks"), 5);
+    assert_eq!(info_int(&proxy, "np", "leased"), 0);
+    assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
+}
+
 /// A move lease is found by its payload's token, as an ACK finds a lease:
 /// a move pop writes nothing in the queue's ids index but a duplicate's
 /// token, an LREM releases the lease of that payload in that destination

@@ -12,11 +12,13 @@ use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
 use crate::config::AckPolicy;
+use crate::queue::leases::owners::Owners;
 use crate::queue::leases::{clock, handed};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
 use crate::queue::library::script::{self, Request};
 use crate::queue::library::value::Value;
+use crate::queue::library::{ack_id, keys};
 use crate::queue::rules::{Made, Queue, Rules};
 use crate::resp::reply;
 use crate::timeout::{parse_timeout_secs, Timeout};
@@ -53,6 +55,18 @@ pub struct Pop {
     /// Whether it acknowledges the connection's earlier leases on next-pop
     /// rules (see `How::next`).
     pub next: bool,
+    /// Where the rule tracks connections: this pop's place among the
+    /// connection's (see `Owners::pop_made`). Boxed: most pops have none.
+    pub ticket: Option<Box<Ticket>>,
+}
+
+/// A pop's place among its connection's pops on rules that track them,
+/// and the one lease the connection is known to hold (queue, token).
+pub struct Ticket {
+    pub owners: Arc<Owners>,
+    pub conn: u64,
+    pub n: u64,
+    pub held: Option<(Bytes, Bytes)>,
 }
 
 /// The source keys, for deciding whether a rule applies: an iterator, not
@@ -117,6 +131,7 @@ pub fn parse(form: PopForm, args: Args<'_>, rules: &Rules, protocol: u8) -> Pars
         protocol,
         owner: Bytes::new(),
         next: false,
+        ticket: None,
     };
     let ok = match form {
         PopForm::Pop { left } => {
@@ -399,7 +414,31 @@ impl Pop {
                 count_made(q, r);
                 // take.lua's value alone, as pop1's short reply, or the
                 // other take scripts' reply of the library's pop.
-                call.decode(reply)
+                let v = call.decode(reply)?;
+                self.note_held(q, &v);
+                Ok(v)
+            }
+        }
+    }
+
+    /// After take_owned.lua's reply `v` to this pop, a next-pop pop: the
+    /// connection now holds one lease on `q`, the value's if it took one
+    /// (see `Owners::took`). Its token as the proxy reads it: when the
+    /// script gave the lease another (a duplicate's), the next pop's
+    /// script finds no such lease and looks for it as it would otherwise.
+    pub fn note_held(&self, q: &Queue, v: &Value) {
+        let Some(t) = &self.ticket else {
+            return;
+        };
+        if !self.next || q.rule.ack != AckPolicy::NextPop {
+            return;
+        }
+        if let Ok(Taken::Took { values, .. }) = call::Pop::read(v) {
+            if let [value] = &values[..] {
+                if let Some(id) = ack_id::of(&q.rule.ack_id, value) {
+                    let token = Bytes::from(keys::id_key(id));
+                    t.owners.took(t.conn, t.n, q.name.clone(), token);
+                }
             }
         }
     }
@@ -559,11 +598,15 @@ impl Pop {
             }
             // As next_call's release: only before this pop took anything.
             let release = self.next && p.got.is_empty() && q.rule.ack == AckPolicy::NextPop;
+            let held = match self.ticket.as_deref().and_then(|t| t.held.as_ref()) {
+                Some((queue, token)) if release && *queue == q.name => token.as_ref(),
+                _ => b"",
+            };
             let release: &[u8] = if release { b"1" } else { b"0" };
             script::take_owned().call(
                 q,
                 &keys,
-                &[end, lease.as_bytes(), field, &self.owner, release],
+                &[end, lease.as_bytes(), field, &self.owner, release, held],
             )
         } else {
             if call.function.op != library::POP1.op {

@@ -25,6 +25,8 @@ pub struct PopCalls {
     reload: Reload,
     registry: Arc<Registry>,
     taking: Option<Taking>,
+    /// The take script's reply is in: its queue, for `Pop::note_held`.
+    taken_from: Option<Arc<Queue>>,
 }
 
 /// The first call went as `lua/scripts/take.lua` (see `Pop::take_request`).
@@ -49,6 +51,7 @@ impl PopCalls {
             reload: Reload::default(),
             registry,
             taking: None,
+            taken_from: None,
         })
     }
 
@@ -83,6 +86,7 @@ impl PopCalls {
             }
             r => {
                 super::count_made(&t.q, r);
+                self.taken_from = Some(t.q.clone());
                 self.taking = None;
                 Ok(None)
             }
@@ -103,10 +107,12 @@ impl ReplyTransform for PopCalls {
             // An empty list: what pop1 answers, without its events.
             Some(v) => self.pop.absorb(&mut self.progress, &v),
             // The value alone, as pop1's short reply: decoded as one.
-            None => self
-                .call
-                .decode(reply.clone())
-                .and_then(|v| self.pop.absorb(&mut self.progress, &v)),
+            None => self.call.decode(reply.clone()).and_then(|v| {
+                if let Some(q) = self.taken_from.take() {
+                    self.pop.note_held(&q, &v);
+                }
+                self.pop.absorb(&mut self.progress, &v)
+            }),
         };
         if let Err(e) = taken {
             return Transformed::Done(e.to_reply());
