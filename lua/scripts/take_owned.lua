@@ -16,8 +16,8 @@
 --         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
 --         earlier lease first (a next-pop pop), else '0', ARGV[6] the token
 --         of the one lease the proxy knows the connection holds there, from
---         its last pop ('' when it does not know; see Owners::took in
---         src/queue/leases/owners.rs); with totals to add, ARGV[7]
+--         its last pop ('' when it does not know; see
+--         src/queue/leases/held.rs); with totals to add, ARGV[7]
 --         deliveries and ARGV[8] ACKs this proxy made that the stats hash
 --         does not count yet, ARGV[9] the hash's time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or

@@ -31,7 +31,7 @@ pub struct Db {
     /// Its queues with leases, for the reaper, and those the gauges sum.
     pub registry: Arc<Registry>,
     pub waiters: Waiters,
-    pub owners: Arc<Owners>,
+    pub owners: Owners,
     /// The proxy's own connection there: wake-ups, reaping, requeues.
     pub own: Caller,
     /// Where clients' queue operations in this database go. In database 0
@@ -62,7 +62,7 @@ impl Db {
             index,
             registry,
             waiters,
-            owners: Arc::new(Owners::telling(noted.clone())),
+            owners: Owners::telling(noted.clone()),
             own: Caller {
                 shared: own,
                 client: ClientState::new(0, usize::MAX),

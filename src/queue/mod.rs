@@ -413,9 +413,9 @@ impl Queues {
         pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
             pop.owner = db.owners.owner(conn);
-            let (n, held) = db.owners.pop_made(conn);
+            let (n, held) = db.owners.held.pop_made(conn);
             pop.ticket = Some(Box::new(pop::Ticket {
-                owners: db.owners.clone(),
+                leases: db.owners.held.clone(),
                 conn,
                 n,
                 held,

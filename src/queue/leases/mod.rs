@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod handed;
+pub mod held;
 pub mod holder;
 pub mod owners;
 pub mod reaper;

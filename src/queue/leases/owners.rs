@@ -7,9 +7,8 @@
 //! requeue_on_disconnect and held queues end at once; while it is open, its
 //! leases on held queues are renewed (`holder::Holder`). For that the proxy
 //! remembers, per connection, the queues it popped from under such rules,
-//! within a byte budget; and, after a next-pop pop that left it holding
-//! one lease, that lease's token, which its next pop names to the script
-//! instead of having it look through the index.
+//! within a byte budget; and (`held.rs`) the one lease a next-pop pop
+//! left it holding.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -20,6 +19,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use crate::config::AckPolicy;
+use crate::queue::leases::held::HeldLeases;
 use crate::queue::library;
 use crate::queue::library::call::Call;
 use crate::queue::library::call::Caller;
@@ -46,20 +46,12 @@ pub struct Owners {
     /// before and after a restart) never meet.
     instance: String,
     conns: Mutex<Conns>,
-    /// Per connection, its pops built so far on rules that track it, and
-    /// the one lease a next-pop pop left it holding (see [`Owners::took`]).
-    held: Mutex<HashMap<u64, Held>>,
+    /// The one lease a next-pop pop left each connection holding.
+    pub held: Arc<HeldLeases>,
     /// Told when a connection pops from a queue it had not: the holder
     /// learns of a held queue before its first lease runs out. One for
     /// every database (see `Dbs::noted`), which the holder waits on.
     noted: Arc<Notify>,
-}
-
-#[derive(Default)]
-struct Held {
-    built: u64,
-    /// The queue, and the token of the connection's one lease there.
-    lease: Option<(Bytes, Bytes)>,
 }
 
 #[derive(Default)]
@@ -83,7 +75,7 @@ impl Owners {
         Owners {
             instance: format!("{random:016x}"),
             conns: Mutex::default(),
-            held: Mutex::default(),
+            held: Arc::default(),
             noted,
         }
     }
@@ -123,33 +115,9 @@ impl Owners {
         out
     }
 
-    /// A pop of connection `conn` on a rule that tracks it is made: its
-    /// number among them, and what [`Owners::took`] last kept (then
-    /// forgotten: a pop may change what the connection holds).
-    pub fn pop_made(&self, conn: u64) -> (u64, Option<(Bytes, Bytes)>) {
-        let mut held = self.held.lock().unwrap();
-        let h = held.entry(conn).or_default();
-        h.built += 1;
-        (h.built, h.lease.take())
-    }
-
-    /// Pop number `n` of connection `conn` left it holding exactly one
-    /// lease on `queue`, `token`: kept for its next pop, which then
-    /// acknowledges that lease without looking for others (see
-    /// take_owned.lua). Not when a later pop was made meanwhile: its reply
-    /// may be pending, and the lease it takes would then go unseen.
-    pub fn took(&self, conn: u64, n: u64, queue: Bytes, token: Bytes) {
-        let mut held = self.held.lock().unwrap();
-        if let Some(h) = held.get_mut(&conn) {
-            if h.built == n {
-                h.lease = Some((queue, token));
-            }
-        }
-    }
-
     /// Forgets connection `conn`; returns the queues it popped from.
     pub fn take(&self, conn: u64) -> Vec<Bytes> {
-        self.held.lock().unwrap().remove(&conn);
+        self.held.forget(conn);
         let mut c = self.conns.lock().unwrap();
         let names = c.queues.remove(&conn).unwrap_or_default();
         c.bytes -= names

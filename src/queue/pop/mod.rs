@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::command::{parse_i64, Args, PopForm};
 use crate::config::AckPolicy;
-use crate::queue::leases::owners::Owners;
+use crate::queue::leases::held::HeldLeases;
 use crate::queue::leases::{clock, handed};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
@@ -56,14 +56,14 @@ pub struct Pop {
     /// rules (see `How::next`).
     pub next: bool,
     /// Where the rule tracks connections: this pop's place among the
-    /// connection's (see `Owners::pop_made`). Boxed: most pops have none.
+    /// connection's (see `HeldLeases::pop_made`). Boxed: most pops have none.
     pub ticket: Option<Box<Ticket>>,
 }
 
 /// A pop's place among its connection's pops on rules that track them,
 /// and the one lease the connection is known to hold (queue, token).
 pub struct Ticket {
-    pub owners: Arc<Owners>,
+    pub leases: Arc<HeldLeases>,
     pub conn: u64,
     pub n: u64,
     pub held: Option<(Bytes, Bytes)>,
@@ -423,7 +423,7 @@ impl Pop {
 
     /// After take_owned.lua's reply `v` to this pop, a next-pop pop: the
     /// connection now holds one lease on `q`, the value's if it took one
-    /// (see `Owners::took`). Its token as the proxy reads it: when the
+    /// (see `HeldLeases::took`). Its token as the proxy reads it: when the
     /// script gave the lease another (a duplicate's), the next pop's
     /// script finds no such lease and looks for it as it would otherwise.
     pub fn note_held(&self, q: &Queue, v: &Value) {
@@ -437,7 +437,7 @@ impl Pop {
             if let [value] = &values[..] {
                 if let Some(id) = ack_id::of(&q.rule.ack_id, value) {
                     let token = Bytes::from(keys::id_key(id));
-                    t.owners.took(t.conn, t.n, q.name.clone(), token);
+                    t.leases.took(t.conn, t.n, q.name.clone(), token);
                 }
             }
         }
