@@ -12,21 +12,23 @@
 --         to add, KEYS[7] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
---         ARGV[4] the end to push at ('L' | 'R'); with totals to add,
---         ARGV[5] deliveries and ARGV[6] ACKs this proxy made that the
---         stats hash does not count yet, ARGV[7] the hash's time to live.
+--         ARGV[4] the end to push at ('L' | 'R'), ARGV[5] the destination's
+--         part of the record: its length, '|' and its name (made by the
+--         proxy, which saves Redis's Lua a number's formatting); with
+--         totals to add, ARGV[6] deliveries and ARGV[7] ACKs this proxy
+--         made that the stats hash does not count yet, ARGV[8] the hash's
+--         time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or
 -- a mark is set: the proxy then sends the library's pop, which knows the
--- rest. Else the library pop's reply for one queue source (see reply() in
--- common.lua): {3, 1, 1, 1, 0, 1, value} (the delivery, at KEYS index 1,
--- event 1), or {-1, false} when the list is empty; or LMOVE's error
--- (WRONGTYPE for a queue or, when the queue holds a value, a destination
--- of another type), nothing popped.
+-- rest. Else what take.lua returns: the value (the library pop's reply in
+-- pop1's short form, see short_reply in common.lua), leased; nil when the
+-- list is empty; or LMOVE's error (WRONGTYPE for a queue or, when the
+-- queue holds a value, a destination of another type), nothing popped.
 
 if KEYS[7] then
-  redis.call('HINCRBY', KEYS[7], 'deliveries', ARGV[5])
-  redis.call('HINCRBY', KEYS[7], 'acks', ARGV[6])
-  redis.call('PEXPIRE', KEYS[7], ARGV[7])
+  redis.call('HINCRBY', KEYS[7], 'deliveries', ARGV[6])
+  redis.call('HINCRBY', KEYS[7], 'acks', ARGV[7])
+  redis.call('PEXPIRE', KEYS[7], ARGV[8])
 end
 local t = redis.call('TIME')
 local us = t[2]
@@ -38,15 +40,15 @@ local dest = KEYS[6]
 local v = redis.pcall('LMOVE', KEYS[1], dest, ARGV[1] == 'L' and 'LEFT' or 'RIGHT',
   ARGV[4] == 'L' and 'LEFT' or 'RIGHT')
 if v and v.err then return v end
-if not v then return { -1, false } end
+if not v then return v end
 -- The value's ack id and token (scripts/token.lua).
 TAKE_TOKEN
 -- new_lease's text record of a first delivery to a destination (see msgs
 -- in common.lua); an LREM finds it by the payload's token.
-local rec = '\193' .. now_text .. '|' .. ARGV[4] .. #dest .. '|' .. dest .. (id == v and '|' or #id .. '|' .. id) .. v
+local rec = '\193' .. now_text .. '|' .. ARGV[4] .. ARGV[5] .. (id == v and '|' or #id .. '|' .. id) .. v
 if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(KEYS[3], KEYS[4], token, rec)
 end
 redis.call('ZADD', KEYS[5], string.format('%d', now_text + ARGV[2]), token)
-return { 3, 1, 1, 1, 0, 1, v }
+return v

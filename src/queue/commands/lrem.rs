@@ -14,6 +14,7 @@ use crate::queue::library::call::Call;
 use crate::queue::library::keys;
 use crate::queue::library::op::{first_int, Op};
 use crate::queue::library::script;
+use crate::queue::library::tally;
 use crate::queue::rules::{Made, Queue};
 use crate::queue::Intercept;
 
@@ -35,7 +36,10 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
     let k = &q.keys;
     // The lease's token as the proxy can tell it: the script then reads
     // no JSON in the common case.
-    let hint = ack_id::of(&q.rule.ack_id, payload).map_or_else(Vec::new, keys::id_key);
+    let (hint, tail) = match ack_id::of(&q.rule.ack_id, payload) {
+        Some(id) => (keys::id_key(id), ack_id::record_tail(dest, id, payload)),
+        None => (Vec::new(), Vec::new()),
+    };
     let request = script::lrem_ack().call(
         q,
         &[
@@ -45,7 +49,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
             k.get("msgs"),
             k.get("ids"),
         ],
-        &[count, payload, q.rule.ack_id.field(), &hint],
+        &[count, payload, q.rule.ack_id.field(), &hint, &tail],
     );
     Intercept::Scripted {
         request: request.evalsha.clone(),
@@ -58,7 +62,8 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
     }
 }
 
-/// The reply to `lrem_ack.lua`, which is the library lrem's (`op`'s).
+/// The reply to `lrem_ack.lua`: LREM's count, or the library lrem's reply
+/// (`op`'s).
 struct LremScripted {
     op: Option<Op<i64>>,
     /// The request, to go again with the script's text if Redis lost it.
@@ -77,6 +82,19 @@ impl ReplyTransform for LremScripted {
         let Some(Op { call, read }) = self.op.take() else {
             return Transformed::Done(reply);
         };
+        // n: LREM removed n copies, each releasing its lease.
+        if let Some(n) = reply
+            .strip_prefix(b":")
+            .and_then(|r| r.strip_suffix(b"\r\n"))
+            .and_then(parse_i64)
+        {
+            for _ in 0..n {
+                self.q.made(Made::Acks);
+            }
+            tally::counted(&self.q.pattern, "acks", n.unsigned_abs());
+            changed(&self.registry, &self.q, n);
+            return Transformed::Done(int_reply(n));
+        }
         let v = match call.decode(reply) {
             Ok(v) => v,
             Err(e) => return Transformed::Done(e.to_reply()),

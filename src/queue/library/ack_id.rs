@@ -6,8 +6,42 @@
 //! `lrem_ack.lua` takes only when its record holds that payload in that
 //! destination. A payload the library reads otherwise (JSON its decoder
 //! refuses, say) costs the longer way, never a wrong lease.
+//!
+//! It also makes the parts of `take_move.lua`'s record that the proxy
+//! knows ([`record_dest`], [`record_tail`]): Lua formats a number with
+//! `sprintf`, which costs Redis more than the argument carrying it.
 
 use crate::config::AckId;
+
+/// A decimal length, '|', then the bytes: how a move lease's record writes
+/// its destination and its id.
+fn counted(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+    out.push(b'|');
+    out.extend_from_slice(bytes);
+}
+
+/// The destination's part of a move lease's record: its length, '|' and
+/// its name (`take_move.lua`'s ARGV[5]).
+pub fn record_dest(dest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(dest.len() + 4);
+    counted(&mut out, dest);
+    out
+}
+
+/// What the record of `payload`'s move lease in `dest` holds between its
+/// end letter and the payload, when the payload's ack id is `id`: the
+/// destination's part, then '|' when the payload is its own id, else the
+/// id's length, '|' and the id (`lrem_ack.lua`'s ARGV[5]).
+pub fn record_tail(dest: &[u8], id: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut out = record_dest(dest);
+    if id == payload {
+        out.push(b'|');
+    } else {
+        counted(&mut out, id);
+    }
+    out
+}
 
 /// The ack id of `payload` in the common cases: the whole payload, or a
 /// top-level field of a JSON object whose value is a string without
@@ -141,5 +175,12 @@ mod tests {
         assert_eq!(field(r#"["id","a"]"#), None);
         assert_eq!(field(r#"{"id":"a""#), None);
         assert_eq!(field("plain text"), None);
+    }
+
+    #[test]
+    fn a_move_records_parts_are_take_moves() {
+        assert_eq!(record_dest(b"doing:jobs"), b"10|doing:jobs");
+        assert_eq!(record_tail(b"d", b"x1", br#"{"id":"x1"}"#), b"1|d2|x1");
+        assert_eq!(record_tail(b"d", b"p", b"p"), b"1|d|");
     }
 }

@@ -295,11 +295,11 @@ fn null_array(protocol: u8) -> Bytes {
 }
 
 /// Counts what a take script's reply says it did, for the totals the
-/// proxy writes (see `Queue::totals_to_write`): take.lua's value is one
-/// delivery; take_owned.lua's and take_move.lua's reply is the library
-/// pop's, `{m, events…, result}`, its events an acknowledgement first
-/// (a next-pop pop's) and then the delivery, and `m < 0` when nothing was
-/// popped.
+/// proxy writes (see `Queue::totals_to_write`): take.lua's and
+/// take_move.lua's value is one delivery; take_owned.lua's reply is the
+/// library pop's, `{m, events…, result}`, its events an acknowledgement
+/// first (a next-pop pop's) and then the delivery, and `m < 0` when
+/// nothing was popped.
 pub fn count_made(q: &Queue, reply: &[u8]) {
     match reply.first() {
         Some(b'$') => q.made(Made::Deliveries),
@@ -590,7 +590,13 @@ impl Pop {
             script::take_move().call(
                 q,
                 &[keys[0], keys[1], keys[2], keys[3], k.get("mleases"), dest],
-                &[end, lease.as_bytes(), field, push],
+                &[
+                    end,
+                    lease.as_bytes(),
+                    field,
+                    push,
+                    &ack_id::record_dest(dest),
+                ],
             )
         } else if tracked {
             if call.function.op != library::POP.op {
