@@ -34,16 +34,19 @@
 --       track connections (the common case), text (packing it cost a pop
 --       more than any command it makes): 's'..started_ms..'|'..payload
 --       when the payload is its own ack id, else
---       't'..started_ms..'|'..#ack_id..'|'..ack_id..payload; and for a
---       first delivery by a move pop on such a rule MOVE_REC..started_ms
+--       't'..started_ms..'|'..#ack_id..'|'..ack_id..payload; for a first
+--       delivery by a move pop on such a rule MOVE_REC..started_ms
 --       ..'|'..dest_end..#dest..'|'..dest..#ack_id..'|'..ack_id..payload,
---       #ack_id left empty when the payload is its own ack id. MOVE_REC is
---       the byte 0xC1, which MessagePack never uses: a proxy of a version
---       before these records refuses one (an error, nothing changed) rather
---       than reading its text as numbers. (A packed record starts with a
---       string's header, never 's', 't' or 0xC1.) An older version's short
---       form, cmsgpack(payload, started_ms[, ack_id]), may still be in
---       flight. lease_fields() reads them all.
+--       #ack_id left empty when the payload is its own ack id; and for a
+--       first delivery by a plain pop on a rule that tracks connections
+--       MOVE_REC..'o'..started_ms..'|'..owner..'|'..#ack_id..'|'..ack_id
+--       ..payload, likewise. MOVE_REC is the byte 0xC1, which MessagePack
+--       never uses: a proxy of a version before these records refuses one
+--       (an error, nothing changed) rather than reading its text as
+--       numbers. (A packed record starts with a string's header, never
+--       's', 't' or 0xC1.) An older version's short form,
+--       cmsgpack(payload, started_ms[, ack_id]), may still be in flight.
+--       lease_fields() reads them all.
 -- leases: besides the lease tokens, two marks, so that a pop learns with
 --       the one ZRANGEBYSCORE it makes anyway whether anything else needs
 --       looking at: RETRY_MARK (score 0) while retry holds anything,
@@ -441,9 +444,17 @@ local function move_text(payload, id, dest, dest_end, started)
   return MOVE_REC .. started .. '|' .. dest_end .. (LENGTH_TEXT[#dest] or #dest) .. '|' .. dest .. idn .. payload
 end
 
+-- The text record of a first delivery by a plain pop with an owner.
+local function owned_text(payload, id, owner, started)
+  local idn = id == payload and '|' or (LENGTH_TEXT[#id] or #id) .. '|' .. id
+  return MOVE_REC .. 'o' .. started .. '|' .. owner .. '|' .. idn .. payload
+end
+
 local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner)
   local rec
-  if h == true and owner == '' then
+  if h == true and owner ~= '' and dest == '' then
+    rec = owned_text(payload, id, owner, ms_text(now))
+  elseif h == true and owner == '' then
     if dest ~= '' then
       rec = move_text(payload, id, dest, dest_end, ms_text(now))
     elseif id == payload then

@@ -161,29 +161,46 @@ local function first_delivery(payload, id, started)
     nacks = 0, expiries = 0, first = started, owner = '' }
 end
 
--- The first byte of a move pop's text record (see msgs in common.lua).
+-- The first byte of a move pop's or a tracked pop's text record (see msgs
+-- in common.lua).
 local MOVE_REC = '\193'
+-- The second byte of a tracked pop's ('o'); a move pop's is a digit.
+local OWNED = 111
+
+-- The end of a move or tracked pop's text record, from index at:
+-- '|'..payload when the payload is its own id, else #id..'|'..id..payload.
+local function id_and_payload(raw, at)
+  local bar = string.find(raw, '|', at, true)
+  local idn = tonumber(string.sub(raw, at, bar - 1))
+  if not idn then
+    local payload = string.sub(raw, bar + 1)
+    return payload, payload
+  end
+  return string.sub(raw, bar + 1, bar + idn), string.sub(raw, bar + idn + 1)
+end
 
 -- A lease record (a text one, a packed one of any version) as a table of
 -- the fields of LEASE_FIELDS, by name.
 local function lease_fields(raw)
   local c = string.byte(raw, 1)
+  if c == 193 and string.byte(raw, 2) == OWNED then
+    -- MOVE_REC..'o'..started..'|'..owner..'|'..(#id..'|'..id or '|')..payload
+    local bar = string.find(raw, '|', 3, true)
+    local bar2 = string.find(raw, '|', bar + 1, true)
+    local l = first_delivery(nil, nil, tonumber(string.sub(raw, 3, bar - 1)))
+    l.owner = string.sub(raw, bar + 1, bar2 - 1)
+    l.id, l.payload = id_and_payload(raw, bar2 + 1)
+    return l
+  end
   if c == 193 then
-    -- MOVE_REC..started..'|'..dest_end..#dest..'|'..dest..#id..'|'..id..payload
+    -- MOVE_REC..started..'|'..dest_end..#dest..'|'..dest..(#id..'|'..id or '|')..payload
     local bar = string.find(raw, '|', 2, true)
     local l = first_delivery(nil, nil, tonumber(string.sub(raw, 2, bar - 1)))
     l.dest_end = string.sub(raw, bar + 1, bar + 1)
     local bar2 = string.find(raw, '|', bar + 2, true)
     local at = bar2 + tonumber(string.sub(raw, bar + 2, bar2 - 1))
     l.dest = string.sub(raw, bar2 + 1, at)
-    local bar3 = string.find(raw, '|', at + 1, true)
-    local idn = tonumber(string.sub(raw, at + 1, bar3 - 1))
-    if idn then
-      l.id, l.payload = string.sub(raw, bar3 + 1, bar3 + idn), string.sub(raw, bar3 + idn + 1)
-    else
-      l.payload = string.sub(raw, bar3 + 1)
-      l.id = l.payload
-    end
+    l.id, l.payload = id_and_payload(raw, at + 1)
     l.indexed = 0
     return l
   end

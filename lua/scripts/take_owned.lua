@@ -21,14 +21,15 @@
 --         deliveries and ARGV[8] ACKs this proxy made that the stats hash
 --         does not count yet, ARGV[9] the hash's time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or
--- a mark is set, or when the connection's earlier leases there are not
--- just one plain lease still running (none, late ones, several, a move
--- lease): the proxy then sends the library's pop, which knows the rest.
--- Else the library pop's reply for one queue source (see reply() in
--- common.lua): {m, events..., 0, 1, value}, or {m, events..., false} when
--- the list is empty, the events being the acknowledgement (queue group at
--- KEYS index 1, event 2, 1) then the delivery (1, 1, 1); or a pop's error
--- (a key of another type), the acknowledgement made.
+-- a mark is set, or when what the connection held there is not one plain
+-- lease still running (late ones, several, a move lease): the proxy then sends the library's pop, which knows the rest.
+-- Else the value, leased, or nil when the list is empty, when the pop did
+-- what ARGV[5] asked (acknowledged the connection's earlier lease if '1');
+-- the same in an array of one ({value} or {false}) when ARGV[5] is '1' and
+-- the connection held no lease there to acknowledge. (A table reply costs
+-- Redis more than most of a pop's commands; nearly every next-pop pop
+-- acknowledges one.) Or a pop's error (a key of another type), the
+-- acknowledgement made.
 
 if KEYS[5] then
   redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[7])
@@ -74,19 +75,19 @@ end
 local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
 if v and v.err then return v end
 if not v then
-  if acked then return { -4, 1, 2, 1, false } end
-  return { -1, false }
+  if acked or ARGV[5] ~= '1' then return v end
+  return { v }
 end
 -- The value's ack id and token (scripts/token.lua).
 TAKE_TOKEN
--- new_lease's packed record of a first delivery with an owner.
-local now = now_text + 0
-local rec = cmsgpack.pack(v, id, 1, '', '', now, 0, 0, now, owner)
+-- new_lease's text record of a first delivery with an owner (owned_text
+-- in common.lua).
+local rec = '\193o' .. now_text .. '|' .. owner .. '|' .. (id == v and '|' or #id .. '|' .. id) .. v
 if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(KEYS[3], KEYS[4], token, rec)
 end
-redis.call('ZADD', KEYS[2], string.format('%d', now + ARGV[2]), token)
+redis.call('ZADD', KEYS[2], string.format('%d', now_text + ARGV[2]), token)
 redis.call('ZADD', KEYS[4], 0, 'o' .. owner .. '|' .. token)
-if acked then return { 6, 1, 2, 1, 1, 1, 1, 0, 1, v } end
-return { 3, 1, 1, 1, 0, 1, v }
+if acked or ARGV[5] ~= '1' then return v end
+return { v }

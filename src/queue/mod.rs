@@ -449,10 +449,10 @@ impl Queues {
                     true => pop.take_request(&call, &progress, db.index),
                     false => None,
                 };
-                if let Some((take, q)) = take {
+                if let Some(take) = take {
                     return Intercept::Scripted {
-                        request: take.evalsha.clone(),
-                        transform: PopCalls::boxed(pop, progress, call, registry).taking(take, q),
+                        request: take.request.evalsha.clone(),
+                        transform: PopCalls::boxed(pop, progress, call, registry).taking(take),
                     };
                 }
                 return Intercept::Rewrite {

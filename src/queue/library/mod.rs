@@ -85,9 +85,7 @@ impl Function {
     /// The short form of this function's reply, if it has one.
     pub fn short(&self) -> crate::queue::library::tally::Short {
         use crate::queue::library::tally::Short;
-        // pop1's, and take_move.lua's on pop's behalf (the library's pop
-        // itself never answers a bare string).
-        if self.index == POP1.index || self.index == POP.index {
+        if self.index == POP1.index {
             Short::Pop
         } else if self.index == ACK.index {
             Short::Ack

@@ -48,8 +48,7 @@ pub type Groups = smallvec::SmallVec<[(usize, Arc<str>); 1]>;
 pub enum Short {
     /// The function never answers so.
     None,
-    /// `pop1` (and `take_move.lua` for `pop`): the popped value, for
-    /// `[0, 1, value]` and one delivery.
+    /// `pop1`: the popped value, for `[0, 1, value]` and one delivery.
     Pop,
     /// `ack`: the released lease's start, for `[1, 0, start]` and one ack.
     Ack,

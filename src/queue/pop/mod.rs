@@ -17,7 +17,8 @@ use crate::queue::leases::{clock, handed};
 use crate::queue::library;
 use crate::queue::library::call::{Call, CallError, Caller};
 use crate::queue::library::script::{self, Request};
-use crate::queue::library::value::Value;
+use crate::queue::library::tally;
+use crate::queue::library::value::{self, Value};
 use crate::queue::library::{ack_id, keys};
 use crate::queue::rules::{Made, Queue, Rules};
 use crate::resp::reply;
@@ -294,39 +295,49 @@ fn null_array(protocol: u8) -> Bytes {
     Bytes::from_static(if protocol >= 3 { b"_\r\n" } else { b"*-1\r\n" })
 }
 
-/// Counts what a take script's reply says it did, for the totals the
-/// proxy writes (see `Queue::totals_to_write`): take.lua's and
-/// take_move.lua's value is one delivery; take_owned.lua's reply is the
-/// library pop's, `{m, events…, result}`, its events an acknowledgement
-/// first (a next-pop pop's) and then the delivery, and `m < 0` when
-/// nothing was popped.
-pub fn count_made(q: &Queue, reply: &[u8]) {
-    match reply.first() {
-        Some(b'$') => q.made(Made::Deliveries),
-        Some(b'*') => {
-            let Some(at) = reply.iter().position(|&b| b == b'\n') else {
-                return;
-            };
-            let rest = &reply[at + 1..];
-            let Some(end) = rest.iter().position(|&b| b == b'\r') else {
-                return;
-            };
-            let Some(m) = rest.get(1..end).and_then(crate::resp::parse_i64) else {
-                return;
-            };
-            let (events, delivered) = if m >= 0 {
-                (m / 3, true)
-            } else {
-                ((-m - 1) / 3, false)
-            };
-            if delivered {
-                q.made(Made::Deliveries);
-            }
-            if events > i64::from(delivered) {
-                q.made(Made::Acks);
-            }
+/// A pop's first call as one of the take scripts (see
+/// [`Pop::take_request`]).
+pub struct Take {
+    pub request: Request,
+    pub q: Arc<Queue>,
+    /// take_owned.lua was asked to acknowledge the connection's earlier
+    /// lease (a next-pop pop).
+    pub acking: bool,
+}
+
+impl Take {
+    /// What the script's reply says was popped, as the library's pop
+    /// would give it, its delivery and acknowledgement counted (for the
+    /// totals the proxy writes, see `Queue::totals_to_write`, and the
+    /// rule's counters): `None` when the script left the pop to the
+    /// library. Each script answers the value, or nil, for a pop that did
+    /// what it was asked; take_owned.lua wraps it in an array of one when
+    /// it was asked to acknowledge and the connection held nothing there.
+    pub fn reply(&self, reply: &Bytes) -> Result<Option<Value>, CallError> {
+        if &reply[..] == b":0\r\n" {
+            return Ok(None);
         }
-        _ => {}
+        if reply.first() == Some(&b'-') {
+            return Err(CallError::Redis(reply.clone()));
+        }
+        let (v, acked) = match value::decode(reply) {
+            Some(Value::Array(mut one)) if one.len() == 1 => (one.pop(), false),
+            v => (v, self.acking),
+        };
+        let v = match v {
+            Some(v @ Value::Str(_)) => {
+                self.q.made(Made::Deliveries);
+                tally::counted(&self.q.pattern, "deliveries", 1);
+                v
+            }
+            Some(Value::Nil) => Value::Nil,
+            _ => return Err(CallError::Unexpected),
+        };
+        if acked {
+            self.q.made(Made::Acks);
+            tally::counted(&self.q.pattern, "acks", 1);
+        }
+        Ok(Some(v))
     }
 }
 
@@ -377,7 +388,7 @@ impl Pop {
             let v = match self.take_request(&call, &p, caller.db) {
                 // Boxed: this future is part of every client's session
                 // task, and idle clients should not pay for its size.
-                Some((take, q)) => Box::pin(self.take(caller, take, &q, &call)).await?,
+                Some(take) => Box::pin(self.take(caller, take, &call)).await?,
                 None => caller.run(&call).await?,
             };
             self.absorb(&mut p, &v)?;
@@ -388,34 +399,23 @@ impl Pop {
     /// The call as `take.lua` (see [`Pop::take_request`]), then as `call`
     /// if the script leaves the pop to the library; awaited, as every
     /// call of [`Pop::run`].
-    async fn take(
-        &self,
-        caller: &Caller,
-        take: Request,
-        q: &Queue,
-        call: &Call,
-    ) -> Result<Value, CallError> {
+    async fn take(&self, caller: &Caller, take: Take, call: &Call) -> Result<Value, CallError> {
         let mut reply = caller
             .shared
-            .call(take.evalsha.clone(), caller.client.clone())
+            .call(take.request.evalsha.clone(), caller.client.clone())
             .await
             .map_err(CallError::Upstream)?;
         if script::is_noscript(&reply) {
             reply = caller
                 .shared
-                .call(take.eval(), caller.client.clone())
+                .call(take.request.eval(), caller.client.clone())
                 .await
                 .map_err(CallError::Upstream)?;
         }
-        match &reply[..] {
-            b":0\r\n" => caller.run(call).await,
-            b"$-1\r\n" | b"_\r\n" => Ok(Value::Nil),
-            r => {
-                count_made(q, r);
-                // take.lua's value alone, as pop1's short reply, or the
-                // other take scripts' reply of the library's pop.
-                let v = call.decode(reply)?;
-                self.note_held(q, &v);
+        match take.reply(&reply)? {
+            None => caller.run(call).await,
+            Some(v) => {
+                self.note_held(&take.q, &v);
                 Ok(v)
             }
         }
@@ -560,12 +560,7 @@ impl Pop {
     /// for a move on one that does not):
     /// that script's request, and the queue. The library's pop (`call`)
     /// does what the script leaves to it.
-    pub fn take_request(
-        &self,
-        call: &Call,
-        p: &Progress,
-        db: i64,
-    ) -> Option<(Request, Arc<Queue>)> {
+    pub fn take_request(&self, call: &Call, p: &Progress, db: i64) -> Option<Take> {
         let [Source::Queue(q)] = &self.sources[..] else {
             return None;
         };
@@ -582,6 +577,7 @@ impl Pop {
         if tracked == self.owner.is_empty() {
             return None;
         }
+        let mut acking = false;
         let request = if let Some((dest, left)) = &self.dest {
             if tracked || call.function.op != library::POP.op {
                 return None;
@@ -608,6 +604,7 @@ impl Pop {
                 Some((queue, token)) if release && *queue == q.name => token.as_ref(),
                 _ => b"",
             };
+            acking = release;
             let release: &[u8] = if release { b"1" } else { b"0" };
             script::take_owned().call(
                 q,
@@ -620,7 +617,11 @@ impl Pop {
             }
             script::take().call(q, &keys, &[end, lease.as_bytes(), field])
         };
-        Some((request, q.clone()))
+        Some(Take {
+            request,
+            q: q.clone(),
+            acking,
+        })
     }
 
     /// Notes the leases of `values`, just taken from `q`, whose ACKs can

@@ -12,7 +12,6 @@ use crate::queue::leases::registry::Registry;
 use crate::queue::library::call::{Call, Reload};
 use crate::queue::library::script;
 use crate::queue::library::value::Value;
-use crate::queue::rules::Queue;
 
 /// A pop carried out from the client's reply stream: each reply is taken
 /// in, and the next bounded call, if any, sent (see [`Pop::run`], the same
@@ -25,15 +24,15 @@ pub struct PopCalls {
     reload: Reload,
     registry: Arc<Registry>,
     taking: Option<Taking>,
-    /// The take script's reply is in: its queue, for `Pop::note_held`.
-    taken_from: Option<Arc<Queue>>,
 }
 
-/// The first call went as `lua/scripts/take.lua` (see `Pop::take_request`).
+/// The first call went as one of the take scripts (see
+/// `Pop::take_request`).
 struct Taking {
-    /// The call, to go again with the script's text if Redis lost it.
-    eval: Option<script::Request>,
-    q: Arc<Queue>,
+    take: super::Take,
+    /// The call with the script's text, sent at most once: when Redis lost
+    /// the script.
+    reloaded: bool,
 }
 
 impl PopCalls {
@@ -51,45 +50,41 @@ impl PopCalls {
             reload: Reload::default(),
             registry,
             taking: None,
-            taken_from: None,
         })
     }
 
-    /// The first call goes as the take script instead (`eval`: its request
-    /// with the text), `call` after it if the script leaves the pop to it.
-    pub fn taking(mut self: Box<Self>, eval: script::Request, q: Arc<Queue>) -> Box<PopCalls> {
+    /// The first call goes as the take script instead, `call` after it if
+    /// the script leaves the pop to it.
+    pub fn taking(mut self: Box<Self>, take: super::Take) -> Box<PopCalls> {
         self.taking = Some(Taking {
-            eval: Some(eval),
-            q,
+            take,
+            reloaded: false,
         });
         self
     }
 
     /// The take script's reply: `Err` with what to do next when it is not
-    /// the pop's result (pop1 next, or the script again with its text);
-    /// else the result, with its delivery counted.
+    /// the pop's result (the library's call next, the script again with
+    /// its text, or the client's error); else the result, if this was the
+    /// script's reply.
     fn taken(&mut self, reply: &Bytes) -> Result<Option<Value>, Transformed> {
         let Some(t) = self.taking.as_mut() else {
             return Ok(None);
         };
-        match &reply[..] {
-            b":0\r\n" => {
-                self.taking = None;
-                Err(Transformed::Continue(self.call.request()))
+        if script::is_noscript(reply) && !t.reloaded {
+            t.reloaded = true;
+            return Err(Transformed::Continue(t.take.request.eval()));
+        }
+        let Some(t) = self.taking.take() else {
+            return Ok(None);
+        };
+        match t.take.reply(reply) {
+            Ok(None) => Err(Transformed::Continue(self.call.request())),
+            Ok(Some(v)) => {
+                self.pop.note_held(&t.take.q, &v);
+                Ok(Some(v))
             }
-            r if script::is_noscript(r) && t.eval.is_some() => Err(Transformed::Continue(
-                t.eval.take().map(|r| r.eval()).unwrap_or_default(),
-            )),
-            b"$-1\r\n" | b"_\r\n" => {
-                self.taking = None;
-                Ok(Some(Value::Nil))
-            }
-            r => {
-                super::count_made(&t.q, r);
-                self.taken_from = Some(t.q.clone());
-                self.taking = None;
-                Ok(None)
-            }
+            Err(e) => Err(Transformed::Done(e.to_reply())),
         }
     }
 }
@@ -104,15 +99,11 @@ impl ReplyTransform for PopCalls {
             Err(next) => return next,
         };
         let taken = match nothing {
-            // An empty list: what pop1 answers, without its events.
             Some(v) => self.pop.absorb(&mut self.progress, &v),
-            // The value alone, as pop1's short reply: decoded as one.
-            None => self.call.decode(reply.clone()).and_then(|v| {
-                if let Some(q) = self.taken_from.take() {
-                    self.pop.note_held(&q, &v);
-                }
-                self.pop.absorb(&mut self.progress, &v)
-            }),
+            None => self
+                .call
+                .decode(reply.clone())
+                .and_then(|v| self.pop.absorb(&mut self.progress, &v)),
         };
         if let Err(e) = taken {
             return Transformed::Done(e.to_reply());
