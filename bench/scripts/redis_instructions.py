@@ -146,11 +146,11 @@ def proxy_calls(tmp):
             args = [eval('b"' + a + '"') for a in re.findall(r'"((?:[^"\\]|\\.)*)"', body)]
             name = args[1] if len(args) > 1 else b""
             # The pop, then the ACK: each a function of the library, or a
-            # script of lua/scripts (EVALSHA): take.lua's 4 keys and 3
-            # arguments, release.lua's 2 and 1, without the totals that a
+            # script of lua/scripts (EVALSHA): take.lua's 2 keys and 3
+            # arguments, release.lua's 1 and 1, without the totals that a
             # call carries once per 100 calls or per second.
             if args[0].upper() == b"EVALSHA":
-                base = (4, 3) if not calls else (2, 1)
+                base = (2, 3) if not calls else (1, 1)
                 n = int(args[2])
                 calls.append(args[:2] + [b"%d" % base[0]] + args[3:3 + base[0]]
                              + args[3 + n:3 + n + base[1]])

@@ -6,10 +6,11 @@
 -- lua/lease_core.lua (that file's name in capitals, used below) stands for
 -- that file made into a table of its helpers, as in take.lua.
 --
--- KEYS[1] the destination, KEYS[2] the queue's leases (zset), KEYS[3] its
---         move leases (zset), KEYS[4] its lease records (msgs, hash),
---         KEYS[5] its ids index (zset); with totals to add, KEYS[6] its
---         stats hash.
+-- KEYS[1] the destination, KEYS[2] the prefix of the queue's aux keys
+--         (see CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
+--         move leases (mleases, zset), lease records (msgs, hash) and ids
+--         index (zset) are the prefix and those names; with totals to add,
+--         KEYS[3] its stats hash.
 -- ARGV[1] count (as LREM), ARGV[2] payload, ARGV[3] the rule's JSON field
 --         of the ack id ('' = the payload), ARGV[4] the payload's lease
 --         token as the proxy tells it ('' when it cannot: see
@@ -28,12 +29,12 @@
 -- library's call has at KEYS index 2); removed is exactly LREM's reply. At
 -- most 1000 leases are released per call. Or LREM's error.
 
-if KEYS[6] then
-  redis.call('HINCRBY', KEYS[6], 'deliveries', ARGV[6])
-  redis.call('HINCRBY', KEYS[6], 'acks', ARGV[7])
-  redis.call('PEXPIRE', KEYS[6], ARGV[8])
+if KEYS[3] then
+  redis.call('HINCRBY', KEYS[3], 'deliveries', ARGV[6])
+  redis.call('HINCRBY', KEYS[3], 'acks', ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], ARGV[8])
 end
-local dest, v = KEYS[1], ARGV[2]
+local dest, v, msgs = KEYS[1], ARGV[2], KEYS[2] .. 'msgs'
 local removed = redis.pcall('LREM', dest, ARGV[1], v)
 if type(removed) == 'table' and removed.err then return removed end
 if removed == 0 then return 0 end
@@ -44,20 +45,20 @@ if removed == 1 and hint ~= '' then
   -- payload in this destination: 0xC1, its start, '|', the end letter, then
   -- ARGV[5] and the payload. Compared in place: a substring would be one
   -- more string for Redis's Lua to make and collect.
-  local raw = redis.call('HGET', KEYS[4], hint)
+  local raw = redis.call('HGET', msgs, hint)
   local bar = raw and string.byte(raw, 1) == 193 and string.find(raw, '|', 2, true)
   if bar then
     local mid, at = ARGV[5], bar + 2
     if at + #mid + #v - 1 == #raw and string.find(raw, mid, at, true) == at
         and string.find(raw, v, at + #mid, true) == at + #mid then
-      redis.call('ZREM', KEYS[3], hint)
-      redis.call('HDEL', KEYS[4], hint)
+      redis.call('ZREM', KEYS[2] .. 'mleases', hint)
+      redis.call('HDEL', msgs, hint)
       return 1
     end
   end
 end
 local core = LEASE_CORE
-local k = { leases = KEYS[2], mleases = KEYS[3], msgs = KEYS[4], ids = KEYS[5] }
+local k = { leases = KEYS[2] .. 'leases', mleases = KEYS[2] .. 'mleases', msgs = msgs, ids = KEYS[2] .. 'ids' }
 local leases, gone = core.move_leases(k, dest, v, ARGV[3], math.min(removed, 1000))
 for _, e in ipairs(leases) do core.drop(k, e[1], e[2]) end
 for _, m in ipairs(gone) do redis.call('ZREM', k.ids, m) end

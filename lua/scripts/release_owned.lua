@@ -5,9 +5,10 @@
 -- index (owned_key in common.lua), run with EVALSHA for the reason
 -- release.lua gives.
 --
--- KEYS[1] the queue's leases (zset), KEYS[2] its lease records (msgs,
---         hash), KEYS[3] its ids index (zset); with totals to add, KEYS[4]
---         its stats hash.
+-- KEYS[1] the prefix of the queue's aux keys (see CALL_KEYS in
+--         src/queue/library/keys.rs): its leases (zset), lease records
+--         (msgs, hash) and ids index (zset) are the prefix and those
+--         names; with totals to add, KEYS[2] its stats hash.
 -- ARGV[1] the lease token of the ack id (id_key in lua/lease_core.lua,
 --         made by the proxy), ARGV[2] the connection (owner); with totals
 --         to add, ARGV[3] deliveries and ARGV[4] ACKs this proxy made that
@@ -19,14 +20,15 @@
 -- the library's ack, which knows the rest (another connection's lease, a
 -- late ACK, a move lease).
 
-if KEYS[4] then
-  redis.call('HINCRBY', KEYS[4], 'deliveries', ARGV[3])
-  redis.call('HINCRBY', KEYS[4], 'acks', ARGV[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[5])
+if KEYS[2] then
+  redis.call('HINCRBY', KEYS[2], 'deliveries', ARGV[3])
+  redis.call('HINCRBY', KEYS[2], 'acks', ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
 end
+local ids = KEYS[1] .. 'ids'
 local entry = 'o' .. ARGV[2] .. '|' .. ARGV[1]
-if not redis.call('ZSCORE', KEYS[3], entry) then return 0 end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], entry)
+if not redis.call('ZSCORE', ids, entry) then return 0 end
+if redis.call('ZREM', KEYS[1] .. 'leases', ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[1] .. 'msgs', ARGV[1])
+redis.call('ZREM', ids, entry)
 return 1

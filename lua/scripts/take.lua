@@ -6,9 +6,10 @@
 -- helpers ack_id, id_key and claim (see src/queue/library/script.rs),
 -- made only on the paths that need them.
 --
--- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
---         records (msgs, hash), KEYS[4] its ids index (zset); with totals
---         to add, KEYS[5] its stats hash.
+-- KEYS[1] the queue (list), KEYS[2] the prefix of its aux keys (see
+--         CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
+--         lease records (msgs, hash) and ids index (zset) are the prefix
+--         and those names; with totals to add, KEYS[3] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload);
 --         with totals to add, ARGV[4] deliveries and ARGV[5] ACKs this
@@ -21,15 +22,17 @@
 -- leased exactly as the library's first delivery by a plain pop
 -- (new_lease's text record).
 
-if KEYS[5] then
-  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[4])
-  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[5])
-  redis.call('PEXPIRE', KEYS[5], ARGV[6])
+if KEYS[3] then
+  redis.call('HINCRBY', KEYS[3], 'deliveries', ARGV[4])
+  redis.call('HINCRBY', KEYS[3], 'acks', ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 local t = redis.call('TIME')
 local us = t[2]
-local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
-if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+-- Redis's time in ms as text, padded only when the microseconds are short.
+local now_text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string.rep('0', 6 - #us) .. us, 1, 3))
+local leases, msgs = KEYS[2] .. 'leases', KEYS[2] .. 'msgs'
+if redis.call('ZRANGEBYSCORE', leases, '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
 if not v or v.err then return v end
 -- The value's ack id and token (scripts/token.lua).
@@ -40,11 +43,11 @@ if id == v then
 else
   rec = 't' .. now_text .. '|' .. #id .. '|' .. id .. v
 end
-if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+if redis.call('HSETNX', msgs, token, rec) == 0 then
   -- Another message with this id is in flight: claim gives it a token of
   -- its own.
   core = core or LEASE_CORE
-  token = core.claim(KEYS[3], KEYS[4], token, rec)
+  token = core.claim(msgs, KEYS[2] .. 'ids', token, rec)
 end
-redis.call('ZADD', KEYS[2], string.format('%d', now_text + ARGV[2]), token)
+redis.call('ZADD', leases, string.format('%d', now_text + ARGV[2]), token)
 return v

@@ -6,10 +6,11 @@
 -- below) stands for that file made into a table of its helpers, as in
 -- take.lua.
 --
--- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
---         records (msgs, hash), KEYS[4] its ids index (zset), KEYS[5] its
---         move leases (zset), KEYS[6] the destination (list); with totals
---         to add, KEYS[7] its stats hash.
+-- KEYS[1] the queue (list), KEYS[2] the prefix of its aux keys (see
+--         CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
+--         lease records (msgs, hash), ids index (zset) and move leases
+--         (mleases, zset) are the prefix and those names; KEYS[3] the
+--         destination (list); with totals to add, KEYS[4] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the end to push at ('L' | 'R'), ARGV[5] the destination's
@@ -25,16 +26,17 @@
 -- list is empty; or LMOVE's error (WRONGTYPE for a queue or, when the
 -- queue holds a value, a destination of another type), nothing popped.
 
-if KEYS[7] then
-  redis.call('HINCRBY', KEYS[7], 'deliveries', ARGV[6])
-  redis.call('HINCRBY', KEYS[7], 'acks', ARGV[7])
-  redis.call('PEXPIRE', KEYS[7], ARGV[8])
+if KEYS[4] then
+  redis.call('HINCRBY', KEYS[4], 'deliveries', ARGV[6])
+  redis.call('HINCRBY', KEYS[4], 'acks', ARGV[7])
+  redis.call('PEXPIRE', KEYS[4], ARGV[8])
 end
 local t = redis.call('TIME')
 local us = t[2]
-local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
-if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
-local dest = KEYS[6]
+-- Redis's time in ms as text, padded only when the microseconds are short.
+local now_text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string.rep('0', 6 - #us) .. us, 1, 3))
+if redis.call('ZRANGEBYSCORE', KEYS[2] .. 'leases', '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+local dest = KEYS[3]
 -- Nothing due, no marks: no copy to skip, so the move is Redis's own,
 -- its checks of both keys included.
 local v = redis.pcall('LMOVE', KEYS[1], dest, ARGV[1] == 'L' and 'LEFT' or 'RIGHT',
@@ -46,9 +48,10 @@ TAKE_TOKEN
 -- new_lease's text record of a first delivery to a destination (see msgs
 -- in common.lua); an LREM finds it by the payload's token.
 local rec = '\193' .. now_text .. '|' .. ARGV[4] .. ARGV[5] .. (id == v and '|' or #id .. '|' .. id) .. v
-if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+local msgs = KEYS[2] .. 'msgs'
+if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
-  token = core.claim(KEYS[3], KEYS[4], token, rec)
+  token = core.claim(msgs, KEYS[2] .. 'ids', token, rec)
 end
-redis.call('ZADD', KEYS[5], string.format('%d', now_text + ARGV[2]), token)
+redis.call('ZADD', KEYS[2] .. 'mleases', string.format('%d', now_text + ARGV[2]), token)
 return v

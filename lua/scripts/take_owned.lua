@@ -8,9 +8,10 @@
 -- name in capitals, used below) stands for that file made into a table of
 -- its helpers, as in take.lua.
 --
--- KEYS[1] the queue (list), KEYS[2] its leases (zset), KEYS[3] its lease
---         records (msgs, hash), KEYS[4] its ids index (zset); with totals
---         to add, KEYS[5] its stats hash.
+-- KEYS[1] the queue (list), KEYS[2] the prefix of its aux keys (see
+--         CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
+--         lease records (msgs, hash) and ids index (zset) are the prefix
+--         and those names; with totals to add, KEYS[3] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
@@ -31,44 +32,46 @@
 -- acknowledges one.) Or a pop's error (a key of another type), the
 -- acknowledgement made.
 
-if KEYS[5] then
-  redis.call('HINCRBY', KEYS[5], 'deliveries', ARGV[7])
-  redis.call('HINCRBY', KEYS[5], 'acks', ARGV[8])
-  redis.call('PEXPIRE', KEYS[5], ARGV[9])
+if KEYS[3] then
+  redis.call('HINCRBY', KEYS[3], 'deliveries', ARGV[7])
+  redis.call('HINCRBY', KEYS[3], 'acks', ARGV[8])
+  redis.call('PEXPIRE', KEYS[3], ARGV[9])
 end
 local t = redis.call('TIME')
 local us = t[2]
-local now_text = t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
-if redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
+-- Redis's time in ms as text, padded only when the microseconds are short.
+local now_text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string.rep('0', 6 - #us) .. us, 1, 3))
+local leases, msgs, ids = KEYS[2] .. 'leases', KEYS[2] .. 'msgs', KEYS[2] .. 'ids'
+if redis.call('ZRANGEBYSCORE', leases, '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local owner = ARGV[4]
 local acked = false
 -- The connection's one lease the proxy named: its owner entry gone means
 -- it is not (it ran out, or was acknowledged), and the lookup below says
 -- what the connection holds instead.
 local held = ARGV[6]
-if ARGV[5] == '1' and held ~= '' and redis.call('ZREM', KEYS[4], 'o' .. owner .. '|' .. held) == 1 then
-  if redis.call('ZREM', KEYS[2], held) == 0 then
+if ARGV[5] == '1' and held ~= '' and redis.call('ZREM', ids, 'o' .. owner .. '|' .. held) == 1 then
+  if redis.call('ZREM', leases, held) == 0 then
     -- Not a plain lease: the library's to end.
-    redis.call('ZADD', KEYS[4], 0, 'o' .. owner .. '|' .. held)
+    redis.call('ZADD', ids, 0, 'o' .. owner .. '|' .. held)
     return 0
   end
-  redis.call('HDEL', KEYS[3], held)
-  if string.find(held, ':', 1, true) then redis.call('ZREM', KEYS[4], held) end
+  redis.call('HDEL', msgs, held)
+  if string.find(held, ':', 1, true) then redis.call('ZREM', ids, held) end
   acked = true
 elseif ARGV[5] == '1' then
   -- The entries of owned_by in common.lua: 'o' owner '|' token.
-  local owned = redis.call('ZRANGEBYLEX', KEYS[4], '[o' .. owner .. '|', '(o' .. owner .. '}', 'LIMIT', 0, 2)
+  local owned = redis.call('ZRANGEBYLEX', ids, '[o' .. owner .. '|', '(o' .. owner .. '}', 'LIMIT', 0, 2)
   if owned[2] then return 0 end
   local entry = owned[1]
   if entry then
     local token = string.sub(entry, #owner + 3)
     -- '~': a lease that ran out, its message back in the list (a late
     -- acknowledgement); not in the leases set: a move lease, or gone.
-    if string.byte(token, 1) == 126 or redis.call('ZREM', KEYS[2], token) == 0 then return 0 end
-    redis.call('HDEL', KEYS[3], token)
-    redis.call('ZREM', KEYS[4], entry)
+    if string.byte(token, 1) == 126 or redis.call('ZREM', leases, token) == 0 then return 0 end
+    redis.call('HDEL', msgs, token)
+    redis.call('ZREM', ids, entry)
     -- A duplicate's token (see claim in lease_core.lua) is indexed too.
-    if string.find(token, ':', 1, true) then redis.call('ZREM', KEYS[4], token) end
+    if string.find(token, ':', 1, true) then redis.call('ZREM', ids, token) end
     acked = true
   end
 end
@@ -83,11 +86,11 @@ TAKE_TOKEN
 -- new_lease's text record of a first delivery with an owner (owned_text
 -- in common.lua).
 local rec = '\193o' .. now_text .. '|' .. owner .. '|' .. (id == v and '|' or #id .. '|' .. id) .. v
-if redis.call('HSETNX', KEYS[3], token, rec) == 0 then
+if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
-  token = core.claim(KEYS[3], KEYS[4], token, rec)
+  token = core.claim(msgs, ids, token, rec)
 end
-redis.call('ZADD', KEYS[2], string.format('%d', now_text + ARGV[2]), token)
-redis.call('ZADD', KEYS[4], 0, 'o' .. owner .. '|' .. token)
+redis.call('ZADD', leases, string.format('%d', now_text + ARGV[2]), token)
+redis.call('ZADD', ids, 0, 'o' .. owner .. '|' .. token)
 if acked or ARGV[5] ~= '1' then return v end
 return { v }

@@ -116,12 +116,8 @@ fn release(
     let k = &q.keys;
     let token = library::keys::id_key(&id);
     let call = match &owner {
-        None => script::release().call(&q, &[k.get("leases"), k.get("msgs")], &[&token]),
-        Some(owner) => script::release_owned().call(
-            &q,
-            &[k.get("leases"), k.get("msgs"), k.get("ids")],
-            &[&token, owner],
-        ),
+        None => script::release().call(&q, &[k.prefix()], &[&token]),
+        Some(owner) => script::release_owned().call(&q, &[k.prefix()], &[&token, owner]),
     };
     let request = call.evalsha.clone();
     let transform = Box::new(Release {

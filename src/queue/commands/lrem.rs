@@ -42,13 +42,7 @@ pub fn lrem(args: Args<'_>, q: &Arc<Queue>, registry: &Arc<Registry>, scripted: 
     };
     let request = script::lrem_ack().call(
         q,
-        &[
-            dest,
-            k.get("leases"),
-            k.get("mleases"),
-            k.get("msgs"),
-            k.get("ids"),
-        ],
+        &[dest, k.prefix()],
         &[count, payload, q.rule.ack_id.field(), &hint, &tail],
     );
     Intercept::Scripted {

@@ -571,7 +571,7 @@ impl Pop {
         let end: &[u8] = if self.left { b"L" } else { b"R" };
         let lease = itoa::Buffer::new().format(q.rule.lease_ms).to_owned();
         let k = &q.keys;
-        let keys = [k.queue(), k.get("leases"), k.get("msgs"), k.get("ids")];
+        let keys = [k.queue(), k.prefix()];
         let tracked = q.rule.tracks_connections();
         // A connection's name is given exactly when the rule tracks it.
         if tracked == self.owner.is_empty() {
@@ -585,7 +585,7 @@ impl Pop {
             let push: &[u8] = if *left { b"L" } else { b"R" };
             script::take_move().call(
                 q,
-                &[keys[0], keys[1], keys[2], keys[3], k.get("mleases"), dest],
+                &[keys[0], keys[1], dest],
                 &[
                     end,
                     lease.as_bytes(),
