@@ -17,6 +17,12 @@ N messages of 128 B `{"id":"<12 digits>","body":"x…"}` are pushed, 100
 pairs warm it up, the counters are zeroed, and the remaining pairs are
 sent pipelined (100 requests per write) from this process.
 
+With REDIS_INSTR_MORE=1 it also counts, the same way, a BRPOPLPUSH +
+LREM pair (take_move.lua and lrem_ack.lua, the LREM removing the copy
+the pop moved into a processing list that holds ten others) and a
+next-pop pop that acknowledges the one before (take_owned.lua), each
+against the RPOP + ACK pair.
+
 Usage: python3 bench/scripts/redis_instructions.py [N]   (default 3000)
 REDIS_INSTR_KEEP=<dir> keeps each side's callgrind file there, for
 callgrind_annotate.
@@ -124,7 +130,8 @@ def proxy_calls(tmp):
         cfg = os.path.join(tmp, "ackproxy.toml")
         with open(cfg, "w") as f:
             f.write(f'listen = "127.0.0.1:{pport}"\nupstream = "127.0.0.1:{rport}"\n'
-                    '[[queue]]\npattern = "jobs"\nack_id = "json:id"\n')
+                    '[[queue]]\npattern = "jobs"\nack_id = "json:id"\n'
+                    '[[queue]]\npattern = "np"\nack_id = "json:id"\nack = "next-pop"\n')
         proxy = subprocess.Popen([binary, "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(proxy)
         p = wait_conn(pport, proxy)
@@ -156,15 +163,72 @@ def proxy_calls(tmp):
                              + args[3 + n:3 + n + base[1]])
             elif args[0].upper() == b"FCALL" and name.startswith(b"ackq_pop1_" if not calls else b"ackq_ack_"):
                 calls.append(args)
+        more = {}
+        if os.environ.get("REDIS_INSTR_MORE"):
+            more = more_calls(p, mon)
         dump = direct.cmd("FUNCTION", "DUMP")
-        return calls[0], calls[1], dump
+        return calls[0], calls[1], dump, more
     finally:
         for proc in procs:
             proc.kill()
             proc.wait()
 
 
-def instructions(label, tmp, setup, pop_of, ack_of):
+def evalsha_calls(mon, n):
+    """The next n EVALSHA calls MONITOR shows, without the totals a call
+    carries once per 100 calls or per second (their stats key and three
+    arguments)."""
+    calls = []
+    while len(calls) < n:
+        line = mon.read()
+        if b"[0 lua]" in line:
+            continue
+        body = line[line.index(b"] ") + 2:].decode("latin1")
+        args = [eval('b"' + a + '"') for a in re.findall(r'"((?:[^"\\]|\\.)*)"', body)]
+        if args[0].upper() == b"EVALSHA":
+            calls.append(args)
+    return calls
+
+
+def strip_totals(call, keys, argv):
+    n = int(call[2])
+    if n == keys:
+        return call
+    return call[:2] + [b"%d" % keys] + call[3:3 + keys] + call[3 + n:3 + n + argv]
+
+
+def more_calls(p, mon):
+    """take_move.lua's and lrem_ack.lua's calls for a BRPOPLPUSH and its
+    LREM, and take_owned.lua's for a next-pop pop that acknowledges."""
+    p.cmd("LPUSH", "jobs", message(2))
+    p.cmd("BRPOPLPUSH", "jobs", "doing:jobs", "1")
+    p.cmd("LREM", "doing:jobs", "1", message(2))
+    take_move, lrem = evalsha_calls(mon, 2)
+    p.cmd("LPUSH", "np", message(3), message(4))
+    p.cmd("RPOP", "np")
+    p.cmd("RPOP", "np")
+    _, owned = evalsha_calls(mon, 2)
+    return {"take_move": strip_totals(take_move, 3, 5), "lrem": strip_totals(lrem, 2, 5),
+            "owned": strip_totals(owned, 2, 6)}
+
+
+def script_texts():
+    """The scripts of lua/scripts as src/queue/library/script.rs makes
+    them."""
+    lua = os.path.join(HERE, "..", "..", "lua")
+    read = lambda *p: open(os.path.join(lua, *p), "rb").read()
+    core = (b"(function()\n" + read("lease_core.lua")
+            + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim, "
+            b"move_leases = move_leases, drop = drop }\nend)()")
+    out = []
+    for name in ("take.lua", "take_move.lua", "lrem_ack.lua", "take_owned.lua"):
+        text = read("scripts", name).replace(b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
+        out.append(text.replace(b"LEASE_CORE", core))
+    out.append(read("scripts", "release.lua"))
+    return out
+
+
+def instructions(label, tmp, setup, pop_of, ack_of, queue="jobs"):
     port = free_port()
     out = os.path.join(tmp, f"callgrind.{label}")
     redis = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p",
@@ -174,7 +238,7 @@ def instructions(label, tmp, setup, pop_of, ack_of):
         c = wait_conn(port, redis)
         env = setup(c)
         for i in range(0, N, 1000):
-            c.cmd("LPUSH", "jobs", *[message(j) for j in range(i, min(N, i + 1000))])
+            c.cmd("LPUSH", queue, *[message(j) for j in range(i, min(N, i + 1000))])
         reqs = []
         for i in range(N):
             reqs.append(pop_of(env))  # RPOP takes message i: LPUSH put them in that order
@@ -210,23 +274,26 @@ def main():
     with open(os.path.join(HERE, "..", "seed000_ack.lua"), "rb") as f:
         seed_ack = f.read()
     with tempfile.TemporaryDirectory() as tmp:
-        pop, ack, dump = proxy_calls(tmp)
+        pop, ack, dump, more = proxy_calls(tmp)
 
         def seed_setup(c):
             return (c.cmd("SCRIPT", "LOAD", seed_pop), c.cmd("SCRIPT", "LOAD", seed_ack))
 
         def ours_setup(c):
             c.cmd("FUNCTION", "RESTORE", dump)
-            lua = os.path.join(HERE, "..", "..", "lua")
-            read = lambda *p: open(os.path.join(lua, *p), "rb").read()
-            # take.lua's text as src/queue/library/script.rs makes it.
-            core = (b"(function()\n" + read("lease_core.lua")
-                    + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim, "
-                    b"move_leases = move_leases, drop = drop }\nend)()")
-            take = read("scripts", "take.lua").replace(
-                b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
-            c.cmd("SCRIPT", "LOAD", take.replace(b"LEASE_CORE", core))
-            c.cmd("SCRIPT", "LOAD", read("scripts", "release.lua"))
+            texts = script_texts()
+            for text in texts[:1] + texts[-1:]:
+                c.cmd("SCRIPT", "LOAD", text)
+            return None
+
+        def all_setup(c):
+            # Every script in the heap, as the proxy has them.
+            c.cmd("FUNCTION", "RESTORE", dump)
+            for text in script_texts():
+                c.cmd("SCRIPT", "LOAD", text)
+            # The processing list of a loop with other jobs in progress:
+            # the LREM's copy never its last.
+            c.cmd("RPUSH", "doing:jobs", *[b"other%d" % i for i in range(10)])
             return None
 
         seed, seed_err = instructions(
@@ -238,11 +305,39 @@ def main():
             lambda e: pop,
             # release.lua takes the id's lease token ('j' and a short id).
             lambda e, i: ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i])
+        if more:
+            # lrem_ack.lua's payload, lease token and the record's text
+            # between end letter and payload are the message's.
+            plain, _ = instructions(
+                "plain", tmp, all_setup, lambda e: pop,
+                lambda e, i: ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i])
+            lrem = more["lrem"]
+            dest_part = lrem[-1][:-len(b"12|%012d" % 2)]
+            moved, moved_err = instructions(
+                "moved", tmp, all_setup,
+                lambda e: more["take_move"],
+                lambda e, i: lrem[:-4] + [message(int(i)), lrem[-3], b"j" + i, dest_part + b"12|" + i])
+            # The pop acknowledges the lease of the message before it; the
+            # ACK slot of the pair is a PING, whose cost is taken off.
+            owned_call, held = more["owned"], iter(range(-1, N))
+
+            def owned_pop(e):
+                j = next(held)
+                return owned_call[:-1] + [b"j%012d" % j if j >= 0 else b""]
+            owned_pair, owned_err = instructions("owned", tmp, all_setup, owned_pop, lambda e, i: ["PING"], "np")
+            ping, _ = instructions("ping", tmp, all_setup, lambda e: ["PING"], lambda e, i: ["PING"])
+            owned = owned_pair - ping / 2
     print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
     print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
     print(f"ackproxy (pop {pop[0].decode()}, ACK {ack[0].decode()}): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
     print(f"ratio ackproxy / seed: {ours / seed:.2f}")
     print(f"pop call: {pop[1].decode()} with {len(pop) - 3} keys+args; ack call: {len(ack) - 3} keys+args")
+    if more:
+        print(f"with every script loaded and ten other jobs in the processing list: RPOP + ACK {plain:,.0f}")
+        print(f"BRPOPLPUSH + LREM: {moved:10,.0f} instructions per pair  ({moved_err} error replies), "
+              f"{moved / plain:.2f}x RPOP + ACK")
+        print(f"next-pop pop:      {owned:10,.0f} instructions per pair  ({owned_err} error replies), "
+              f"{owned / plain:.2f}x RPOP + ACK")
 
 
 if __name__ == "__main__":
