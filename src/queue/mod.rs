@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::cluster::topology::Topology;
 use crate::command::{Args, Kind, PopForm};
-use crate::config::{self, Config};
+use crate::config::{self, AckPolicy, Config};
 use crate::output::{ClientState, ReplyTransform};
 use crate::upstream::shared::SharedUpstream;
 use crate::upstream::Endpoint;
@@ -413,13 +413,17 @@ impl Queues {
         pop.next = next;
         if pop.queues().any(|q| q.rule.tracks_connections()) {
             pop.owner = db.owners.owner(conn);
-            let (n, held) = db.owners.held.pop_made(conn);
-            pop.ticket = Some(Box::new(pop::Ticket {
-                leases: db.owners.held.clone(),
-                conn,
-                n,
-                held,
-            }));
+            // Only a next-pop pop reads or leaves the lease a connection
+            // holds; a pop elsewhere neither takes nor ends one there.
+            if pop.queues().any(|q| q.rule.ack == AckPolicy::NextPop) {
+                let (n, held) = db.owners.held.pop_made(conn);
+                pop.ticket = Some(Box::new(pop::Ticket {
+                    leases: db.owners.held.clone(),
+                    conn,
+                    n,
+                    held,
+                }));
+            }
             for q in pop.queues().filter(|q| q.rule.requeues_on_disconnect()) {
                 db.owners.note(conn, &q.name);
             }
