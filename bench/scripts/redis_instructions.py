@@ -23,6 +23,12 @@ the pop moved into a processing list that holds ten others) and a
 next-pop pop that acknowledges the one before (take_owned.lua), each
 against the RPOP + ACK pair.
 
+REDIS_INSTR_OUTSTANDING=k keeps k leases outstanding, as k workers would:
+each ACK (LREM) acknowledges the message popped k - 1 pairs before, and
+the next-pop pops take turns over k connections. Redis keeps a sorted set
+of up to 128 small members as a listpack, searched from one end, so what
+a lease index costs grows with k.
+
 Usage: python3 bench/scripts/redis_instructions.py [N]   (default 3000)
 REDIS_INSTR_KEEP=<dir> keeps each side's callgrind file there, for
 callgrind_annotate.
@@ -40,6 +46,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+OUT = max(1, int(os.environ.get("REDIS_INSTR_OUTSTANDING", "1")))
 WARM = 100
 
 
@@ -296,38 +303,51 @@ def main():
             c.cmd("RPUSH", "doing:jobs", *[b"other%d" % i for i in range(10)])
             return None
 
+        def back(i):
+            """The id of the message popped OUT - 1 pairs before pair i."""
+            j = int(i) - OUT + 1
+            return b"%012d" % j if j >= 0 else None
+
+        def ours_ack(e, i):
+            # release.lua takes the id's lease token ('j' and a short id).
+            i = back(i)
+            if i is None:
+                return ["PING"]
+            return ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i]
+
         seed, seed_err = instructions(
             "seed", tmp, seed_setup,
             lambda e: ["EVALSHA", e[0], "0", "jobs", "0", "60000"],
-            lambda e, i: ["EVALSHA", e[1], "0", i, "jobs"])
-        ours, ours_err = instructions(
-            "ours", tmp, ours_setup,
-            lambda e: pop,
-            # release.lua takes the id's lease token ('j' and a short id).
-            lambda e, i: ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i])
+            lambda e, i: ["EVALSHA", e[1], "0", back(i), "jobs"] if back(i) else ["PING"])
+        ours, ours_err = instructions("ours", tmp, ours_setup, lambda e: pop, ours_ack)
         if more:
             # lrem_ack.lua's payload, lease token and the record's text
             # between end letter and payload are the message's.
-            plain, _ = instructions(
-                "plain", tmp, all_setup, lambda e: pop,
-                lambda e, i: ack[:-1] + [b"j" + i if ack[0].upper() == b"EVALSHA" else i])
+            plain, _ = instructions("plain", tmp, all_setup, lambda e: pop, ours_ack)
             lrem = more["lrem"]
             dest_part = lrem[-1][:-len(b"12|%012d" % 2)]
-            moved, moved_err = instructions(
-                "moved", tmp, all_setup,
-                lambda e: more["take_move"],
-                lambda e, i: lrem[:-4] + [message(int(i)), lrem[-3], b"j" + i, dest_part + b"12|" + i])
-            # The pop acknowledges the lease of the message before it; the
-            # ACK slot of the pair is a PING, whose cost is taken off.
-            owned_call, held = more["owned"], iter(range(-1, N))
+
+            def lrem_of(e, i):
+                i = back(i)
+                if i is None:
+                    return ["PING"]
+                return lrem[:-4] + [message(int(i)), lrem[-3], b"j" + i, dest_part + b"12|" + i]
+            moved, moved_err = instructions("moved", tmp, all_setup, lambda e: more["take_move"], lrem_of)
+            # Each pop acknowledges the lease its connection took with the
+            # pop before; the ACK slot of the pair is a PING, whose cost is
+            # taken off.
+            owned_call, pops = more["owned"], iter(range(N))
+            owner = owned_call[-3]
 
             def owned_pop(e):
-                j = next(held)
-                return owned_call[:-1] + [b"j%012d" % j if j >= 0 else b""]
+                i = next(pops)
+                held = b"j%012d" % (i - OUT) if i >= OUT else b""
+                return owned_call[:-3] + [owner + b"%x" % (i % OUT), owned_call[-2], held]
             owned_pair, owned_err = instructions("owned", tmp, all_setup, owned_pop, lambda e, i: ["PING"], "np")
             ping, _ = instructions("ping", tmp, all_setup, lambda e: ["PING"], lambda e, i: ["PING"])
             owned = owned_pair - ping / 2
-    print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages")
+    print(f"pairs measured: {N - WARM} (pipelined, 100 per write), 128 B JSON messages, "
+          f"{OUT} lease(s) outstanding")
     print(f"seed 000 scripts (EVALSHA): {seed:10,.0f} instructions per pair  ({seed_err} error replies)")
     print(f"ackproxy (pop {pop[0].decode()}, ACK {ack[0].decode()}): {ours:10,.0f} instructions per pair  ({ours_err} error replies)")
     print(f"ratio ackproxy / seed: {ours / seed:.2f}")
