@@ -196,7 +196,12 @@ impl Queue {
     /// (`library::script`), which write no total themselves: one `HINCRBY`
     /// per call cost Redis a tenth of a pop + ACK pair.
     pub fn made(&self, what: Made) {
-        self.unwritten[what as usize].fetch_add(1, Ordering::Relaxed);
+        self.made_many(what, 1);
+    }
+
+    /// `n` of `what` at once (an LREM's acknowledgements).
+    pub fn made_many(&self, what: Made, n: i64) {
+        self.unwritten[what as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// The totals the next script call should add to the stats hash

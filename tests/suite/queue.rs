@@ -835,23 +835,21 @@ fn an_ack_of_a_lease_handed_out_here_is_two_commands_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// Queues `np*` acknowledged by the connection's next pop, JSON ids.
+fn next_pop_config(lease_ms: u64) -> String {
+    format!(
+        "[[queue]]\npattern = \"np*\"\nlease_ms = {lease_ms}\nack_id = \"json:id\"\nack = \"next-pop\"\n"
+    )
+}
+
 /// A next-pop worker's pop of one is one script, not the library's
 /// function: it acknowledges the connection's earlier lease and leases the
 /// next one as the library would, so that the library's own calls (a late
 /// acknowledgement here) know it.
 #[test]
 fn a_next_pop_pop_of_one_is_one_script_in_redis() {
-    const CONFIG: &str = r#"
-[[queue]]
-pattern = "np*"
-lease_ms = 200
-ack_id = "json:id"
-ack = "next-pop"
-
-[reaper]
-interval_ms = 50
-"#;
-    let (redis, proxy) = Proxy::with_redis(CONFIG);
+    let config = next_pop_config(200) + "\n[reaper]\ninterval_ms = 50\n";
+    let (redis, proxy) = Proxy::with_redis(&config);
     let mut c = proxy.client();
     let (a, b, d) = (r#"{"id":"a"}"#, r#"{"id":"b"}"#, r#"{"id":"d"}"#);
     c.cmd(&["LPUSH", "np", a, b, d]);
@@ -920,14 +918,7 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
 /// next pop acknowledges every lease they took.
 #[test]
 fn a_next_pop_names_the_one_lease_its_connection_holds() {
-    const CONFIG: &str = r#"
-[[queue]]
-pattern = "np*"
-lease_ms = 60000
-ack_id = "json:id"
-ack = "next-pop"
-"#;
-    let (redis, proxy) = Proxy::with_redis(CONFIG);
+    let (redis, proxy) = Proxy::with_redis(&next_pop_config(60000));
     let mut c = proxy.client();
     let m = |id: &str| format!(r#"{{"id":"{id}"}}"#);
     let all: Vec<String> = ["a", "b", "d", "e", "f"].iter().map(|i| m(i)).collect();

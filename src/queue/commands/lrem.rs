@@ -82,9 +82,7 @@ impl ReplyTransform for LremScripted {
             .and_then(|r| r.strip_suffix(b"\r\n"))
             .and_then(parse_i64)
         {
-            for _ in 0..n {
-                self.q.made(Made::Acks);
-            }
+            self.q.made_many(Made::Acks, n);
             tally::counted(&self.q.pattern, "acks", n.unsigned_abs());
             changed(&self.registry, &self.q, n);
             return Transformed::Done(int_reply(n));
@@ -95,10 +93,8 @@ impl ReplyTransform for LremScripted {
         };
         // {removed, released}: the script's acknowledgements, for the
         // totals the proxy writes.
-        let items = v.array();
-        for _ in 0..items.get(1).map_or(0, |r| r.int()) {
-            self.q.made(Made::Acks);
-        }
+        let released = v.array().get(1).map_or(0, |r| r.int());
+        self.q.made_many(Made::Acks, released);
         match read(&v) {
             Ok(n) => {
                 changed(&self.registry, &self.q, n);

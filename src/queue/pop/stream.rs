@@ -68,16 +68,17 @@ impl PopCalls {
     /// its text, or the client's error); else the result, if this was the
     /// script's reply.
     fn taken(&mut self, reply: &Bytes) -> Result<Option<Value>, Transformed> {
-        let Some(t) = self.taking.as_mut() else {
-            return Ok(None);
-        };
-        if script::is_noscript(reply) && !t.reloaded {
-            t.reloaded = true;
-            return Err(Transformed::Continue(t.take.request.eval()));
-        }
         let Some(t) = self.taking.take() else {
             return Ok(None);
         };
+        if script::is_noscript(reply) && !t.reloaded {
+            let eval = t.take.request.eval();
+            self.taking = Some(Taking {
+                take: t.take,
+                reloaded: true,
+            });
+            return Err(Transformed::Continue(eval));
+        }
         match t.take.reply(reply) {
             Ok(None) => Err(Transformed::Continue(self.call.request())),
             Ok(Some(v)) => {
