@@ -55,12 +55,14 @@
 -- ids:  score 0, members: the longer tokens; for move leases of older
 --       versions (whose record's field `indexed` is nil)
 --       'd'..sha1(dest.."\0"..payload)..'|'..token (an LREM now finds a
---       move lease by its payload's token, as an ACK does); on rules that track
---       connections 'o'..owner..'|'..token for the lease a client connection
---       took, and 'o'..owner..'|~'..retry key for one of a next-pop rule that
---       ran out, whose message is back in the list; 'c'..retry key while
---       that retry entry holds skip marks. An owner is a proxy-wide
---       connection name without '|'.
+--       move lease by its payload's token, as an ACK does); 'c'..retry key
+--       while that retry entry holds skip marks. (Older versions kept the
+--       entries of owner_key here too: see owned_key.)
+-- prefix..'o:'..owner, on rules that track connections (owner_key in
+--       lease_core.lua): score 0, members: the tokens of the leases that
+--       client connection took, and '~'..retry key for one of a next-pop
+--       rule that ran out, whose message is back in the list. An owner is
+--       a proxy-wide connection name without '|'.
 -- retry: id key -> cmsgpack(copies back in the list, deliveries,
 --        copies cancelled by a late ACK, the last payload requeued, nacks,
 --        expiries, first delivery, delayed member of a copy waiting for its
@@ -470,7 +472,7 @@ local function new_lease(k, r, payload, id, token, h, dest, dest_end, now, owner
   end
   token = claim(k.msgs, k.ids, token, rec)
   redis.call('ZADD', dest == '' and k.leases or k.mleases, ms_text(now + r.lease), token)
-  if owner ~= '' then redis.call('ZADD', k.ids, 0, owned_key(owner, token)) end
+  if owner ~= '' then redis.call('ZADD', owner_key(k, owner), 0, token) end
 end
 
 -- Reads a lease record (see lease_fields), or nil.
@@ -491,16 +493,14 @@ local function mark_ending(k, token, why, delay_ms)
   redis.call('ZADD', k.mleases, 0, token)
 end
 
--- Up to n of the entries owner has in queue k's ids index (n < 0: all):
--- lease tokens, and '~'..retry key for a lease of a next-pop rule that
--- ran out and whose message is back in the list; and whether it has more.
+-- Up to n of the entries owner has on queue k (n < 0: all; see
+-- owner_key): lease tokens, and late marks of leases of a next-pop rule
+-- that ran out and whose message is back in the list; and whether it has
+-- more.
 local function owned_by(k, owner, n)
-  local members = redis.call('ZRANGEBYLEX', k.ids, '[o' .. owner .. '|', '(o' .. owner .. '}',
-    'LIMIT', 0, n < 0 and -1 or n + 1)
-  local more = n >= 0 and #members > n
-  if more then members[#members] = nil end
-  local tokens = {}
-  for i, m in ipairs(members) do tokens[i] = string.sub(m, #owner + 3) end
+  local tokens = redis.call('ZRANGE', owner_key(k, owner), 0, n < 0 and -1 or n)
+  local more = n >= 0 and #tokens > n
+  if more then tokens[#tokens] = nil end
   return tokens, more
 end
 
@@ -603,7 +603,7 @@ local function set_retry(k, rk, e)
   e.bodies, e.pending, e.cancelled = bodies, pending, cancelled
   if pending <= 0 then
     redis.call('HDEL', k.retry, rk)
-    if e.late then redis.call('ZREM', k.ids, e.late) end
+    if e.late then unmark_late(k, e.late) end
   else
     -- The fields before the bodies keep what an older library reads.
     e.last = bodies[#bodies].p
@@ -793,9 +793,9 @@ local function expire(k, r, token, why, delay_ms, now)
   end
   if why == 'expired' and owner and owner ~= '' and r.ack == 'next-pop' then
     -- A slow worker may still pop again: that is then a late ACK.
-    if e.late then redis.call('ZREM', k.ids, e.late) end
+    if e.late then unmark_late(k, e.late) end
     e.late = owned_key(owner, '~' .. rk)
-    redis.call('ZADD', k.ids, 0, e.late)
+    redis.call('ZADD', owner_key(k, owner), 0, '~' .. rk)
   end
   set_retry(k, rk, e)
   return 1, 0
@@ -822,7 +822,7 @@ local function popped(k, payload, rk, now, retried)
   end
   -- Redelivered: too late for the earlier worker's next pop to call back.
   if e.late and (payload == e.last or not e.last) then
-    redis.call('ZREM', k.ids, e.late)
+    unmark_late(k, e.late)
     e.late = false
   end
   b.n = b.n - 1
@@ -859,7 +859,7 @@ local function late_ack(k, r, rk, maxlen)
   local e = retry_entry(k, rk)
   if e.pending <= e.cancelled then return 0, 0 end
   if e.late then
-    redis.call('ZREM', k.ids, e.late)
+    unmark_late(k, e.late)
     e.late = false
   end
   if e.waiting and redis.call('ZREM', k.delayed, e.waiting) == 1 then
@@ -923,7 +923,7 @@ local function release_owned(k, r, owner, n)
   local done, late, budget = 0, 0, RELEASE_LATE_SCAN
   for _, token in ipairs(tokens) do
     if string.byte(token, 1) == 126 then
-      redis.call('ZREM', k.ids, owned_key(owner, token))
+      unown(k, owner, token)
       local n_late, looked = late_ack(k, r, string.sub(token, 2), budget)
       late, budget = late + n_late, budget - looked
     else
@@ -933,7 +933,7 @@ local function release_owned(k, r, owner, n)
         drop(k, token, l)
         done = done + 1
       else
-        redis.call('ZREM', k.ids, owned_key(owner, token))
+        unown(k, owner, token)
       end
     end
   end

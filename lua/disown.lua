@@ -22,7 +22,7 @@ register('disown', function(KEYS, ARGV)
     if string.byte(token, 1) ~= 126 then l = record(k, token) end
     if not l then
       -- Gone, or the mark of a lease that already ran out: nothing to end.
-      redis.call('ZREM', k.ids, owned_key(owner, token))
+      unown(k, owner, token)
     elseif l.dest ~= '' then
       mark_ending(k, token, 'disconnected', 0)
       out[#out + 1] = token

@@ -23,14 +23,12 @@ register('hold', function(KEYS, ARGV)
   local now = now_ms()
   local renewed, looked = 0, 0
   for i = first_owner, #ARGV do
-    local owner = ARGV[i]
-    local prefix = 'o' .. owner .. '|'
-    local from = '[' .. prefix
-    if i == first_owner and after ~= '' then from = '(' .. prefix .. after end
+    local from = '-'
+    if i == first_owner and after ~= '' then from = '(' .. after end
     local left = budget - looked
-    local members = redis.call('ZRANGEBYLEX', k.ids, from, '(o' .. owner .. '}', 'LIMIT', 0, left + 1)
+    local members = redis.call('ZRANGEBYLEX', owner_key(k, ARGV[i]), from, '+', 'LIMIT', 0, left + 1)
     for j = 1, math.min(#members, left) do
-      local token = string.sub(members[j], #prefix + 1)
+      local token = members[j]
       looked = looked + 1
       -- '~': the mark of a next-pop lease that ran out, not a lease.
       if string.byte(token, 1) ~= 126 then

@@ -135,8 +135,32 @@ end
 -- An older version's entry in ids for a move lease's copy in dest.
 local function dest_key(dest, payload) return 'd' .. redis.sha1hex(dest .. '\0' .. payload) end
 
--- A lease (token) or a late mark ('~'..retry key) of a connection.
+-- A connection's entries on queue k: its lease tokens, and '~'..retry key
+-- for each lease of a next-pop rule that ran out while it held it (a late
+-- mark). A sorted set of its own per connection, in the queue's slot, not
+-- members of the shared ids index: Redis keeps a small sorted set as a
+-- listpack searched from one end, so a next-pop pop, which replaces its
+-- connection's one entry, would walk every connection's.
+local function owner_key(k, owner) return k.prefix .. 'o:' .. owner end
+
+-- The entry older versions kept in ids instead: 'o' owner '|' token or
+-- late mark. A retry entry still keeps its late mark in this form (its
+-- field late), which names the connection.
 local function owned_key(owner, rest) return 'o' .. owner .. '|' .. rest end
+
+-- Removes one of owner's entries; when its index has none, the entry an
+-- older version may have left in ids.
+local function unown(k, owner, entry)
+  if redis.call('ZREM', owner_key(k, owner), entry) == 0 then
+    redis.call('ZREM', k.ids, owned_key(owner, entry))
+  end
+end
+
+-- Removes the late mark a retry entry keeps (its late field).
+local function unmark_late(k, late)
+  local bar = string.find(late, '|', 2, true)
+  unown(k, string.sub(late, 2, bar - 1), string.sub(late, bar + 1))
+end
 
 local function is_duplicate(token) return string.byte(token, -DUP_DIGITS - 1) == 58 end
 
@@ -279,5 +303,5 @@ local function drop(k, token, l)
   redis.call('HDEL', k.msgs, token)
   if is_duplicate(token) then redis.call('ZREM', k.ids, token) end
   if dest ~= '' and l.indexed ~= 0 then redis.call('ZREM', k.ids, dest_key(dest, l.payload) .. '|' .. token) end
-  if owner and owner ~= '' then redis.call('ZREM', k.ids, owned_key(owner, token)) end
+  if owner and owner ~= '' then unown(k, owner, token) end
 end

@@ -58,7 +58,7 @@ if removed == 1 and hint ~= '' then
   end
 end
 local core = LEASE_CORE
-local k = { leases = KEYS[2] .. 'leases', mleases = KEYS[2] .. 'mleases', msgs = msgs, ids = KEYS[2] .. 'ids' }
+local k = { prefix = KEYS[2], leases = KEYS[2] .. 'leases', mleases = KEYS[2] .. 'mleases', msgs = msgs, ids = KEYS[2] .. 'ids' }
 local leases, gone = core.move_leases(k, dest, v, ARGV[3], math.min(removed, 1000))
 for _, e in ipairs(leases) do core.drop(k, e[1], e[2]) end
 for _, m in ipairs(gone) do redis.call('ZREM', k.ids, m) end

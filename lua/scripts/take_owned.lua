@@ -11,7 +11,9 @@
 -- KEYS[1] the queue (list), KEYS[2] the prefix of its aux keys (see
 --         CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
 --         lease records (msgs, hash) and ids index (zset) are the prefix
---         and those names; with totals to add, KEYS[3] its stats hash.
+--         and those names, the connection's entries (zset, owner_key in
+--         lua/lease_core.lua) the prefix, 'o:' and the connection; with
+--         totals to add, KEYS[3] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
@@ -44,32 +46,31 @@ local now_text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string
 local leases, msgs, ids = KEYS[2] .. 'leases', KEYS[2] .. 'msgs', KEYS[2] .. 'ids'
 if redis.call('ZRANGEBYSCORE', leases, '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
 local owner = ARGV[4]
+local mine = KEYS[2] .. 'o:' .. owner
 local acked = false
--- The connection's one lease the proxy named: its owner entry gone means
--- it is not (it ran out, or was acknowledged), and the lookup below says
--- what the connection holds instead.
+-- The connection's one lease the proxy named: no entry for it means it
+-- holds it no more (it ran out, or was acknowledged), and the lookup below
+-- says what the connection holds instead.
 local held = ARGV[6]
-if ARGV[5] == '1' and held ~= '' and redis.call('ZREM', ids, 'o' .. owner .. '|' .. held) == 1 then
+if ARGV[5] == '1' and held ~= '' and redis.call('ZREM', mine, held) == 1 then
   if redis.call('ZREM', leases, held) == 0 then
     -- Not a plain lease: the library's to end.
-    redis.call('ZADD', ids, 0, 'o' .. owner .. '|' .. held)
+    redis.call('ZADD', mine, 0, held)
     return 0
   end
   redis.call('HDEL', msgs, held)
   if string.find(held, ':', 1, true) then redis.call('ZREM', ids, held) end
   acked = true
 elseif ARGV[5] == '1' then
-  -- The entries of owned_by in common.lua: 'o' owner '|' token.
-  local owned = redis.call('ZRANGEBYLEX', ids, '[o' .. owner .. '|', '(o' .. owner .. '}', 'LIMIT', 0, 2)
+  local owned = redis.call('ZRANGE', mine, 0, 1)
   if owned[2] then return 0 end
-  local entry = owned[1]
-  if entry then
-    local token = string.sub(entry, #owner + 3)
+  local token = owned[1]
+  if token then
     -- '~': a lease that ran out, its message back in the list (a late
     -- acknowledgement); not in the leases set: a move lease, or gone.
     if string.byte(token, 1) == 126 or redis.call('ZREM', leases, token) == 0 then return 0 end
     redis.call('HDEL', msgs, token)
-    redis.call('ZREM', ids, entry)
+    redis.call('ZREM', mine, token)
     -- A duplicate's token (see claim in lease_core.lua) is indexed too.
     if string.find(token, ':', 1, true) then redis.call('ZREM', ids, token) end
     acked = true
@@ -91,6 +92,6 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   token = core.claim(msgs, ids, token, rec)
 end
 redis.call('ZADD', leases, string.format('%d', now_text + ARGV[2]), token)
-redis.call('ZADD', ids, 0, 'o' .. owner .. '|' .. token)
+redis.call('ZADD', mine, 0, token)
 if acked or ARGV[5] ~= '1' then return v end
 return { v }

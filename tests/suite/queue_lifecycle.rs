@@ -1631,14 +1631,42 @@ fn ack_on_a_connection_tracking_rule_leaves_no_index_entry() {
     let mut direct = redis.client();
     c.cmd(&["LPUSH", "rq3", "a"]);
     assert_eq!(c.cmd(&["RPOP", "rq3"]), Value::bulk("a"));
-    let ids = match direct.cmd(&["KEYS", "ackq:*rq3*:ids"]) {
+    let ids = match direct.cmd(&["KEYS", "ackq:*rq3*:o:*"]) {
         Value::Array(keys) if keys.len() == 1 => as_str(&keys[0]),
-        other => panic!("the index of rq3: {other:?}"),
+        other => panic!("the connection's index on rq3: {other:?}"),
     };
     // While leased: the connection's entry.
     assert_eq!(direct.cmd(&["ZCARD", &ids]), Value::Int(1));
     assert_eq!(c.cmd(&["ACK", "rq3", "a"]), Value::Int(1));
     assert_eq!(direct.cmd(&["ZCARD", &ids]), Value::Int(0));
+    let mut left = match direct.cmd(&["KEYS", "ackq:*rq3*"]) {
+        Value::Array(keys) => keys.iter().map(as_str).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    left.retain(|k| !crate::common::is_queue_stats(k));
+    assert!(left.is_empty(), "left in Redis: {left:?}");
+}
+
+/// Older versions indexed a connection's leases in the queue's `ids` set:
+/// such a lease, ended by an ACK from another connection, leaves nothing
+/// of itself in Redis either.
+#[test]
+fn a_lease_an_older_version_indexed_by_connection_leaves_no_index_entry() {
+    let (redis, proxy, _metrics) = start_with_metrics(CONFIG);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    direct.cmd(&[
+        "EVAL",
+        "local now = redis.call('TIME')[1] * 1000 \
+         redis.call('HSET', KEYS[1] .. 'msgs', 'ja', '\\193o' .. now .. '|old.1||a') \
+         redis.call('ZADD', KEYS[1] .. 'leases', now + 60000, 'ja') \
+         redis.call('ZADD', KEYS[1] .. 'ids', 0, 'oold.1|ja')",
+        "1",
+        "ackq:{rq3}:rq3:",
+    ]);
+    assert_eq!(queue_info_int(&proxy, "rq3", "leased"), 1);
+    assert_eq!(c.cmd(&["ACK", "rq3", "a"]), Value::Int(1));
+    assert_eq!(queue_info_int(&proxy, "rq3", "leased"), 0);
     let mut left = match direct.cmd(&["KEYS", "ackq:*rq3*"]) {
         Value::Array(keys) => keys.iter().map(as_str).collect::<Vec<_>>(),
         other => panic!("{other:?}"),

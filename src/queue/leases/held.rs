@@ -1,9 +1,9 @@
 //! The one lease a next-pop pop left its connection holding, by
 //! connection: its token, which the connection's next pop names to
-//! take_owned.lua instead of having it look through the queue's index for
-//! what the connection holds. Only ever a hint: the script removes only an
-//! owner entry that exists under the connection's name, and looks as
-//! before when there is none.
+//! take_owned.lua instead of having it read what the connection holds
+//! from the connection's index. Only ever a hint: the script removes only
+//! an entry that exists in that index, and reads it as before when there
+//! is none.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

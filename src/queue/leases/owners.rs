@@ -1,8 +1,8 @@
 //! Leases by client connection, for the rules that track them
 //! (`ack = "next-pop"`, `requeue_on_disconnect`, `hold = "connection"`).
 //! Each client connection has a name, unique across proxies and restarts,
-//! which the leases it takes on such rules record (in the queue's `ids`
-//! index). A next-pop pop acknowledges what its connection holds on the
+//! which the leases it takes on such rules record (in a sorted set per
+//! connection and queue, `…:o:<connection>`). A next-pop pop acknowledges what its connection holds on the
 //! queue inside its own script; when a connection closes, its leases on
 //! requeue_on_disconnect and held queues end at once; while it is open, its
 //! leases on held queues are renewed (`holder::Holder`). For that the proxy

@@ -14,7 +14,8 @@
 //! | `…:leases` | zset | lease token → deadline (ms, Redis time), plain pops |
 //! | `…:mleases` | zset | the same for move pops (RPOPLPUSH, LMOVE, …) |
 //! | `…:msgs` | hash | token: the id key (`j`+ack id for an id of at most 40 bytes without `:`, else `i`+sha1(ack id)), longer for duplicates → lease record (see `lua/common.lua`) |
-//! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token (move leases of older versions), `o`+connection+`|`+token on rules that track connections, `c`+id key while its retry entry holds skip marks |
+//! | `…:ids` | zset | lexical index: duplicate tokens, `d`+sha1(dest,payload)+`|`+token (move leases of older versions), `c`+id key while its retry entry holds skip marks (versions before the `o:` keys also kept `o`+connection+`|`+token here) |
+//! | `…:o:<connection>` | zset | on rules that track connections: that connection's lease tokens, and `~`+id key for each lease of a next-pop rule that ran out while it held it; one key per connection, so that replacing its one entry does not walk every connection's |
 //! | `…:retry` | hash | id key → copies back in the list, their deliveries, copies and cancelled copies per payload; `#cancelled` → their total |
 //! | `…:delayed` | zset | sequence number + payload → when it is due (ms, Redis time) |
 //! | `…:stats` | hash | the queue's totals (see `tally.rs`); expires [`STATS_TTL_MS`] after its last change |
