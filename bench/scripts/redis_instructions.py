@@ -219,18 +219,44 @@ def more_calls(p, mon):
             "owned": strip_totals(owned, 2, 6)}
 
 
+# One take call in this many makes the lease set a skiplist, as the
+# proxy's SKIPLIST_EVERY (src/queue/rules.rs) asks.
+SKIPLIST_EVERY = 64
+
+
+def skiplist_mark():
+    """The literal src/queue/library/script.rs puts for SKIPLIST_MARK."""
+    with open(os.path.join(HERE, "..", "..", "src", "queue", "library", "script.rs"), "rb") as f:
+        return re.search(rb'const SKIPLIST_MARK: &str =\s*"([^"]*)";', f.read()).group(1)
+
+
+def with_turns(call):
+    """A take call (EVALSHA) as the proxy makes it the i-th time, i from 0:
+    its end letter lower case, asking for a skiplist, once every
+    SKIPLIST_EVERY calls."""
+    at = 3 + int(call[2])
+    count = iter(range(10 ** 9))
+
+    def nth(_e=None):
+        turn = next(count) % SKIPLIST_EVERY == 0
+        end = call[at].lower() if turn else call[at].upper()
+        return call[:at] + [end] + call[at + 1:]
+    return nth
+
+
 def script_texts():
     """The scripts of lua/scripts as src/queue/library/script.rs makes
     them."""
     lua = os.path.join(HERE, "..", "..", "lua")
     read = lambda *p: open(os.path.join(lua, *p), "rb").read()
+    mark = skiplist_mark()
     core = (b"(function()\n" + read("lease_core.lua")
             + b"\nreturn { ack_id = ack_id, id_key = id_key, claim = claim, "
             b"move_leases = move_leases, drop = drop }\nend)()")
     out = []
     for name in ("take.lua", "take_move.lua", "lrem_ack.lua", "take_owned.lua"):
         text = read("scripts", name).replace(b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
-        out.append(text.replace(b"LEASE_CORE", core))
+        out.append(text.replace(b"SKIPLIST_MARK", mark).replace(b"LEASE_CORE", core))
     out.append(read("scripts", "release.lua"))
     return out
 
@@ -319,11 +345,14 @@ def main():
             "seed", tmp, seed_setup,
             lambda e: ["EVALSHA", e[0], "0", "jobs", "0", "60000"],
             lambda e, i: ["EVALSHA", e[1], "0", back(i), "jobs"] if back(i) else ["PING"])
-        ours, ours_err = instructions("ours", tmp, ours_setup, lambda e: pop, ours_ack)
+        # A take script's pop: its end letter asks for a skiplist now and
+        # then, as the proxy's; the library's pop1 has none.
+        take = (lambda: with_turns(pop)) if pop[0].upper() == b"EVALSHA" else (lambda: lambda e: pop)
+        ours, ours_err = instructions("ours", tmp, ours_setup, take(), ours_ack)
         if more:
             # lrem_ack.lua's payload, lease token and the record's text
             # between end letter and payload are the message's.
-            plain, _ = instructions("plain", tmp, all_setup, lambda e: pop, ours_ack)
+            plain, _ = instructions("plain", tmp, all_setup, take(), ours_ack)
             lrem = more["lrem"]
             dest_part = lrem[-1][:-len(b"12|%012d" % 2)]
 
@@ -332,17 +361,18 @@ def main():
                 if i is None:
                     return ["PING"]
                 return lrem[:-4] + [message(int(i)), lrem[-3], b"j" + i, dest_part + b"12|" + i]
-            moved, moved_err = instructions("moved", tmp, all_setup, lambda e: more["take_move"], lrem_of)
+            moved, moved_err = instructions("moved", tmp, all_setup, with_turns(more["take_move"]), lrem_of)
             # Each pop acknowledges the lease its connection took with the
             # pop before; the ACK slot of the pair is a PING, whose cost is
             # taken off.
             owned_call, pops = more["owned"], iter(range(N))
             owner = owned_call[-3]
+            turned = with_turns(owned_call)
 
             def owned_pop(e):
                 i = next(pops)
                 held = b"j%012d" % (i - OUT) if i >= OUT else b""
-                return owned_call[:-3] + [owner + b"%x" % (i % OUT), owned_call[-2], held]
+                return turned()[:-3] + [owner + b"%x" % (i % OUT), owned_call[-2], held]
             owned_pair, owned_err = instructions("owned", tmp, all_setup, owned_pop, lambda e, i: ["PING"], "np")
             ping, _ = instructions("ping", tmp, all_setup, lambda e: ["PING"], lambda e, i: ["PING"])
             owned = owned_pair - ping / 2

@@ -10,7 +10,8 @@
 --         CALL_KEYS in src/queue/library/keys.rs): its leases (zset),
 --         lease records (msgs, hash) and ids index (zset) are the prefix
 --         and those names; with totals to add, KEYS[3] its stats hash.
--- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+-- ARGV[1] the end to pop ('L' | 'R'; 'l' | 'r': the same, and this call
+--         makes the leases set a skiplist), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload);
 --         with totals to add, ARGV[4] deliveries and ARGV[5] ACKs this
 --         proxy made (this, release.lua) that the stats hash does not
@@ -33,7 +34,7 @@ local us = t[2]
 local now_text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string.rep('0', 6 - #us) .. us, 1, 3))
 local leases, msgs = KEYS[2] .. 'leases', KEYS[2] .. 'msgs'
 if redis.call('ZRANGEBYSCORE', leases, '-inf', now_text, 'LIMIT', '0', '1')[1] then return 0 end
-local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+local v = redis.pcall((ARGV[1] == 'L' or ARGV[1] == 'l') and 'LPOP' or 'RPOP', KEYS[1])
 if not v or v.err then return v end
 -- The value's ack id and token (scripts/token.lua).
 TAKE_TOKEN
@@ -49,5 +50,14 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(msgs, KEYS[2] .. 'ids', token, rec)
 end
-redis.call('ZADD', leases, string.format('%d', now_text + ARGV[2]), token)
+local deadline = string.format('%d', now_text + ARGV[2])
+if ARGV[1] == 'l' or ARGV[1] == 'r' then
+  -- The proxy's turn, now and then: a member longer than a listpack holds
+  -- makes the set a skiplist, which it stays once the member is gone (see
+  -- SKIPLIST_MARK in src/queue/library/script.rs).
+  redis.call('ZADD', leases, deadline, token, 'inf', SKIPLIST_MARK)
+  redis.call('ZREM', leases, SKIPLIST_MARK)
+else
+  redis.call('ZADD', leases, deadline, token)
+end
 return v

@@ -11,7 +11,9 @@
 --         lease records (msgs, hash), ids index (zset) and move leases
 --         (mleases, zset) are the prefix and those names; KEYS[3] the
 --         destination (list); with totals to add, KEYS[4] its stats hash.
--- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+-- ARGV[1] the end to pop ('L' | 'R'; 'l' | 'r': the same, and this call
+--         makes the move leases set a skiplist), ARGV[2] the rule's lease
+--         (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the end to push at ('L' | 'R'), ARGV[5] the destination's
 --         part of the record: its length, '|' and its name (made by the
@@ -39,7 +41,7 @@ if redis.call('ZRANGEBYSCORE', KEYS[2] .. 'leases', '-inf', now_text, 'LIMIT', '
 local dest = KEYS[3]
 -- Nothing due, no marks: no copy to skip, so the move is Redis's own,
 -- its checks of both keys included.
-local v = redis.pcall('LMOVE', KEYS[1], dest, ARGV[1] == 'L' and 'LEFT' or 'RIGHT',
+local v = redis.pcall('LMOVE', KEYS[1], dest, (ARGV[1] == 'L' or ARGV[1] == 'l') and 'LEFT' or 'RIGHT',
   ARGV[4] == 'L' and 'LEFT' or 'RIGHT')
 if v and v.err then return v end
 if not v then return v end
@@ -53,5 +55,15 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(msgs, KEYS[2] .. 'ids', token, rec)
 end
-redis.call('ZADD', KEYS[2] .. 'mleases', string.format('%d', now_text + ARGV[2]), token)
+local mleases = KEYS[2] .. 'mleases'
+local deadline = string.format('%d', now_text + ARGV[2])
+if ARGV[1] == 'l' or ARGV[1] == 'r' then
+  -- The proxy's turn, now and then: a member longer than a listpack holds
+  -- makes the set a skiplist, which it stays once the member is gone (see
+  -- SKIPLIST_MARK in src/queue/library/script.rs).
+  redis.call('ZADD', mleases, deadline, token, 'inf', SKIPLIST_MARK)
+  redis.call('ZREM', mleases, SKIPLIST_MARK)
+else
+  redis.call('ZADD', mleases, deadline, token)
+end
 return v

@@ -14,7 +14,8 @@
 --         and those names, the connection's entries (zset, owner_key in
 --         lua/lease_core.lua) the prefix, 'o:' and the connection; with
 --         totals to add, KEYS[3] its stats hash.
--- ARGV[1] the end to pop ('L' | 'R'), ARGV[2] the rule's lease (ms),
+-- ARGV[1] the end to pop ('L' | 'R'; 'l' | 'r': the same, and this call
+--         makes the leases set a skiplist), ARGV[2] the rule's lease (ms),
 --         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
 --         ARGV[4] the connection (owner), ARGV[5] '1' to acknowledge its
 --         earlier lease first (a next-pop pop), else '0', ARGV[6] the token
@@ -76,7 +77,7 @@ elseif ARGV[5] == '1' then
     acked = true
   end
 end
-local v = redis.pcall(ARGV[1] == 'L' and 'LPOP' or 'RPOP', KEYS[1])
+local v = redis.pcall((ARGV[1] == 'L' or ARGV[1] == 'l') and 'LPOP' or 'RPOP', KEYS[1])
 if v and v.err then return v end
 if not v then
   if acked or ARGV[5] ~= '1' then return v end
@@ -91,7 +92,16 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(msgs, ids, token, rec)
 end
-redis.call('ZADD', leases, string.format('%d', now_text + ARGV[2]), token)
+local deadline = string.format('%d', now_text + ARGV[2])
+if ARGV[1] == 'l' or ARGV[1] == 'r' then
+  -- The proxy's turn, now and then: a member longer than a listpack holds
+  -- makes the set a skiplist, which it stays once the member is gone (see
+  -- SKIPLIST_MARK in src/queue/library/script.rs).
+  redis.call('ZADD', leases, deadline, token, 'inf', SKIPLIST_MARK)
+  redis.call('ZREM', leases, SKIPLIST_MARK)
+else
+  redis.call('ZADD', leases, deadline, token)
+end
 redis.call('ZADD', mine, 0, token)
 if acked or ARGV[5] ~= '1' then return v end
 return { v }

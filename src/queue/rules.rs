@@ -2,7 +2,7 @@
 //! glob (Redis `KEYS` syntax), resolved into a [`Queue`] with its key layout
 //! and the script arguments its rule implies.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -172,7 +172,15 @@ pub struct Queue {
     /// they were last written (ms).
     unwritten: [AtomicI64; 2],
     written_at: AtomicI64,
+    /// Take scripts asked for, counted for [`Queue::skiplist_turn`].
+    takes: AtomicU64,
 }
+
+/// One take script in this many makes the queue's lease set a skiplist
+/// (see `SKIPLIST_MARK` in `library/script.rs`): often enough that a busy
+/// queue's set is one soon after it fills, and rarely enough that a queue
+/// whose set empties after every ACK pays next to nothing for making one.
+const SKIPLIST_EVERY: u64 = 64;
 
 impl Queue {
     fn new(name: &[u8], rule: &QueueRule, set: &RuleSet) -> Queue {
@@ -188,6 +196,7 @@ impl Queue {
             encoded: Bytes::new(),
             unwritten: [AtomicI64::new(0), AtomicI64::new(0)],
             written_at: AtomicI64::new(0),
+            takes: AtomicU64::new(0),
         }
         .with_encoding()
     }
@@ -229,6 +238,14 @@ impl Queue {
     pub fn take_unwritten(&self, now_ms: i64) -> [i64; 2] {
         self.written_at.store(now_ms, Ordering::Relaxed);
         [0, 1].map(|i| self.unwritten[i].swap(0, Ordering::Relaxed))
+    }
+
+    /// Whether this take script makes the lease set a skiplist: the
+    /// first of the queue's, then one in [`SKIPLIST_EVERY`].
+    pub fn skiplist_turn(&self) -> bool {
+        self.takes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(SKIPLIST_EVERY)
     }
 
     /// Totals taken to write whose call failed: the next one writes them.

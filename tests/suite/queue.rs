@@ -911,6 +911,53 @@ fn a_move_pop_of_one_and_its_lrem_are_one_script_each_in_redis() {
     assert_no_aux_keys(&mut redis.client(), Duration::from_secs(2));
 }
 
+/// A queue's first take script, and one in 64 after, makes its lease set a
+/// skiplist (Redis keeps a small sorted set as a listpack, searched from
+/// one end at every ZADD and ZREM); the member that does it is never left
+/// in the set, and the set goes with its last lease as before.
+#[test]
+fn a_take_now_and_then_makes_the_lease_set_a_skiplist() {
+    let (redis, proxy) = Proxy::with_redis(LIFECYCLE_CONFIG);
+    let mut c = proxy.client();
+    let mut direct = redis.client();
+    c.cmd(&["LPUSH", "wsk", "a", "b"]);
+    c.cmd(&["LPUSH", "wmv", "c", "d"]);
+    assert_eq!(c.cmd(&["RPOP", "wsk"]), Value::bulk("a"));
+    assert_eq!(c.cmd(&["RPOPLPUSH", "wmv", "mdoing"]), Value::bulk("c"));
+    let (leases, mleases) = ("ackq:{wsk}:wsk:leases", "ackq:{wmv}:wmv:mleases");
+    for z in [leases, mleases] {
+        assert_eq!(
+            direct.cmd(&["OBJECT", "ENCODING", z]),
+            Value::bulk("skiplist"),
+            "{z}"
+        );
+    }
+    // The next takes are not a turn: the sets stay skiplists, and hold
+    // the leases alone.
+    assert_eq!(c.cmd(&["RPOP", "wsk"]), Value::bulk("b"));
+    assert_eq!(c.cmd(&["RPOPLPUSH", "wmv", "mdoing"]), Value::bulk("d"));
+    for z in [leases, mleases] {
+        assert_eq!(
+            direct.cmd(&["OBJECT", "ENCODING", z]),
+            Value::bulk("skiplist"),
+            "{z}"
+        );
+    }
+    assert_eq!(
+        direct.cmd(&["ZRANGE", leases, "0", "-1"]),
+        Value::Array(vec![Value::bulk("ja"), Value::bulk("jb")])
+    );
+    assert_eq!(
+        direct.cmd(&["ZRANGE", mleases, "0", "-1"]),
+        Value::Array(vec![Value::bulk("jc"), Value::bulk("jd")])
+    );
+    assert_eq!(info_int(&proxy, "wsk", "leased"), 2);
+    assert_eq!(c.cmd(&["ACK", "wsk", "a", "b"]), Value::Int(2));
+    assert_eq!(c.cmd(&["LREM", "mdoing", "0", "c"]), Value::Int(1));
+    assert_eq!(c.cmd(&["LREM", "mdoing", "0", "d"]), Value::Int(1));
+    assert_no_aux_keys(&mut direct, Duration::from_secs(2));
+}
+
 /// A next-pop worker's next pop acknowledges the one lease its last pop
 /// left it holding by that lease's token, which the proxy keeps: the
 /// script does not read the connection's index for what else it holds. After pipelined pops the proxy knows nothing, and the

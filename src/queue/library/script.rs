@@ -112,6 +112,19 @@ fn all() -> [&'static Script; 6] {
     ]
 }
 
+/// What a take script names `SKIPLIST_MARK`: a member longer than Redis
+/// keeps in a listpack (`zset-max-listpack-value`, 64 bytes by default),
+/// added to a lease set and removed in the same call. Redis keeps a small
+/// sorted set as a listpack, which ZADD and ZREM search from one end; one
+/// with a member that long becomes a skiplist, and stays one (until the
+/// set empties, or a restart loads it). With 50 leases out that halves
+/// what a pop + ACK pair's ZADD and ZREM cost Redis; with one or two a
+/// skiplist costs no more, but making one costs more than it saves, so
+/// the proxy asks for it only now and then ([`Queue::skiplist_turn`]).
+/// Never left in a set: nothing else reads it.
+const SKIPLIST_MARK: &str =
+    "'~skiplist...............................................................'";
+
 /// A take script with its line `TAKE_TOKEN` made `lua/scripts/token.lua`
 /// (what they share), and every `LEASE_CORE` placeholder
 /// `lua/lease_core.lua`'s helpers where it asks for them: made by a call of
@@ -124,6 +137,7 @@ fn with_core(text: &str) -> Script {
     );
     let token = concat!("\n", include_str!("../../../lua/scripts/token.lua"));
     let text = text.replace("\nTAKE_TOKEN\n", token);
+    let text = text.replace("SKIPLIST_MARK", SKIPLIST_MARK);
     Script::new(String::leak(text.replace("LEASE_CORE", &core)))
 }
 

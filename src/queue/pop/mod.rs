@@ -568,7 +568,12 @@ impl Pop {
             return None;
         }
         let field = q.rule.ack_id.field();
-        let end: &[u8] = if self.left { b"L" } else { b"R" };
+        let end: &[u8] = match (self.left, q.skiplist_turn()) {
+            (true, false) => b"L",
+            (false, false) => b"R",
+            (true, true) => b"l",
+            (false, true) => b"r",
+        };
         let lease = itoa::Buffer::new().format(q.rule.lease_ms).to_owned();
         let k = &q.keys;
         let keys = [k.queue(), k.prefix()];
