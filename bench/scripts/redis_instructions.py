@@ -256,6 +256,7 @@ def script_texts():
     out = []
     for name in ("take.lua", "take_move.lua", "lrem_ack.lua", "take_owned.lua"):
         text = read("scripts", name).replace(b"\nTAKE_TOKEN\n", b"\n" + read("scripts", "token.lua"))
+        text = text.replace(b"\nTAKE_DEADLINE\n", b"\n" + read("scripts", "deadline.lua"))
         out.append(text.replace(b"SKIPLIST_MARK", mark).replace(b"LEASE_CORE", core))
     out.append(read("scripts", "release.lua"))
     return out

@@ -55,15 +55,7 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(msgs, KEYS[2] .. 'ids', token, rec)
 end
-local mleases = KEYS[2] .. 'mleases'
-local deadline = string.format('%d', now_text + ARGV[2])
-if ARGV[1] == 'l' or ARGV[1] == 'r' then
-  -- The proxy's turn, now and then: a member longer than a listpack holds
-  -- makes the set a skiplist, which it stays once the member is gone (see
-  -- SKIPLIST_MARK in src/queue/library/script.rs).
-  redis.call('ZADD', mleases, deadline, token, 'inf', SKIPLIST_MARK)
-  redis.call('ZREM', mleases, SKIPLIST_MARK)
-else
-  redis.call('ZADD', mleases, deadline, token)
-end
+-- Its deadline (scripts/deadline.lua).
+local deadlines = KEYS[2] .. 'mleases'
+TAKE_DEADLINE
 return v

@@ -92,16 +92,9 @@ if redis.call('HSETNX', msgs, token, rec) == 0 then
   core = core or LEASE_CORE
   token = core.claim(msgs, ids, token, rec)
 end
-local deadline = string.format('%d', now_text + ARGV[2])
-if ARGV[1] == 'l' or ARGV[1] == 'r' then
-  -- The proxy's turn, now and then: a member longer than a listpack holds
-  -- makes the set a skiplist, which it stays once the member is gone (see
-  -- SKIPLIST_MARK in src/queue/library/script.rs).
-  redis.call('ZADD', leases, deadline, token, 'inf', SKIPLIST_MARK)
-  redis.call('ZREM', leases, SKIPLIST_MARK)
-else
-  redis.call('ZADD', leases, deadline, token)
-end
+-- Its deadline (scripts/deadline.lua).
+local deadlines = leases
+TAKE_DEADLINE
 redis.call('ZADD', mine, 0, token)
 if acked or ARGV[5] ~= '1' then return v end
 return { v }

@@ -125,8 +125,9 @@ fn all() -> [&'static Script; 6] {
 const SKIPLIST_MARK: &str =
     "'~skiplist...............................................................'";
 
-/// A take script with its line `TAKE_TOKEN` made `lua/scripts/token.lua`
-/// (what they share), and every `LEASE_CORE` placeholder
+/// A take script with its lines `TAKE_TOKEN` and `TAKE_DEADLINE` made
+/// `lua/scripts/token.lua` and `deadline.lua` (what they share), and every
+/// `LEASE_CORE` placeholder
 /// `lua/lease_core.lua`'s helpers where it asks for them: made by a call of
 /// their own, so that a call needing none makes none.
 fn with_core(text: &str) -> Script {
@@ -136,7 +137,10 @@ fn with_core(text: &str) -> Script {
         super::LEASE_CORE
     );
     let token = concat!("\n", include_str!("../../../lua/scripts/token.lua"));
-    let text = text.replace("\nTAKE_TOKEN\n", token);
+    let deadline = concat!("\n", include_str!("../../../lua/scripts/deadline.lua"));
+    let text = text
+        .replace("\nTAKE_TOKEN\n", token)
+        .replace("\nTAKE_DEADLINE\n", deadline);
     let text = text.replace("SKIPLIST_MARK", SKIPLIST_MARK);
     Script::new(String::leak(text.replace("LEASE_CORE", &core)))
 }
@@ -307,6 +311,8 @@ mod tests {
         for s in all() {
             // Every placeholder made into what it stands for.
             assert!(!s.text.contains("\nTAKE_TOKEN\n"), "{}", s.text);
+            assert!(!s.text.contains("\nTAKE_DEADLINE\n"), "{}", s.text);
+            assert!(!s.text.contains(", SKIPLIST_MARK)"), "{}", s.text);
             assert!(!s.text.contains("= LEASE_CORE"), "{}", s.text);
             for (keys, args) in [
                 (&[][..], &[][..]),
