@@ -51,7 +51,9 @@
 --       the one ZRANGEBYSCORE it makes anyway whether anything else needs
 --       looking at: RETRY_MARK (score 0) while retry holds anything,
 --       DELAYED_MARK (score: when the earliest delayed message is due, or
---       earlier) while delayed does.
+--       earlier) while delayed does. (The take scripts of lua/scripts/
+--       make it, and mleases, a skiplist now and then: see
+--       scripts/deadline.lua.)
 -- ids:  score 0, members: the longer tokens; for move leases of older
 --       versions (whose record's field `indexed` is nil)
 --       'd'..sha1(dest.."\0"..payload)..'|'..token (an LREM now finds a

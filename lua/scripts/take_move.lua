@@ -13,14 +13,13 @@
 --         destination (list); with totals to add, KEYS[4] its stats hash.
 -- ARGV[1] the end to pop ('L' | 'R'; 'l' | 'r': the same, and this call
 --         makes the move leases set a skiplist), ARGV[2] the rule's lease
---         (ms),
---         ARGV[3] the rule's JSON field of the ack id ('' = the payload),
---         ARGV[4] the end to push at ('L' | 'R'), ARGV[5] the destination's
---         part of the record: its length, '|' and its name (made by the
---         proxy, which saves Redis's Lua a number's formatting); with
---         totals to add, ARGV[6] deliveries and ARGV[7] ACKs this proxy
---         made that the stats hash does not count yet, ARGV[8] the hash's
---         time to live.
+--         (ms), ARGV[3] the rule's JSON field of the ack id ('' = the
+--         payload), ARGV[4] the end to push at ('L' | 'R'), ARGV[5] the
+--         destination's part of the record: its length, '|' and its name
+--         (made by the proxy, which saves Redis's Lua a number's
+--         formatting); with totals to add, ARGV[6] deliveries and ARGV[7]
+--         ACKs this proxy made that the stats hash does not count yet,
+--         ARGV[8] the hash's time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or
 -- a mark is set: the proxy then sends the library's pop, which knows the
 -- rest. Else what take.lua returns: the value (the library pop's reply in

@@ -26,7 +26,8 @@
 --         does not count yet, ARGV[9] the hash's time to live.
 -- Returns 0, having changed nothing but the totals, when a lease is due or
 -- a mark is set, or when what the connection held there is not one plain
--- lease still running (late ones, several, a move lease): the proxy then sends the library's pop, which knows the rest.
+-- lease still running (late ones, several, a move lease): the proxy then
+-- sends the library's pop, which knows the rest.
 -- Else the value, leased, or nil when the list is empty, when the pop did
 -- what ARGV[5] asked (acknowledged the connection's earlier lease if '1');
 -- the same in an array of one ({value} or {false}) when ARGV[5] is '1' and

@@ -2,8 +2,8 @@
 //! (`ack = "next-pop"`, `requeue_on_disconnect`, `hold = "connection"`).
 //! Each client connection has a name, unique across proxies and restarts,
 //! which the leases it takes on such rules record (in a sorted set per
-//! connection and queue, `…:o:<connection>`). A next-pop pop acknowledges what its connection holds on the
-//! queue inside its own script; when a connection closes, its leases on
+//! connection and queue, `…:o:<connection>`). A next-pop pop acknowledges
+//! what its connection holds on the queue inside its own script; when a connection closes, its leases on
 //! requeue_on_disconnect and held queues end at once; while it is open, its
 //! leases on held queues are renewed (`holder::Holder`). For that the proxy
 //! remembers, per connection, the queues it popped from under such rules,

@@ -117,10 +117,11 @@ fn all() -> [&'static Script; 6] {
 /// added to a lease set and removed in the same call. Redis keeps a small
 /// sorted set as a listpack, which ZADD and ZREM search from one end; one
 /// with a member that long becomes a skiplist, and stays one (until the
-/// set empties, or a restart loads it). With 50 leases out that halves
-/// what a pop + ACK pair's ZADD and ZREM cost Redis; with one or two a
-/// skiplist costs no more, but making one costs more than it saves, so
-/// the proxy asks for it only now and then ([`Queue::skiplist_turn`]).
+/// set empties, or a restart loads it). With 50 leases out that cuts what
+/// a pop + ACK pair's ZADD and ZREM cost Redis in instructions to about a
+/// third; with one or two a skiplist costs no more, but making one costs
+/// more than it saves, so the proxy asks for it only now and then
+/// ([`Queue::skiplist_turn`]).
 /// Never left in a set: nothing else reads it.
 const SKIPLIST_MARK: &str =
     "'~skiplist...............................................................'";
@@ -140,9 +141,10 @@ fn with_core(text: &str) -> Script {
     let deadline = concat!("\n", include_str!("../../../lua/scripts/deadline.lua"));
     let text = text
         .replace("\nTAKE_TOKEN\n", token)
-        .replace("\nTAKE_DEADLINE\n", deadline);
-    let text = text.replace("SKIPLIST_MARK", SKIPLIST_MARK);
-    Script::new(String::leak(text.replace("LEASE_CORE", &core)))
+        .replace("\nTAKE_DEADLINE\n", deadline)
+        .replace("SKIPLIST_MARK", SKIPLIST_MARK)
+        .replace("LEASE_CORE", &core);
+    Script::new(String::leak(text))
 }
 
 /// A script's call. Its `EVAL` form, the same with the script's text for
